@@ -1,0 +1,5 @@
+import sys
+
+from ftune.cli.main import main
+
+sys.exit(main())

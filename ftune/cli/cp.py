@@ -1,0 +1,59 @@
+"""`ftune cp <recipe|config> <dest>`: copy a shipped recipe or config to edit it."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from ftune import registry
+from ftune.config.errors import did_you_mean
+
+
+def source_for(name: str) -> Path:
+    """The file a recipe or config name refers to."""
+    if name in registry.RECIPES:
+        return registry.RECIPES[name].file
+    path = registry.config_path(name)
+    if path is not None:
+        return path
+    choices = [*registry.RECIPES, *registry.all_config_names()]
+    raise ValueError(
+        f"ftune cp: {name!r} is neither a recipe nor a shipped config.{did_you_mean(name, choices)} "
+        "Run `ftune ls` to list them."
+    )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ftune cp",
+        description="Copy a recipe or config. A copied recipe runs with `ftune run ./my_recipe.py --config ...`.",
+    )
+    parser.add_argument("name", help="recipe name (e.g. lora_finetune_single_device) or config (e.g. smollm2/135M_lora)")
+    parser.add_argument("dest", help="destination file or folder")
+    parser.add_argument("--no-clobber", action="store_true", help="do not overwrite an existing file")
+    parser.add_argument("--make-parents", action="store_true", help="create missing parent folders")
+    args = parser.parse_args(argv)
+    try:
+        src = source_for(args.name)
+    except ValueError as e:
+        print(f"ftune: error: {e}", file=sys.stderr)
+        return 1
+    dest = Path(args.dest)
+    if dest.is_dir():
+        dest = dest / src.name
+    if dest.exists() and args.no_clobber:
+        print(f"ftune cp: {dest} exists; left unchanged (--no-clobber).", file=sys.stderr)
+        return 0
+    if not dest.parent.exists():
+        if not args.make_parents:
+            print(
+                f"ftune: error: the folder {dest.parent} does not exist; create it or pass --make-parents.",
+                file=sys.stderr,
+            )
+            return 1
+        dest.parent.mkdir(parents=True)
+    shutil.copyfile(src, dest)
+    print(f"Copied {src.name} to {dest}")
+    return 0

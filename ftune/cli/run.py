@@ -1,0 +1,115 @@
+"""`ftune run [torchrun options] <recipe|path.py> [--config <name|path>] [key=value ...]`.
+
+Without torchrun options the recipe runs in this process. With any (``--nproc_per_node``,
+``--nnodes``, ``--node_rank``, ``--rdzv_endpoint``, ...) it launches through
+``torch.distributed.run``, the real torchrun, so multi-node works exactly as it does there.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+from ftune import registry
+from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.run import report
+
+# torchrun options that take no value; every other `--option` before the recipe takes one.
+_TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module"}
+
+USAGE = """usage: ftune run [torchrun options] <recipe|path.py> [--config <name|path>] [key=value ...]
+
+Runs a recipe. Without torchrun options it runs in this process; with any of them
+(--nproc_per_node N, --nnodes, --node_rank, --rdzv_endpoint, --rdzv_backend, --master_port, ...)
+it launches through torch.distributed.run (torchrun).
+
+examples:
+  ftune run lora_finetune_single_device --config smollm2/135M_lora max_steps=10
+  ftune run --nproc_per_node 2 qat_distributed
+  ftune run ./my_recipe.py --config smollm2/135M_lora batch_size=8
+"""
+
+
+def split_args(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split into (torchrun options, recipe, recipe arguments)."""
+    launcher: list[str] = []
+    it = iter(range(len(argv)))
+    for i in it:
+        arg = argv[i]
+        if not arg.startswith("-"):
+            return launcher, arg, argv[i + 1 :]
+        launcher.append(arg)
+        if "=" not in arg and arg not in _TORCHRUN_FLAGS and i + 1 < len(argv):
+            launcher.append(argv[i + 1])
+            next(it)
+    return launcher, None, []
+
+
+def recipe_file(name: str) -> tuple[Path, registry.Recipe | None]:
+    """Resolve a recipe name or a path to a recipe file."""
+    if name in registry.RECIPES:
+        return registry.RECIPES[name].file, registry.RECIPES[name]
+    path = Path(name)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise ConfigError([f"recipe file {name!r} does not exist."])
+        shipped = registry.RECIPES.get(path.stem)
+        return path, shipped if shipped and shipped.file.resolve() == path.resolve() else None
+    raise ConfigError(
+        [
+            f"recipe {name!r}: no such recipe.{did_you_mean(name, registry.RECIPES)} "
+            f"Recipes: {', '.join(registry.RECIPES)}; or give a path to a .py recipe file."
+        ]
+    )
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    debug = ["--debug"] if "--debug" in argv else []
+    try:
+        launcher, name, recipe_args = split_args(argv)
+        if name is None:
+            raise ConfigError(["ftune run: no recipe given. " + USAGE.splitlines()[0]])
+        path, recipe = recipe_file(name)
+        if launcher and recipe is not None and not recipe.distributed:
+            siblings = [r.name for r in registry.RECIPES.values() if r.distributed and set(r.methods) & set(recipe.methods)]
+            hint = f" Use {siblings[0]} for a multi-process launch." if siblings else ""
+            raise ConfigError(
+                [f"recipe {recipe.name} runs on one device and cannot be launched with {' '.join(launcher)}.{hint}"]
+            )
+        if recipe is not None and "--config" not in recipe_args and not any(
+            a.startswith("--config=") for a in recipe_args
+        ):
+            recipe_args = ["--config", recipe.default_config, *recipe_args]
+    except Exception as e:  # noqa: BLE001
+        return report(e, debug)
+    if launcher:
+        return _torchrun(launcher, path, recipe_args)
+    sys.argv = [str(path), *recipe_args]
+    sys.path.insert(0, str(path.parent))
+    runpy.run_path(str(path), run_name="__main__")
+    return 0
+
+
+def _torchrun(launcher: list[str], path: Path, recipe_args: list[str]) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, run
+
+    try:
+        args = get_args_parser().parse_args([*launcher, str(path), *recipe_args])
+    except SystemExit as e:
+        print(f"ftune: error: bad torchrun options {' '.join(launcher)!r} (see `torchrun --help`).", file=sys.stderr)
+        return int(e.code or 2)
+    try:
+        run(args)
+    except ChildFailedError as e:
+        failures = "; ".join(
+            f"rank {rank} exited with code {f.exitcode}" for rank, f in sorted(e.failures.items())
+        )
+        print(f"ftune: error: distributed run of {path.name} failed: {failures}. "
+              "The rank's own error is printed above.", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,61 @@
+"""`ftune validate <config|path> [key=value ...]`: every config check, without running anything."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ftune import registry
+from ftune.config.checks import check_component
+from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.instantiate import resolve
+from ftune.config.loading import load_config
+from ftune.config.run import report
+from ftune.config.settings import collect_problems
+
+
+def validate(config: str, overrides: list[str], recipe_name: str | None = None) -> str:
+    """Check a config against its recipe's settings and every component's signature.
+
+    Returns:
+        The name of the recipe whose settings were used, or "" when only components were checked.
+
+    Raises:
+        ConfigError: listing every problem.
+    """
+    cfg = load_config(config, overrides)
+    if recipe_name is not None:
+        recipe = registry.RECIPES.get(recipe_name)
+        if recipe is None:
+            raise ConfigError(
+                [f"--recipe {recipe_name!r}: no such recipe.{did_you_mean(recipe_name, registry.RECIPES)}"]
+            )
+    else:
+        recipe = registry.recipe_for_config(config)
+    if recipe is None:
+        problems = check_component(cfg.to_dict(), "config")
+    else:
+        problems = collect_problems(cfg, resolve(recipe.settings))
+    if problems:
+        raise ConfigError(problems, cfg.source)
+    return recipe.name if recipe else ""
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ftune validate",
+        description="Check a config: keys and types of the recipe's settings, and that every _component_ "
+        "imports and its arguments fit the target's signature (recursively). Builds nothing.",
+    )
+    parser.add_argument("config", help="shipped config name (see `ftune ls`) or path to a .yaml file")
+    parser.add_argument("overrides", nargs="*", help="key=value, a.b=value, ~key")
+    parser.add_argument("--recipe", help="check against this recipe's settings (default: from the config's name)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    args = parser.parse_args(argv)
+    try:
+        recipe = validate(args.config, args.overrides, args.recipe)
+    except Exception as e:  # noqa: BLE001
+        return report(e, ["--debug"] if args.debug else [])
+    against = f" against {recipe}'s settings" if recipe else " (components only: no recipe matches its name)"
+    print(f"Config {args.config} is valid{against}.", file=sys.stdout)
+    return 0

@@ -1,0 +1,166 @@
+"""Load a YAML config by registry name or path, apply overrides, and wrap it as a `Config`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.overrides import Override, is_component_path, parse_override
+
+
+def ftune_home() -> str:
+    """Where ftune keeps downloaded and converted models: ``$FTUNE_HOME``, default ``~/.cache/ftune``."""
+    return os.path.expanduser(os.environ.get("FTUNE_HOME") or "~/.cache/ftune")
+
+
+# `${ftune_home:}` in a YAML resolves to ftune_home(), e.g. `${ftune_home:}/models/SmolLM2-135M-Instruct`.
+if not OmegaConf.has_resolver("ftune_home"):
+    _register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver
+    _register("ftune_home", ftune_home)
+
+
+class Config:
+    """A loaded config: the OmegaConf tree, the file it came from, and the keys set on the command line.
+
+    Attribute access returns the node under that key (``cfg.model``), or None when the key is absent,
+    so optional components read naturally: ``config.instantiate(cfg.dataset_val)``.
+    """
+
+    def __init__(self, node: DictConfig, source: str | None = None, overridden: set[str] | None = None):
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "overridden", set(overridden or ()))
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__"):
+            raise AttributeError(key)
+        return self.node.get(key)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.node
+
+    def where(self, path: str) -> str:
+        """Say where a key came from, for error messages."""
+        if any(path == k or path.startswith(k + ".") for k in self.overridden):
+            return "set on the command line"
+        return f"in {self.source}" if self.source else "in the config"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain Python containers."""
+        return OmegaConf.to_container(self.node, resolve=True)  # type: ignore[return-value]
+
+    def to_yaml(self) -> str:
+        """The resolved config as YAML text (what `ftune cat` prints)."""
+        return OmegaConf.to_yaml(self.node, resolve=True)
+
+    def settings(self, cls: type) -> Any:
+        """Read the recipe-level scalars into the typed dataclass `cls` (see `ftune.config.settings`)."""
+        from ftune.config.settings import read_settings
+
+        return read_settings(self, cls)
+
+
+def resolve_config_path(name_or_path: str | Path) -> Path:
+    """Find a config by registry name (``smollm2/135M_lora``) or by file path.
+
+    Raises:
+        ConfigError: when neither a file nor a shipped config has that name (lists close names).
+    """
+    from ftune import registry
+
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    shipped = registry.config_path(str(name_or_path))
+    if shipped is not None:
+        return shipped
+    if path.is_file():
+        return path
+    names = registry.all_config_names()
+    raise ConfigError(
+        [
+            f"--config {str(name_or_path)!r}: no such file and no shipped config of that name."
+            + did_you_mean(str(name_or_path), names)
+            + " Run `ftune ls` to list the shipped configs, or pass a path to a .yaml file."
+        ]
+    )
+
+
+def _select(node: DictConfig, key: str) -> Any:
+    return OmegaConf.select(node, key, default=None, throw_on_missing=False)
+
+
+def apply_overrides(node: DictConfig, overrides: list[Override]) -> None:
+    """Apply parsed overrides to `node` in place, collecting every problem.
+
+    ``model=ftune.models.x.y`` on a node that is a component sets its ``_component_``.
+    """
+    problems: list[str] = []
+    for ov in overrides:
+        parent_key, _, leaf = ov.key.rpartition(".")
+        parent = _select(node, parent_key) if parent_key else node
+        if ov.delete:
+            if not isinstance(parent, DictConfig) or leaf not in parent:
+                siblings = list(parent.keys()) if isinstance(parent, DictConfig) else []
+                problems.append(
+                    f"override {ov.text!r}: there is no key {ov.key!r} to delete."
+                    + did_you_mean(leaf, [str(s) for s in siblings])
+                )
+                continue
+            del parent[leaf]
+            continue
+        current = _select(node, ov.key)
+        if isinstance(current, DictConfig) and "_component_" in current and is_component_path(ov.value):
+            current["_component_"] = ov.value
+            continue
+        if isinstance(parent, ListConfig) or (parent_key and parent is not None and not isinstance(parent, DictConfig)):
+            problems.append(f"override {ov.text!r}: {parent_key!r} is not a mapping, so {leaf!r} cannot be set in it.")
+            continue
+        try:
+            OmegaConf.update(node, ov.key, ov.value, merge=False, force_add=True)
+        except OmegaConfBaseException as e:
+            problems.append(f"override {ov.text!r}: {str(e).splitlines()[0]}")
+    if problems:
+        raise ConfigError(problems)
+
+
+def load_config(name_or_path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Load a config, apply command-line overrides, and check that every `${...}` resolves.
+
+    Args:
+        name_or_path: a shipped config name (``smollm2/135M_lora``) or a path to a YAML file.
+        overrides: ``key=value`` / ``~key`` strings, applied in order.
+
+    Raises:
+        ConfigError: for a missing config, malformed YAML, malformed overrides or a broken interpolation.
+    """
+    path = resolve_config_path(name_or_path)
+    try:
+        node = OmegaConf.load(path)
+    except (OmegaConfBaseException, OSError, ValueError) as e:
+        raise ConfigError([f"{path}: cannot read the YAML ({str(e).splitlines()[0]})."], str(path)) from None
+    if not isinstance(node, DictConfig):
+        raise ConfigError([f"{path}: the top level must be a mapping of keys, got a {type(node).__name__}."])
+    parsed: list[Override] = []
+    problems: list[str] = []
+    for text in overrides or []:
+        try:
+            parsed.append(parse_override(text))
+        except ConfigError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise ConfigError(problems, str(path))
+    try:
+        apply_overrides(node, parsed)
+    except ConfigError as e:
+        raise ConfigError(e.problems, str(path)) from None
+    try:
+        OmegaConf.resolve(node)
+    except OmegaConfBaseException as e:
+        raise ConfigError([f"interpolation: {str(e).splitlines()[0]}"], str(path)) from None
+    return Config(node, str(path), {ov.key for ov in parsed})

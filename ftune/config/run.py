@@ -1,0 +1,99 @@
+"""The entry point every recipe ends with: ``if __name__ == "__main__": config.run(main)``.
+
+Parses ``--config <name|path>`` and ``key=value`` overrides from the command line, loads and
+checks the config, calls ``main(cfg)``, and turns user errors into a message without a
+traceback (``--debug`` or ``FTUNE_DEBUG=1`` shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ftune.config.errors import ConfigError
+from ftune.config.loading import Config, load_config
+
+# Exceptions whose message is the whole story for a user: printed without a traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, ValueError, KeyError, OSError, ImportError)
+
+
+def debug_enabled(argv: list[str] | None = None) -> bool:
+    """True when tracebacks were asked for (``--debug`` or ``FTUNE_DEBUG=1``)."""
+    return os.environ.get("FTUNE_DEBUG", "") not in ("", "0") or "--debug" in (argv or [])
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether `exc` is a user-facing error (see USER_ERRORS, or flagged with ``user_facing = True``)."""
+    return isinstance(exc, USER_ERRORS) or getattr(exc, "user_facing", False)
+
+
+def format_error(exc: BaseException) -> str:
+    """The one message a user sees for `exc`."""
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    name = "ConfigError" if isinstance(exc, ConfigError) else type(exc).__name__
+    return f"ftune: error: {name}: {text}"
+
+
+def report(exc: BaseException, argv: list[str] | None = None) -> int:
+    """Print `exc` for a user (traceback only when debugging or for internal errors); return the exit code."""
+    if debug_enabled(argv) or not is_user_error(exc):
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        if not is_user_error(exc):
+            return 1
+    if os.environ.get("RANK", "0") == "0" or not isinstance(exc, ConfigError):
+        print(format_error(exc), file=sys.stderr)
+        if not debug_enabled(argv):
+            print("(run with --debug or FTUNE_DEBUG=1 to see the traceback)", file=sys.stderr)
+    return 1
+
+
+def parse_recipe_args(argv: list[str]) -> tuple[str | None, list[str]]:
+    """Split a recipe's command line into (config name or path, overrides); drops ``--debug``."""
+    config: str | None = None
+    overrides: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--debug":
+            continue
+        if arg == "--config":
+            config = next(it, None)
+            if config is None:
+                raise ConfigError(["--config needs a value: a shipped config name or a path to a .yaml file."])
+        elif arg.startswith("--config="):
+            config = arg.split("=", 1)[1]
+        elif arg.startswith("--"):
+            raise ConfigError([f"unknown option {arg!r}: a recipe takes --config <name|path> and key=value overrides."])
+        else:
+            overrides.append(arg)
+    return config, overrides
+
+
+def default_config_for(recipe_file: str | None) -> str | None:
+    """The registry's default config for a recipe file, if the file is a shipped recipe."""
+    if not recipe_file:
+        return None
+    from ftune import registry
+
+    recipe = registry.RECIPES.get(Path(recipe_file).stem)
+    return recipe.default_config if recipe else None
+
+
+def run(main: Callable[[Config], Any], argv: list[str] | None = None) -> None:
+    """Load the config named on the command line and call ``main(cfg)``; exit 1 on a user error."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        config, overrides = parse_recipe_args(argv)
+        if config is None:
+            config = default_config_for(getattr(sys.modules.get(main.__module__), "__file__", None))
+        if config is None:
+            raise ConfigError(["no config given: pass --config <name|path> (see `ftune ls`)."])
+        main(load_config(config, overrides))
+    except KeyboardInterrupt:
+        print("ftune: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - every error goes through report()
+        sys.exit(report(e, argv))

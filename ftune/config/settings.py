@@ -1,0 +1,98 @@
+"""Recipe-level scalars, declared once per recipe family as a typed dataclass.
+
+A settings class lists every scalar key a recipe reads (type, default, one-line help) and, in
+``COMPONENTS``, the `_component_` sections it builds. `read_settings` rejects unknown keys
+(with did-you-mean), wrong types and missing required sections, and checks every component
+against its target's signature, all at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, ClassVar
+
+from ftune.config.checks import _type_name, _type_ok, check_component
+from ftune.config.errors import ConfigError, did_you_mean
+
+
+def setting(default: Any, help: str) -> Any:  # noqa: A002 - `help` reads best in the declarations
+    """Declare one recipe-level key: its default and one line of help (shown by `ftune validate --help`)."""
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+class Settings:
+    """Base for recipe settings dataclasses.
+
+    ``COMPONENTS`` maps each `_component_` section to True (required) or False (optional, may be
+    absent or null). Sections hold components; every other top-level key must be a declared field.
+    """
+
+    COMPONENTS: ClassVar[dict[str, bool]] = {}
+
+
+def describe(cls: type) -> list[tuple[str, str, Any, str]]:
+    """(key, type, default, help) for every field of a settings class, for docs and `--help`."""
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append((f.name, _type_name(hints[f.name]), default, f.metadata.get("help", "")))
+    return rows
+
+
+def _check_value(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        (item,) = typing.get_args(annotation) or (Any,)
+        return isinstance(value, list) and all(item is Any or _check_value(v, item) for v in value)
+    ok = _type_ok(value, annotation)
+    return True if ok is None else ok
+
+
+def collect_problems(cfg: Any, cls: type) -> list[str]:
+    """Every problem with `cfg` (a `Config`) against the settings class `cls`; never raises."""
+    data = cfg.to_dict()
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    components: dict[str, bool] = cls.COMPONENTS  # type: ignore[attr-defined]
+    known = sorted(fields | set(components))
+    problems = []
+    for key, value in data.items():
+        if key in components:
+            if value is None:
+                if components[key]:
+                    problems.append(f"{key}: required section is null ({cfg.where(key)}); give it a _component_.")
+                continue
+            if not isinstance(value, dict) or "_component_" not in value:
+                problems.append(
+                    f"{key}: expected a mapping with a _component_ ({cfg.where(key)}), got {value!r}."
+                )
+                continue
+            problems.extend(check_component(value, key))
+        elif key in fields:
+            if not _check_value(value, hints[key]):
+                problems.append(
+                    f"{key}: expected {_type_name(hints[key])}, got {value!r} ({type(value).__name__}) "
+                    f"({cfg.where(key)})."
+                )
+        else:
+            problems.append(
+                f"{key}: unknown key ({cfg.where(key)}).{did_you_mean(key, known)} "
+                f"This recipe accepts: {', '.join(known)}."
+            )
+    for key, required in components.items():
+        if required and key not in data:
+            problems.append(f"{key}: required section is missing; add `{key}: {{_component_: ...}}` to the YAML.")
+    return problems
+
+
+def read_settings(cfg: Any, cls: type) -> Any:
+    """Build the settings dataclass from `cfg`, or raise `ConfigError` listing every problem."""
+    problems = collect_problems(cfg, cls)
+    if problems:
+        raise ConfigError(problems, cfg.source)
+    data = cfg.to_dict()
+    return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})

@@ -1,0 +1,252 @@
+"""Every recipe, its configs and the features it supports: the one source of truth.
+
+`ftune ls`, the docs' feature matrix (docs/recipes/index.md) and the tests all read this file.
+It imports nothing heavy (no torch), so `ftune ls` starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+YES = "yes"
+
+
+def na(reason: str) -> str:
+    """Mark a feature "not applicable" to a recipe, with the reason (shown in the feature matrix)."""
+    return f"n/a: {reason}"
+
+
+# Feature names: each has a section in docs/glossary.md (a test checks it).
+FEATURES: dict[str, str] = {
+    "grad_accumulation": "several micro-batches per optimizer step, token-normalised",
+    "grad_clipping": "clip the global gradient norm",
+    "compile": "torch.compile per decoder layer and of the loss",
+    "activation_checkpointing": "recompute each decoder layer's activations in backward",
+    "optimizer_in_backward": "step each parameter's optimizer inside backward",
+    "chunked_loss": "cross-entropy in sequence chunks, never the full fp32 logits",
+    "custom_collate": "a collate function chosen in the config",
+    "packing": "pack samples into fixed-length rows with a document mask",
+    "validation": "loss on dataset_val every run_val_every_n_steps",
+    "step_checkpointing": "save every save_every_n_steps, prune with keep_last_n_checkpoints",
+    "resume": "exact resume: same losses as an uninterrupted run",
+    "metric_logging": "stdout, JSONL, TensorBoard, Weights & Biases loggers",
+    "profiler": "torch.profiler traces behind a flag",
+    "lora": "low-rank adapters, saved in PEFT's format",
+    "qlora": "LoRA over an NF4-quantized frozen base",
+    "dora": "weight-decomposed LoRA",
+    "qat": "quantization-aware training with torchao fake quantization",
+    "fsdp2": "shard parameters, gradients and optimizer state across ranks",
+    "cpu_offload": "keep sharded parameters and optimizer state on CPU (FSDP2)",
+    "quantization": "post-training quantization or QAT convert with torchao",
+    "kv_cache": "KV-cache decoding",
+    "chat_template": "the model's own chat template",
+}
+
+_SFT_COMMON = {
+    "grad_accumulation": YES,
+    "grad_clipping": YES,
+    "compile": YES,
+    "activation_checkpointing": YES,
+    "chunked_loss": YES,
+    "custom_collate": YES,
+    "packing": YES,
+    "validation": YES,
+    "step_checkpointing": YES,
+    "resume": YES,
+    "metric_logging": YES,
+    "profiler": YES,
+}
+_NOT_LORA = {
+    "lora": na("full fine-tune: every weight trains"),
+    "qlora": na("full fine-tune: the base is not frozen"),
+    "dora": na("full fine-tune: every weight trains"),
+}
+_LORA = {"lora": YES, "qlora": YES, "dora": YES}
+_SINGLE = {
+    "fsdp2": na("one device: nothing to shard"),
+    "cpu_offload": na("one device: FSDP2's offload needs the distributed recipe"),
+}
+_DIST = {"fsdp2": YES, "cpu_offload": YES}
+_NO_QAT = {"qat": na("use qat_distributed")}
+_OPT_BWD = {"optimizer_in_backward": YES}
+_NO_OPT_BWD_DIST = {
+    "optimizer_in_backward": na("FSDP2 reduces gradients after backward; stepping inside it would use unreduced grads")
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One recipe: its file, what it does, how it launches, its configs and its features."""
+
+    name: str
+    description: str
+    distributed: bool
+    default_config: str
+    methods: tuple[str, ...]  # config methods it accepts, e.g. ("lora", "qlora", "dora")
+    features: dict[str, str] = field(default_factory=dict)
+    settings: str = ""  # dotted path of the typed settings class its configs are checked against
+    extra_configs: tuple[str, ...] = ()
+
+    @property
+    def file(self) -> Path:
+        return recipes_dir() / f"{self.name}.py"
+
+    @property
+    def configs(self) -> list[str]:
+        names = [n for n, m in CONFIGS.items() if m in self.methods]
+        return sorted(set(names) | set(self.extra_configs))
+
+
+_RECIPES = [
+    Recipe(
+        "full_finetune_single_device",
+        "Full fine-tune on one device (CPU, one GPU or MPS).",
+        False,
+        "smollm2/135M_full",
+        ("full",),
+        {**_SFT_COMMON, **_NOT_LORA, **_SINGLE, **_NO_QAT, **_OPT_BWD},
+        settings="ftune.training.settings.FullSettings",
+    ),
+    Recipe(
+        "lora_finetune_single_device",
+        "LoRA, QLoRA or DoRA fine-tune on one device; adapters saved in PEFT's format.",
+        False,
+        "smollm2/135M_lora",
+        ("lora", "qlora", "dora"),
+        {**_SFT_COMMON, **_LORA, **_SINGLE, **_NO_QAT, **_OPT_BWD},
+        settings="ftune.training.settings.LoRASettings",
+    ),
+    Recipe(
+        "full_finetune_distributed",
+        "Full fine-tune sharded with FSDP2 over torchrun processes (gloo on CPU, nccl on GPU).",
+        True,
+        "smollm2/135M_full",
+        ("full",),
+        {**_SFT_COMMON, **_NOT_LORA, **_DIST, **_NO_QAT, **_NO_OPT_BWD_DIST},
+        settings="ftune.training.settings.FullSettings",
+    ),
+    Recipe(
+        "lora_finetune_distributed",
+        "LoRA, QLoRA or DoRA fine-tune sharded with FSDP2 over torchrun processes.",
+        True,
+        "smollm2/135M_lora",
+        ("lora", "qlora", "dora"),
+        {**_SFT_COMMON, **_LORA, **_DIST, **_NO_QAT, **_NO_OPT_BWD_DIST},
+        settings="ftune.training.settings.LoRASettings",
+    ),
+    Recipe(
+        "qat_distributed",
+        "Quantization-aware full fine-tune (torchao fake quantization) sharded with FSDP2.",
+        True,
+        "smollm2/135M_qat_full",
+        ("qat_full",),
+        {**_SFT_COMMON, **_NOT_LORA, **_DIST, "qat": YES, **_NO_OPT_BWD_DIST},
+        settings="ftune.training.settings.QATSettings",
+    ),
+    Recipe(
+        "generate",
+        "Generate text from a prompt or a chat with KV-cache decoding; base, adapter or merged models.",
+        False,
+        "generation",
+        ("generation",),
+        {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES},
+        settings="ftune.training.settings.GenerateSettings",
+    ),
+    Recipe(
+        "quantize",
+        "Post-training quantization of a checkpoint, or QAT convert, with torchao; saves a native checkpoint.",
+        False,
+        "quantization",
+        ("quantization",),
+        {"quantization": YES, "qat": YES},
+        settings="ftune.training.settings.QuantizeSettings",
+    ),
+    Recipe(
+        "eval",
+        "Perplexity (word, byte, bits per byte) on text and exact match on the demo's held-out split.",
+        False,
+        "eval",
+        ("eval",),
+        {"kv_cache": YES, "lora": YES, "quantization": YES},
+        settings="ftune.training.settings.EvalSettings",
+    ),
+    Recipe(
+        "dist_check",
+        "Check a distributed launch: start the process group, all-reduce, report ranks and world size.",
+        True,
+        "dist_check",
+        ("dist_check",),
+        {"fsdp2": na("a launch check: it shards nothing")},
+        settings="ftune.training.settings.DistCheckSettings",
+    ),
+]
+RECIPES: dict[str, Recipe] = {r.name: r for r in _RECIPES}
+
+# Every shipped config and its method. A test checks this equals the YAML files under recipes/configs/.
+_SFT_MODELS = [
+    "llama2/7B",
+    "llama3/8B",
+    "llama3_1/8B",
+    "llama3_2/1B",
+    "llama3_2/3B",
+    "qwen2_5/0.5B",
+    "qwen2_5/1.5B",
+    "mistral/7B",
+    "smollm2/135M",
+    "smollm2/360M",
+]
+_QAT_MODELS = ["llama3/8B", "llama3_1/8B", "llama3_2/3B", "qwen2_5/1.5B", "smollm2/135M"]
+CONFIGS: dict[str, str] = {
+    **{f"{m}_{method}": method for m in _SFT_MODELS for method in ("full", "lora", "qlora", "dora")},
+    **{f"{m}_qat_full": "qat_full" for m in _QAT_MODELS},
+    "generation": "generation",
+    "quantization": "quantization",
+    "eval": "eval",
+    "dist_check": "dist_check",
+}
+
+
+def recipes_dir() -> Path:
+    """The folder holding the recipe files: ``recipes/`` in a checkout, ``ftune/_recipes`` when installed."""
+    spec = importlib.util.find_spec("ftune._recipes")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(__file__).resolve().parent.parent / "recipes"
+
+
+def configs_dir() -> Path:
+    return recipes_dir() / "configs"
+
+
+def config_path(name: str) -> Path | None:
+    """The YAML file of a shipped config name, or None."""
+    if name not in CONFIGS:
+        return None
+    return configs_dir() / f"{name}.yaml"
+
+
+def all_config_names() -> list[str]:
+    return sorted(CONFIGS)
+
+
+def recipe_for(name: str) -> Recipe | None:
+    return RECIPES.get(name)
+
+
+def method_of(config: str) -> str | None:
+    """The method of a config name or file (``smollm2/135M_lora`` or ``my_135M_lora.yaml`` -> "lora")."""
+    if config in CONFIGS:
+        return CONFIGS[config]
+    stem = Path(config).stem
+    for method in sorted(set(CONFIGS.values()), key=len, reverse=True):
+        if stem == method or stem.endswith("_" + method):
+            return method
+    return None
+
+
+def recipe_for_config(config: str) -> Recipe | None:
+    """The single-device (first declared) recipe that accepts a config, by its method."""
+    method = method_of(config)
+    return next((r for r in _RECIPES if method in r.methods), None)

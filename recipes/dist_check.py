@@ -1,0 +1,35 @@
+"""Check a distributed launch.   ftune run --nproc_per_node 2 dist_check
+
+Starts the process group (gloo on CPU, nccl on CUDA), all-reduces each rank's id and checks the
+sum, then prints one line per rank. Use it to test a machine or a multi-node rendezvous before
+a long run.
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from ftune import config
+from ftune.training.distributed import default_backend, init_distributed
+from ftune.training.settings import DistCheckSettings
+
+
+def main(cfg: config.Config) -> None:
+    s = cfg.settings(DistCheckSettings)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    backend = s.backend or default_backend(device)
+    info = init_distributed(device, backend)
+    rank, world = info.rank, info.world_size
+    total = torch.tensor([rank], dtype=torch.int64)
+    dist.all_reduce(total)
+    expected = world * (world - 1) // 2
+    if total.item() != expected:
+        raise RuntimeError(f"all_reduce gave {total.item()}, expected {expected}: the process group is broken.")
+    print(f"rank {rank}/{world} ok: backend={backend} host={os.uname().nodename} all_reduce={total.item()}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    config.run(main)

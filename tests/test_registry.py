@@ -1,0 +1,59 @@
+import re
+from pathlib import Path
+
+import pytest
+
+from ftune import registry
+from ftune.config import load_config
+from ftune.config.settings import collect_problems
+from ftune.config.instantiate import resolve
+
+CONFIGS_DIR = registry.configs_dir()
+SHIPPED = sorted(str(p.relative_to(CONFIGS_DIR).with_suffix("")) for p in CONFIGS_DIR.rglob("*.yaml"))
+
+
+def test_every_yaml_is_registered_and_every_entry_has_a_file():
+    assert set(SHIPPED) == set(registry.CONFIGS), (
+        f"unregistered YAMLs: {sorted(set(SHIPPED) - set(registry.CONFIGS))}; "
+        f"registry entries without a file: {sorted(set(registry.CONFIGS) - set(SHIPPED))}"
+    )
+
+
+def test_every_recipe_has_a_file_a_default_config_and_settings():
+    for recipe in registry.RECIPES.values():
+        assert recipe.file.is_file(), recipe.file
+        assert recipe.default_config in recipe.configs, recipe.name
+        assert resolve(recipe.settings)
+
+
+def test_every_recipe_reads_its_registered_settings_class():
+    for recipe in registry.RECIPES.values():
+        cls = recipe.settings.rsplit(".", 1)[1]
+        assert re.search(rf"cfg\.settings\({cls}\)|cfg\.settings\(training\.{cls}\)", recipe.file.read_text()), (
+            f"{recipe.file.name} must read its settings with cfg.settings({cls}) (registry.py says so)"
+        )
+
+
+def test_features_are_known_and_sibling_gaps_have_reasons():
+    for recipe in registry.RECIPES.values():
+        assert set(recipe.features) <= set(registry.FEATURES), recipe.name
+        for value in recipe.features.values():
+            assert value == registry.YES or value.startswith("n/a: "), value
+    sft = [r for r in registry.RECIPES.values() if {"full", "lora", "qat_full"} & set(r.methods)]
+    union = set().union(*(r.features for r in sft))
+    for recipe in sft:
+        assert union <= set(recipe.features), f"{recipe.name} must declare {sorted(union - set(recipe.features))}"
+
+
+def test_glossary_has_every_feature():
+    glossary = (Path(__file__).parents[1] / "docs" / "glossary.md").read_text()
+    headings = set(re.findall(r"^## `?([a-z0-9_]+)`?", glossary, flags=re.M))
+    assert set(registry.FEATURES) <= headings, sorted(set(registry.FEATURES) - headings)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_config_validates(name):
+    recipe = registry.recipe_for_config(name)
+    assert recipe is not None, name
+    cfg = load_config(name)
+    assert collect_problems(cfg, resolve(recipe.settings)) == []
