@@ -43,12 +43,13 @@ def _hints(target: Any) -> dict[str, Any]:
         return {}
 
 
-def check_component(node: Any, path: str) -> list[str]:
+def check_component(node: Any, path: str, provided: tuple[str, ...] = ()) -> list[str]:
     """Collect every problem in a component node and its children; never raises.
 
     Checks that ``_component_`` imports, that every argument names a parameter (with a
     did-you-mean), that required keyword-only parameters are set, and that scalar values fit
-    simple annotations. Positional parameters are runtime objects the recipe passes in.
+    simple annotations. Positional parameters are runtime objects the recipe passes in, and so
+    are the keyword arguments named in `provided` (e.g. a scheduler's ``num_training_steps``).
     """
     if isinstance(node, list):
         return [p for i, v in enumerate(node) for p in check_component(v, f"{path}[{i}]")]
@@ -78,7 +79,7 @@ def check_component(node: Any, path: str) -> list[str]:
                     f" It accepts: {', '.join(named)}."
                 )
         for name, p in params.items():
-            if p.kind is p.KEYWORD_ONLY and p.default is p.empty and name not in args and not partial:
+            if p.kind is p.KEYWORD_ONLY and p.default is p.empty and name not in args and not partial and name not in provided:
                 problems.append(
                     f"{path}.{name}: required by {dotted} but not set. "
                     f"Add it to the YAML or pass {path}.{name}=<value> on the command line."

@@ -31,6 +31,8 @@ class Settings:
     """
 
     COMPONENTS: ClassVar[dict[str, bool]] = {}
+    # Keyword arguments the recipe passes at run time, per section (not required in the YAML).
+    RUNTIME: ClassVar[dict[str, tuple[str, ...]]] = {}
 
 
 def describe(cls: type) -> list[tuple[str, str, Any, str]]:
@@ -71,7 +73,7 @@ def collect_problems(cfg: Any, cls: type) -> list[str]:
                     f"{key}: expected a mapping with a _component_ ({cfg.where(key)}), got {value!r}."
                 )
                 continue
-            problems.extend(check_component(value, key))
+            problems.extend(check_component(value, key, cls.RUNTIME.get(key, ())))  # type: ignore[attr-defined]
         elif key in fields:
             if not _check_value(value, hints[key]):
                 problems.append(

@@ -30,6 +30,7 @@ class FullSettings(Settings):
         "collate_fn": False,
         "metric_logger": False,
     }
+    RUNTIME: ClassVar[dict[str, tuple[str, ...]]] = {"lr_scheduler": ("num_training_steps",)}
 
     output_dir: str = setting("output", "folder for step_<N>/ checkpoints and logs")
     seed: int = setting(0, "seed for weights init, data order and dropout")

