@@ -1,0 +1,44 @@
+"""Model families, their converters, and loading from Hugging Face checkpoint folders.
+
+    ftune.models.CONVERTERS["llama3"].hf_to_ftune(sd)      # pure key/layout conversion
+    family, model = ftune.models.model_from_hf_config(json.load(open("config.json")))
+    model = ftune.models.load_hf("path/to/SmolLM2-135M")    # meta build + mmap'd weights
+
+Importing this package imports torch and the model code only (never `transformers`).
+"""
+
+from ftune.models import llama2, llama3, llama3_1, llama3_2, mistral, qwen2_5, smollm2
+from ftune.models._converter import Converter
+from ftune.models._hf_config import (
+    COMPONENT_BUILDERS,
+    SUPPORTED_ARCHITECTURES,
+    builder_kwargs,
+    family_from_hf_config,
+    model_from_hf_config,
+)
+from ftune.models._load_hf import load_hf, safetensors_files
+
+FAMILIES: tuple[str, ...] = ("llama2", "llama3", "llama3_1", "llama3_2", "qwen2_5", "mistral", "smollm2")
+
+CONVERTERS: dict[str, Converter] = {
+    "llama2": llama2.CONVERTER,
+    "llama3": llama3.CONVERTER,
+    "llama3_1": llama3_1.CONVERTER,
+    "llama3_2": llama3_2.CONVERTER,
+    "qwen2_5": qwen2_5.CONVERTER,
+    "mistral": mistral.CONVERTER,
+    "smollm2": smollm2.CONVERTER,
+}
+
+__all__ = [
+    "COMPONENT_BUILDERS",
+    "CONVERTERS",
+    "FAMILIES",
+    "SUPPORTED_ARCHITECTURES",
+    "Converter",
+    "builder_kwargs",
+    "family_from_hf_config",
+    "load_hf",
+    "model_from_hf_config",
+    "safetensors_files",
+]

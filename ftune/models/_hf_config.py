@@ -1,0 +1,199 @@
+"""Pick a family from an HF config.json and build its model with the config's sizes."""
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+
+from ftune.models.llama2 import llama2
+from ftune.models.llama3 import llama3
+from ftune.models.llama3_1 import llama3_1
+from ftune.models.llama3_2 import llama3_2
+from ftune.models.mistral import mistral
+from ftune.models.qwen2_5 import qwen2_5
+from ftune.models.smollm2 import smollm2
+from ftune.modules.transformer import TransformerDecoder
+
+logger = logging.getLogger(__name__)
+
+COMPONENT_BUILDERS: dict[str, Callable[..., TransformerDecoder]] = {
+    "llama2": llama2,
+    "llama3": llama3,
+    "llama3_1": llama3_1,
+    "llama3_2": llama3_2,
+    "qwen2_5": qwen2_5,
+    "mistral": mistral,
+    "smollm2": smollm2,
+}
+_SCALED = {"llama3_1", "llama3_2"}
+
+# model_type -> architecture class name, for detection and for the error message.
+SUPPORTED_ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "mistral": "MistralForCausalLM",
+}
+_SUPPORTED_TEXT = (
+    "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2), "
+    "Qwen2ForCausalLM ('qwen2': qwen2_5), MistralForCausalLM ('mistral': mistral)"
+)
+
+
+def _model_type(config: dict[str, Any]) -> str:
+    model_type = config.get("model_type")
+    if model_type in SUPPORTED_ARCHITECTURES:
+        return model_type
+    for arch in config.get("architectures") or []:
+        for mt, name in SUPPORTED_ARCHITECTURES.items():
+            if arch == name:
+                return mt
+    raise ValueError(
+        f"Unsupported architecture: config.json has model_type={model_type!r}, "
+        f"architectures={config.get('architectures')!r}. ftune supports {_SUPPORTED_TEXT}."
+    )
+
+
+def _rope(config: dict[str, Any]) -> tuple[float | None, str, dict[str, Any]]:
+    """(rope_theta, rope_type, parameters) from either the transformers>=5 `rope_parameters` or
+    the older top-level `rope_theta` + `rope_scaling` layout."""
+    params = dict(config.get("rope_parameters") or {})
+    params.update(config.get("rope_scaling") or {})
+    theta = config.get("rope_theta", params.get("rope_theta"))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    return theta, rope_type, params
+
+
+def family_from_hf_config(config: dict[str, Any]) -> str:
+    """The ftune family whose builder and converter fit an HF config.json.
+
+    llama + "llama3" RoPE scaling -> llama3_1 (llama3_2 if the embeddings are tied); llama without
+    scaling -> smollm2 if tied, llama3 if rope_theta is 500000, else llama2; qwen2 -> qwen2_5;
+    mistral -> mistral.
+
+    Raises:
+        ValueError: for an unsupported architecture or RoPE scaling type.
+    """
+    model_type = _model_type(config)
+    if model_type == "qwen2":
+        return "qwen2_5"
+    if model_type == "mistral":
+        return "mistral"
+    theta, rope_type, _ = _rope(config)
+    tied = bool(config.get("tie_word_embeddings", False))
+    if rope_type == "llama3":
+        return "llama3_2" if tied else "llama3_1"
+    if rope_type != "default":
+        raise ValueError(
+            f"Unsupported RoPE scaling: config.json has rope_type={rope_type!r}; ftune supports 'default' "
+            "and 'llama3' (Llama 3.1/3.2)."
+        )
+    if tied:
+        return "smollm2"
+    return "llama3" if theta == 500_000 else "llama2"
+
+
+def _require(config: dict[str, Any], key: str) -> Any:
+    if key not in config:
+        raise ValueError(f"config.json is missing {key!r}, which ftune needs to size the model.")
+    return config[key]
+
+
+def _check_supported_options(config: dict[str, Any], model_type: str) -> None:
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"Unsupported config.json hidden_act={act!r}: ftune's SwiGLU uses 'silu'.")
+    for key in ("attention_bias", "mlp_bias"):
+        if model_type != "qwen2" and config.get(key):
+            raise ValueError(
+                f"Unsupported config.json {key}=true for model_type {model_type!r}: ftune expects false."
+            )
+    _, _, params = _rope(config)
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError(
+            f"Unsupported config.json partial_rotary_factor={params['partial_rotary_factor']}: ftune rotates the "
+            "whole head (1.0)."
+        )
+    window = config.get("sliding_window")
+    uses_window = config.get("use_sliding_window", model_type == "mistral")
+    if uses_window and window is not None and window < config.get("max_position_embeddings", 0):
+        logger.warning(
+            "config.json sets sliding_window=%s; ftune attends over the full causal context, which matches "
+            "only for sequences of at most %s tokens.",
+            window,
+            window,
+        )
+
+
+def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
+    """Keyword arguments of `COMPONENT_BUILDERS[family]` read from an HF config.json."""
+    num_heads = _require(config, "num_attention_heads")
+    kwargs: dict[str, Any] = {
+        "vocab_size": _require(config, "vocab_size"),
+        "num_layers": _require(config, "num_hidden_layers"),
+        "num_heads": num_heads,
+        "num_kv_heads": config.get("num_key_value_heads") or num_heads,
+        "embed_dim": _require(config, "hidden_size"),
+        "intermediate_dim": _require(config, "intermediate_size"),
+        "max_seq_len": config.get("max_position_embeddings", 2048),
+        "head_dim": config.get("head_dim"),
+        "tie_word_embeddings": bool(config.get("tie_word_embeddings", False)),
+    }
+    theta, _, params = _rope(config)
+    if theta is not None:
+        kwargs["rope_base"] = float(theta)
+    if "rms_norm_eps" in config:
+        kwargs["norm_eps"] = float(config["rms_norm_eps"])
+    if family in _SCALED:
+        for arg, key in (
+            ("scale_factor", "factor"),
+            ("low_freq_factor", "low_freq_factor"),
+            ("high_freq_factor", "high_freq_factor"),
+            ("original_max_seq_len", "original_max_position_embeddings"),
+        ):
+            if key not in params:
+                raise ValueError(f"config.json rope scaling of type 'llama3' is missing {key!r}.")
+            kwargs[arg] = params[key]
+    return kwargs
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    if dtype is None:
+        yield
+        return
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def model_from_hf_config(
+    config: dict[str, Any],
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[str, TransformerDecoder]:
+    """Build the ftune model an HF config.json describes (random weights).
+
+    Args:
+        config: the parsed config.json.
+        dtype: parameter dtype (floating); None = the current default dtype.
+        device: where to allocate; "meta" builds without memory, for loading with assign=True.
+
+    Returns:
+        (family, model).
+
+    Raises:
+        ValueError: for an unsupported architecture or option, or a missing size.
+    """
+    model_type = _model_type(config)
+    _check_supported_options(config, model_type)
+    family = family_from_hf_config(config)
+    kwargs = builder_kwargs(config, family)
+    with _default_dtype(dtype), torch.device(device) if device is not None else nullcontext():
+        model = COMPONENT_BUILDERS[family](**kwargs)
+    return family, model

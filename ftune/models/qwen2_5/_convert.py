@@ -1,0 +1,8 @@
+"""Qwen2.5 state-dict converters (pure: dict in, dict out)."""
+
+from ftune.models._converter import llama_style_converter
+
+CONVERTER = llama_style_converter("qwen2_5", qkv_bias=True)
+
+hf_to_ftune = CONVERTER.hf_to_ftune
+ftune_to_hf = CONVERTER.ftune_to_hf

@@ -1,0 +1,23 @@
+"""Building blocks of ftune's decoder models, one concept a file."""
+
+from ftune.modules.attention import GroupedQueryAttention
+from ftune.modules.decoder_layer import DecoderLayer
+from ftune.modules.feed_forward import SwiGLU
+from ftune.modules.kv_cache import KVCache
+from ftune.modules.masks import causal_mask, document_causal_mask
+from ftune.modules.rms_norm import RMSNorm
+from ftune.modules.rope import Llama3RopeScaling, RotaryEmbedding
+from ftune.modules.transformer import TransformerDecoder
+
+__all__ = [
+    "DecoderLayer",
+    "GroupedQueryAttention",
+    "KVCache",
+    "Llama3RopeScaling",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "SwiGLU",
+    "TransformerDecoder",
+    "causal_mask",
+    "document_causal_mask",
+]

@@ -1,0 +1,95 @@
+"""Grouped-query self-attention (Ainslie et al., 2023) on `F.scaled_dot_product_attention`."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ftune.modules.kv_cache import KVCache
+from ftune.modules.rope import RotaryEmbedding
+
+
+class GroupedQueryAttention(nn.Module):
+    """Multi-head attention where groups of query heads share one key/value head.
+
+    The projections are passed in (usually `nn.Linear`) and kept under Hugging Face's names,
+    so LoRA and quantization swaps find them by attribute name, and HF conversion is a rename.
+    num_kv_heads == num_heads is plain multi-head attention, num_kv_heads == 1 is multi-query.
+
+    Args:
+        q_proj: embed_dim -> num_heads * head_dim (may have a bias, as in Qwen2).
+        k_proj: embed_dim -> num_kv_heads * head_dim.
+        v_proj: embed_dim -> num_kv_heads * head_dim.
+        o_proj: num_heads * head_dim -> embed_dim.
+        num_heads: query heads.
+        num_kv_heads: key/value heads; must divide num_heads.
+        head_dim: per-head feature size.
+        rope: rotary embedding applied to queries and keys (may be shared by all layers).
+    """
+
+    def __init__(
+        self,
+        *,
+        q_proj: nn.Module,
+        k_proj: nn.Module,
+        v_proj: nn.Module,
+        o_proj: nn.Module,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        rope: RotaryEmbedding,
+    ) -> None:
+        super().__init__()
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"GroupedQueryAttention: num_heads ({num_heads}) must be a multiple of "
+                f"num_kv_heads ({num_kv_heads})."
+            )
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.rope = rope
+        self.kv_cache: KVCache | None = None
+
+    def setup_cache(
+        self, batch_size: int, max_seq_len: int, dtype: torch.dtype, device: torch.device | str | None
+    ) -> None:
+        """Allocate a KV cache for incremental decoding (replaces any existing one)."""
+        self.kv_cache = KVCache(batch_size, max_seq_len, self.num_kv_heads, self.head_dim, dtype, device)
+
+    def forward(
+        self, x: torch.Tensor, *, input_pos: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Attend over the sequence (and, with a cache, over everything cached so far).
+
+        Args:
+            x: input (b, s, embed_dim).
+            input_pos: positions (b, s) or (1, s), long; used by RoPE and to place cache writes.
+            mask: bool (b, s, s_kv), True = may attend. None = causal. With a cache, s_kv is the
+                cache length and None means "attend to every cached position <= my position".
+
+        Returns:
+            (b, s, embed_dim).
+        """
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, s, d)
+        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (b, h_kv, s, d)
+        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (b, h_kv, s, d)
+        q, k = self.rope(q, k, input_pos)
+
+        is_causal = False
+        if self.kv_cache is not None:
+            k, v = self.kv_cache.update(input_pos, k, v)  # (b, h_kv, max_seq_len, d)
+            if mask is None:
+                cache_pos = torch.arange(k.shape[2], device=x.device)
+                mask = cache_pos[None, None, :] <= input_pos[:, :, None]  # (b or 1, s, max_seq_len)
+        elif mask is None:
+            # Fast path: lets SDPA pick the flash / memory-efficient kernels with no mask tensor.
+            is_causal = True
+        attn_mask = mask[:, None] if mask is not None else None  # (b, 1, s, s_kv): broadcast over heads
+
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, enable_gqa=self.num_kv_heads != self.num_heads
+        )  # (b, h, s, d)
+        out = out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim)  # (b, s, h * d)
+        return self.o_proj(out)

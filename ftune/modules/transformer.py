@@ -1,0 +1,163 @@
+"""Decoder-only transformer: embeddings, a stack of decoder layers, final norm, output projection."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class TransformerDecoder(nn.Module):
+    """Token ids in, next-token logits out.
+
+    State-dict keys are `tok_embeddings.weight`, `layers.{i}.attn.{q,k,v,o}_proj.weight`,
+    `layers.{i}.mlp.{gate,up,down}_proj.weight`, `layers.{i}.{attn,mlp}_norm.weight`,
+    `norm.weight` and `output.weight` (absent when the output is tied to the embeddings).
+
+    Args:
+        tok_embeddings: vocab_size -> embed_dim lookup.
+        layers: the decoder layers, applied in order.
+        norm: final norm.
+        output: embed_dim -> vocab_size projection, or None to reuse `tok_embeddings.weight`
+            (tied embeddings, as in Llama 3.2, Qwen2.5 <= 3B and SmolLM2).
+        max_seq_len: the longest context the model was trained for; informational (RoPE has no
+            table), and the default length of KV caches.
+    """
+
+    def __init__(
+        self,
+        *,
+        tok_embeddings: nn.Embedding,
+        layers: nn.ModuleList,
+        norm: nn.Module,
+        output: nn.Linear | None,
+        max_seq_len: int,
+    ) -> None:
+        super().__init__()
+        self.tok_embeddings = tok_embeddings
+        self.layers = layers
+        self.norm = norm
+        self.output = output
+        self.max_seq_len = max_seq_len
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """The (vocab_size, embed_dim) weight `project` multiplies by (for chunked losses)."""
+        return self.tok_embeddings.weight if self.output is None else self.output.weight
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (..., embed_dim) -> logits (..., vocab_size)."""
+        if self.output is None:
+            return F.linear(hidden, self.tok_embeddings.weight)
+        return self.output(hidden)
+
+    def hidden(
+        self,
+        tokens: torch.Tensor,
+        *,
+        input_pos: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Run everything but the output projection.
+
+        Args:
+            tokens: (b, s) long token ids.
+            input_pos: (b, s) long positions; None = 0..s-1 for every row. Positions may restart
+                inside a row (packed documents). Required when caches are enabled.
+            mask: bool (b, s, s_kv), True = may attend; None = causal. s_kv is s, or the cache
+                length when caches are enabled.
+
+        Returns:
+            Final-norm hidden states (b, s, embed_dim).
+
+        Raises:
+            ValueError: on a bad shape or dtype of `tokens`, `input_pos` or `mask`, or a missing
+                `input_pos` while caches are enabled.
+        """
+        input_pos = self._check_inputs(tokens, input_pos, mask)
+        if mask is None and self.caches_are_enabled():
+            # Attend to every cached position up to one's own; built once here rather than per layer.
+            cache_len = self.layers[0].attn.kv_cache.max_seq_len
+            mask = torch.arange(cache_len, device=tokens.device)[None, None, :] <= input_pos[:, :, None]
+            mask = mask.expand(tokens.shape[0], -1, -1)  # (b, s, cache_len)
+        h = self.tok_embeddings(tokens)  # (b, s, d)
+        for layer in self.layers:
+            h = layer(h, input_pos=input_pos, mask=mask)
+        return self.norm(h)
+
+    def _check_inputs(
+        self, tokens: torch.Tensor, input_pos: torch.Tensor | None, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Validate the arguments of `hidden`; return `input_pos`, defaulted to 0..s-1 (1, s)."""
+        if tokens.dim() != 2:
+            raise ValueError(
+                f"TransformerDecoder: tokens must be (batch, seq_len), got shape {tuple(tokens.shape)}."
+            )
+        b, s = tokens.shape
+        caching = self.caches_are_enabled()
+        if input_pos is None:
+            if caching:
+                raise ValueError(
+                    "TransformerDecoder: caches are enabled, so input_pos (batch, seq_len) is required to know "
+                    "where to write keys/values; pass input_pos, or call model.delete_caches()."
+                )
+            input_pos = torch.arange(s, device=tokens.device)[None, :]  # (1, s)
+        elif input_pos.dim() != 2 or input_pos.shape[1] != s or input_pos.shape[0] not in (1, b):
+            raise ValueError(
+                f"TransformerDecoder: input_pos must have shape ({b}, {s}) like tokens, got {tuple(input_pos.shape)}."
+            )
+        s_kv = self.layers[0].attn.kv_cache.max_seq_len if caching else s
+        if caching:
+            # One host sync per decoding step (not one per layer): an out-of-range write would be silent.
+            last = int(input_pos.max())
+            if last >= s_kv:
+                raise ValueError(
+                    f"TransformerDecoder: position {last} is past the cache length {s_kv}; call "
+                    "model.setup_caches(batch_size, max_seq_len=...) with a larger max_seq_len."
+                )
+        if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (b, s, s_kv)):
+            raise ValueError(
+                f"TransformerDecoder: mask must be a bool tensor of shape ({b}, {s}, {s_kv}) with True = may "
+                f"attend, got {mask.dtype} {tuple(mask.shape)}; build one with "
+                "ftune.modules.masks.document_causal_mask(document_ids)."
+            )
+        return input_pos
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        *,
+        input_pos: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (b, s, vocab_size); arguments as in `hidden`."""
+        return self.project(self.hidden(tokens, input_pos=input_pos, mask=mask))
+
+    def setup_caches(
+        self, batch_size: int, max_seq_len: int | None = None, dtype: torch.dtype | None = None
+    ) -> None:
+        """Allocate a KV cache in every layer, on the model's device.
+
+        Args:
+            batch_size: sequences decoded together.
+            max_seq_len: cache length; defaults to the model's `max_seq_len`.
+            dtype: cache dtype; defaults to the embedding weight's dtype.
+        """
+        weight = self.tok_embeddings.weight
+        for layer in self.layers:
+            layer.attn.setup_cache(
+                batch_size, max_seq_len or self.max_seq_len, dtype or weight.dtype, weight.device
+            )
+
+    def reset_caches(self) -> None:
+        """Zero every KV cache (keeps them allocated)."""
+        for layer in self.layers:
+            if layer.attn.kv_cache is not None:
+                layer.attn.kv_cache.reset()
+
+    def delete_caches(self) -> None:
+        """Free every KV cache; the model goes back to training-style full-sequence attention."""
+        for layer in self.layers:
+            layer.attn.kv_cache = None
+
+    def caches_are_enabled(self) -> bool:
+        """True once `setup_caches` has run (and `delete_caches` has not)."""
+        return self.layers[0].attn.kv_cache is not None if len(self.layers) else False
