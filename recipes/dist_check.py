@@ -25,8 +25,13 @@ def main(cfg: config.Config) -> None:
     dist.all_reduce(total)
     expected = world * (world - 1) // 2
     if total.item() != expected:
-        raise RuntimeError(f"all_reduce gave {total.item()}, expected {expected}: the process group is broken.")
-    print(f"rank {rank}/{world} ok: backend={backend} host={os.uname().nodename} all_reduce={total.item()}", flush=True)
+        raise RuntimeError(
+            f"all_reduce gave {total.item()}, expected {expected}: the process group is broken."
+        )
+    print(
+        f"rank {rank}/{world} ok: backend={backend} host={os.uname().nodename} all_reduce={total.item()}",
+        flush=True,
+    )
     dist.barrier()
     dist.destroy_process_group()
 

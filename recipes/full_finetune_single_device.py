@@ -44,7 +44,10 @@ def main(cfg: config.Config) -> None:
         cfg.optimizer, training.trainable_params(model), in_backward=s.optimizer_in_backward
     )
     steps = training.total_steps(
-        max_steps=s.max_steps, epochs=s.epochs, batches_per_epoch=len(loader), grad_accum_steps=s.grad_accum_steps
+        max_steps=s.max_steps,
+        epochs=s.epochs,
+        batches_per_epoch=len(loader),
+        grad_accum_steps=s.grad_accum_steps,
     )
     scheduler = config.instantiate(cfg.lr_scheduler, optimizer, num_training_steps=steps)
     step = training.restore(loaded.recipe_state, optimizer=optimizer, scheduler=scheduler, loader=loader)
@@ -78,7 +81,9 @@ def main(cfg: config.Config) -> None:
                 report.step(step, stats, training.count_tokens(micro_batches))
                 profiler.step()
                 if val_loader is not None and training.every(step, s.run_val_every_n_steps):
-                    val = training.eval_loss(model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches)
+                    val = training.eval_loss(
+                        model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
+                    )
                     report.log(step, {"val_loss": val})
                 if step == steps:
                     break

@@ -37,25 +37,65 @@ class Model:
 
 
 MODELS = [
-    Model("llama2/7B", "llama2_7b", "llama2_tokenizer", "meta-llama/Llama-2-7b-hf", "tokenizer.model", note="gated"),
-    Model("llama3/8B", "llama3_8b", "llama3_tokenizer", "meta-llama/Meta-Llama-3-8B-Instruct",
-          "original/tokenizer.model", note="gated"),
-    Model("llama3_1/8B", "llama3_1_8b", "llama3_1_tokenizer", "meta-llama/Llama-3.1-8B-Instruct",
-          "original/tokenizer.model", note="gated"),
-    Model("llama3_2/1B", "llama3_2_1b", "llama3_2_tokenizer", "meta-llama/Llama-3.2-1B-Instruct",
-          "original/tokenizer.model", note="gated"),
-    Model("llama3_2/3B", "llama3_2_3b", "llama3_2_tokenizer", "meta-llama/Llama-3.2-3B-Instruct",
-          "original/tokenizer.model", note="gated"),
+    Model(
+        "llama2/7B",
+        "llama2_7b",
+        "llama2_tokenizer",
+        "meta-llama/Llama-2-7b-hf",
+        "tokenizer.model",
+        note="gated",
+    ),
+    Model(
+        "llama3/8B",
+        "llama3_8b",
+        "llama3_tokenizer",
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        "original/tokenizer.model",
+        note="gated",
+    ),
+    Model(
+        "llama3_1/8B",
+        "llama3_1_8b",
+        "llama3_1_tokenizer",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "original/tokenizer.model",
+        note="gated",
+    ),
+    Model(
+        "llama3_2/1B",
+        "llama3_2_1b",
+        "llama3_2_tokenizer",
+        "meta-llama/Llama-3.2-1B-Instruct",
+        "original/tokenizer.model",
+        note="gated",
+    ),
+    Model(
+        "llama3_2/3B",
+        "llama3_2_3b",
+        "llama3_2_tokenizer",
+        "meta-llama/Llama-3.2-3B-Instruct",
+        "original/tokenizer.model",
+        note="gated",
+    ),
     Model("qwen2_5/0.5B", "qwen2_5_0_5b", "qwen2_5_tokenizer", "Qwen/Qwen2.5-0.5B-Instruct"),
     Model("qwen2_5/1.5B", "qwen2_5_1_5b", "qwen2_5_tokenizer", "Qwen/Qwen2.5-1.5B-Instruct"),
     Model("mistral/7B", "mistral_7b", "mistral_tokenizer", "mistralai/Mistral-7B-v0.1", "tokenizer.model"),
-    Model("smollm2/135M", "smollm2_135m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct", demo=True),
-    Model("smollm2/360M", "smollm2_360m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-360M-Instruct", demo=True),
+    Model(
+        "smollm2/135M", "smollm2_135m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct", demo=True
+    ),
+    Model(
+        "smollm2/360M", "smollm2_360m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-360M-Instruct", demo=True
+    ),
 ]
 QAT_MODELS = ["llama3/8B", "llama3_1/8B", "llama3_2/3B", "qwen2_5/1.5B", "smollm2/135M"]
 
-TITLES = {"full": "full fine-tune", "lora": "LoRA", "qlora": "QLoRA (NF4 base)", "dora": "DoRA",
-          "qat_full": "QAT full fine-tune (8da4w)"}
+TITLES = {
+    "full": "full fine-tune",
+    "lora": "LoRA",
+    "qlora": "QLoRA (NF4 base)",
+    "dora": "DoRA",
+    "qat_full": "QAT full fine-tune (8da4w)",
+}
 
 
 def header(m: Model, method: str) -> str:
@@ -71,8 +111,10 @@ def header(m: Model, method: str) -> str:
     else:
         single = "full_finetune_single_device" if method == "full" else "lora_finetune_single_device"
         dist = "full_finetune_distributed" if method == "full" else "lora_finetune_distributed"
-        runs = (f"#   ftune run {single} --config {name}\n"
-                f"#   ftune run --nproc_per_node 2 {dist} --config {name}\n")
+        runs = (
+            f"#   ftune run {single} --config {name}\n"
+            f"#   ftune run --nproc_per_node 2 {dist} --config {name}\n"
+        )
     return f"# {m.repo.split('/')[-1]}: {TITLES[method]}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
 
 
@@ -135,7 +177,11 @@ def config(m: Model, method: str) -> str:
         "  keep_last_n_checkpoints: 2\n"
     )
     if lora:
-        targets = "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]" if m.demo else "[q_proj, v_proj, o_proj]"
+        targets = (
+            "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]"
+            if m.demo
+            else "[q_proj, v_proj, o_proj]"
+        )
         out.append(
             "peft:\n  _component_: ftune.peft.apply_lora\n"
             f"  targets: {targets}\n"

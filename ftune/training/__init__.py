@@ -15,7 +15,13 @@ from ftune.training.loop import (
 )
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 from ftune.training.memory import peak_memory_gib, reset_peak_memory
-from ftune.training.metric_logging import DiskLogger, MetricLogger, StdoutLogger, TensorBoardLogger, WandBLogger
+from ftune.training.metric_logging import (
+    DiskLogger,
+    MetricLogger,
+    StdoutLogger,
+    TensorBoardLogger,
+    WandBLogger,
+)
 from ftune.training.model_setup import apply_peft, build_model
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.profiler import Profiler
@@ -81,5 +87,6 @@ __all__ = [
     "snapshot",
     "total_steps",
     "train_step",
+    "trainable_params",
     "validation_loader",
 ]

@@ -88,7 +88,13 @@ class Reporter:
         self.losses.append(stats.loss)
         mem = peak_memory_gib(self.device)
         peak = max(mem.values()) if mem else None
-        metrics = {"loss": stats.loss, "lr": stats.lr, "tokens_per_second": tps, "tokens_trained": stats.num_tokens}
+        metrics = {
+            "loss": stats.loss,
+            "lr": stats.lr,
+            "tokens_per_second": tps,
+            "tokens": num_tokens,  # processed, padding included
+            "tokens_trained": stats.num_tokens,  # with a label
+        }
         if stats.grad_norm is not None:
             metrics["grad_norm"] = stats.grad_norm
         if peak is not None:
@@ -112,7 +118,9 @@ class Reporter:
             self.metric_logger.close()
 
 
-def build_optimizer(node: Any, params: list[torch.nn.Parameter], *, in_backward: bool) -> torch.optim.Optimizer:
+def build_optimizer(
+    node: Any, params: list[torch.nn.Parameter], *, in_backward: bool
+) -> torch.optim.Optimizer:
     """The config's optimizer over `params`, or one optimizer per parameter stepped inside backward."""
     if not in_backward:
         return instantiate(node, params, _path="optimizer")

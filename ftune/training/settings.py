@@ -44,15 +44,21 @@ class FullSettings(Settings):
     shuffle: bool = setting(True, "shuffle the dataset each epoch (seeded by seed and epoch)")
     compile: bool = setting(False, "torch.compile each decoder layer and the loss")
     activation_checkpointing: bool = setting(False, "recompute decoder-layer activations in backward")
-    optimizer_in_backward: bool = setting(False, "step the optimizer inside backward (needs grad_accum_steps=1)")
-    save_every_n_steps: int | None = setting(None, "save a step checkpoint this often (the end is always saved)")
+    optimizer_in_backward: bool = setting(
+        False, "step the optimizer inside backward (needs grad_accum_steps=1)"
+    )
+    save_every_n_steps: int | None = setting(
+        None, "save a step checkpoint this often (the end is always saved)"
+    )
     run_val_every_n_steps: int | None = setting(None, "validation loss on dataset_val this often (null: off)")
     max_val_batches: int | None = setting(None, "cap on validation batches per evaluation (null: all)")
     log_every_n_steps: int = setting(1, "log metrics this often")
     progress_bar: bool = setting(True, "show a tqdm bar with loss, lr, tokens/s and peak memory")
     profile: bool = setting(False, "record a torch.profiler trace of the first steps into output_dir/profile")
     fsdp_reshard_after_forward: bool = setting(True, "distributed only: free gathered params after forward")
-    fsdp_cpu_offload: bool = setting(False, "distributed only: keep sharded params and optimizer state on CPU")
+    fsdp_cpu_offload: bool = setting(
+        False, "distributed only: keep sharded params and optimizer state on CPU"
+    )
 
 
 @dataclass
@@ -112,7 +118,9 @@ class EvalSettings(Settings):
     COMPONENTS: ClassVar[dict[str, bool]] = {"checkpointer": True, "tokenizer": True}
 
     text_files: list[str] = setting([], "text files for perplexity (one document each)")
-    heldout_file: str | None = setting(None, "a JSONL of chat records for exact match (the demo's heldout.jsonl)")
+    heldout_file: str | None = setting(
+        None, "a JSONL of chat records for exact match (the demo's heldout.jsonl)"
+    )
     adapter_dir: str | None = setting(None, "a step folder holding a PEFT adapter to apply")
     quantized_checkpoint: str | None = setting(None, "a native quantized checkpoint from the quantize recipe")
     max_seq_len: int = setting(512, "rolling-window length for perplexity")

@@ -32,7 +32,9 @@ def _tokenizer(folder: Path) -> None:
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=SIZES["vocab_size"], special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=SIZES["vocab_size"],
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(corpus, trainer=trainer)
     tok.save(str(folder / "tokenizer.json"))

@@ -1,0 +1,62 @@
+"""Checkpoints in and out: HF safetensors, Meta `.pth`, ftune native, DCP; atomic step folders; resume.
+
+ckpt = HFCheckpointer(checkpoint_dir, output_dir, resume_from_checkpoint="auto")
+loaded = ckpt.load()                         # Loaded(model, adapter, recipe_state, family, step_dir)
+load_into(model, loaded)                     # strict; adapters may be absent on a fresh LoRA run
+ckpt.save(step, model.state_dict(), recipe_state=..., adapter_config=...)   # -> output_dir/step_<N>/
+"""
+
+from ftune.checkpointing._checkpointer import SIDE_FILES, Checkpointer, Loaded
+from ftune.checkpointing.atomic import (
+    COMPLETE_MARKER,
+    atomic_path,
+    find_latest_complete,
+    is_complete,
+    mark_complete,
+    prune,
+    save_safetensors,
+    step_dir,
+    torch_save,
+    write_json,
+)
+from ftune.checkpointing.hf import HFCheckpointer
+from ftune.checkpointing.meta import MetaCheckpointer
+from ftune.checkpointing.model_fit import check_fits, check_tokenizer_fits, load_into, split_adapter
+from ftune.checkpointing.native import NativeCheckpointer
+from ftune.checkpointing.recipe_state import (
+    capture_rng_state,
+    check_weights_only_safe,
+    load_recipe_state,
+    restore_rng_state,
+    save_recipe_state,
+    to_weights_only_safe,
+)
+
+__all__ = [
+    "COMPLETE_MARKER",
+    "SIDE_FILES",
+    "Checkpointer",
+    "HFCheckpointer",
+    "Loaded",
+    "MetaCheckpointer",
+    "NativeCheckpointer",
+    "atomic_path",
+    "capture_rng_state",
+    "check_fits",
+    "check_tokenizer_fits",
+    "check_weights_only_safe",
+    "find_latest_complete",
+    "is_complete",
+    "load_into",
+    "load_recipe_state",
+    "mark_complete",
+    "prune",
+    "restore_rng_state",
+    "save_recipe_state",
+    "save_safetensors",
+    "split_adapter",
+    "step_dir",
+    "to_weights_only_safe",
+    "torch_save",
+    "write_json",
+]

@@ -1,0 +1,262 @@
+"""What every checkpointer does: resume selection, step folders, adapters, recipe state.
+
+A format (HF, Meta, native) only says how a folder of model weights is read and written, in
+two methods (`_read_model`, `_write_model`) plus the family detection of its folder. Everything
+else (which folder to resume from, LoRA adapters in PEFT format, `recipe_state.pt`, the
+completion marker, pruning) lives here once, so the three formats cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from ftune.checkpointing import adapter as adapter_files
+from ftune.checkpointing import atomic
+from ftune.checkpointing.model_fit import split_adapter
+from ftune.checkpointing.readers import require_dir
+from ftune.checkpointing.recipe_state import check_weights_only_safe, load_recipe_state, save_recipe_state
+
+logger = logging.getLogger(__name__)
+
+StateDict = dict[str, torch.Tensor]
+
+MERGED_SUBDIR = "merged"  # LoRA runs with save_adapter_weights_only=False: step_<N>/merged/
+
+# Tokenizer and generation files copied from checkpoint_dir into every step folder when present,
+# so a step folder is self-contained for transformers / peft / ftune generate.
+SIDE_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "generation_config.json",
+    "chat_template.jinja",
+)
+
+
+@dataclass
+class Loaded:
+    """What `Checkpointer.load()` returns.
+
+    Attributes:
+        model: model weights in ftune names (base model on a LoRA run).
+        adapter: adapter weights in ftune names when resuming a LoRA run, else None.
+        recipe_state: contents of `recipe_state.pt` when resuming, else None.
+        family: the model family (a key of `ftune.models.CONVERTERS`).
+        step_dir: the step folder resumed from, or None on a fresh run.
+    """
+
+    model: StateDict
+    adapter: StateDict | None
+    recipe_state: dict[str, Any] | None
+    family: str
+    step_dir: Path | None
+
+
+class Checkpointer(abc.ABC):
+    """Loads a base checkpoint or a step folder, and saves `output_dir/step_<N>/` in the same format.
+
+    Args:
+        checkpoint_dir: the base checkpoint folder (read-only for ftune).
+        output_dir: where step folders are written.
+        model_type: model family (key of `ftune.models.CONVERTERS`); default: detected from the folder.
+        resume_from_checkpoint: None (fresh run), "auto" (newest complete step folder in
+            `output_dir`, fresh run if there is none) or the path of a step folder.
+        keep_last_n_checkpoints: keep only this many complete step folders; None keeps all.
+        save_adapter_weights_only: on LoRA runs, save only the adapter (False also saves the
+            merged full model, in the input format, in `step_<N>/merged/`).
+    """
+
+    def __init__(
+        self,
+        checkpoint_dir: str | os.PathLike,
+        output_dir: str | os.PathLike,
+        *,
+        model_type: str | None = None,
+        resume_from_checkpoint: Literal["auto"] | str | os.PathLike | None = None,
+        keep_last_n_checkpoints: int | None = None,
+        save_adapter_weights_only: bool = True,
+    ) -> None:
+        self.checkpoint_dir = Path(checkpoint_dir).expanduser()
+        self.output_dir = Path(output_dir).expanduser()
+        self.model_type = model_type
+        self.resume_from_checkpoint = resume_from_checkpoint
+        if keep_last_n_checkpoints is not None and keep_last_n_checkpoints < 1:
+            raise ValueError(
+                f"keep_last_n_checkpoints must be a positive int or None (keep all), got {keep_last_n_checkpoints}."
+            )
+        self.keep_last_n_checkpoints = keep_last_n_checkpoints
+        self.save_adapter_weights_only = save_adapter_weights_only
+        self._family: str | None = None
+
+    # ---- the format: three methods per subclass -------------------------------------------
+
+    @abc.abstractmethod
+    def _detect_family(self, folder: Path) -> str:
+        """The family of the model stored in `folder` (called only when model_type is None)."""
+
+    @abc.abstractmethod
+    def _read_model(self, folder: Path, family: str) -> StateDict:
+        """Read the model weights of `folder`, returned in ftune names."""
+
+    @abc.abstractmethod
+    def _write_model(self, folder: Path, state: StateDict, family: str) -> None:
+        """Write a full model (ftune names) into `folder` in this format, with its config file(s)."""
+
+    # ---- shared behaviour -------------------------------------------------------------------
+
+    def family_of(self, folder: Path) -> str:
+        """The model family: `model_type` when given, else detected once from `folder`."""
+        if self._family is None:
+            from ftune.checkpointing.families import check_family
+
+            self._family = check_family(self.model_type) if self.model_type else self._detect_family(folder)
+        return self._family
+
+    def resume_dir(self) -> Path | None:
+        """The step folder to resume from, per `resume_from_checkpoint`, or None for a fresh run.
+
+        Raises:
+            FileNotFoundError: an explicit path that does not exist.
+            ValueError: an explicit path whose save did not complete.
+        """
+        choice = self.resume_from_checkpoint
+        if choice is None:
+            return None
+        if choice == "auto":
+            found = atomic.find_latest_complete(self.output_dir)
+            if found is None:
+                logger.info("No complete step folder in %s: starting a fresh run", self.output_dir)
+            else:
+                logger.info("Resuming from %s", found)
+            return found
+        path = Path(choice).expanduser()
+        if not path.is_dir() and (self.output_dir / path).is_dir():
+            path = self.output_dir / path  # e.g. resume_from_checkpoint=step_200
+        folder = require_dir(
+            path,
+            what="resume_from_checkpoint folder",
+            fix=f"Pass a step_<N> folder of {str(self.output_dir)!r}, resume_from_checkpoint=auto (newest "
+            "complete one, or a fresh run) or null (fresh run).",
+        )
+        if not atomic.is_complete(folder):
+            raise ValueError(
+                f"resume_from_checkpoint folder {str(folder)!r} is incomplete (no {atomic.COMPLETE_MARKER} "
+                "marker): its save was interrupted. Resume from an earlier step folder, or set "
+                "resume_from_checkpoint=auto to pick the newest complete one."
+            )
+        return folder
+
+    def load(self) -> Loaded:
+        """Load the base checkpoint, or the state to resume from.
+
+        Returns:
+            `Loaded`. Fresh run: the base model from `checkpoint_dir`. Resuming a full run: the
+            model from the step folder. Resuming a LoRA run (the step folder has
+            `adapter_model.safetensors`): the base model from `checkpoint_dir` and the adapter
+            from the step folder. `recipe_state` comes from the step folder's `recipe_state.pt`.
+
+        Raises:
+            FileNotFoundError: a missing folder or file (named, with how to get it).
+            ValueError: a corrupt file (named), or an incomplete resume folder.
+        """
+        step = self.resume_dir()
+        lora_resume = step is not None and adapter_files.has_adapter(step)
+        weights_dir = self.checkpoint_dir if step is None or lora_resume else step
+        require_dir(weights_dir)
+        family = self.family_of(weights_dir)
+        model = self._read_model(weights_dir, family)
+        adapter = adapter_files.load_adapter(step, family=family) if lora_resume else None
+        recipe_state = load_recipe_state(step) if step is not None else None
+        return Loaded(model=model, adapter=adapter, recipe_state=recipe_state, family=family, step_dir=step)
+
+    def save(
+        self,
+        step: int,
+        model_state: StateDict,
+        *,
+        recipe_state: dict[str, Any] | None = None,
+        adapter_config: dict[str, Any] | None = None,
+        epoch: int | None = None,
+    ) -> Path:
+        """Write `output_dir/step_<step>/`; the completion marker goes last.
+
+        Args:
+            step: the optimizer step (folder name).
+            model_state: the full model state in ftune names, adapter tensors included on a
+                LoRA run (not modified).
+            recipe_state: progress to resume from (see `ftune.checkpointing.recipe_state`).
+            adapter_config: required exactly when `model_state` holds adapter tensors: the
+                `apply_lora` settings ({"rank", "alpha", "dropout", "use_dora"}, e.g. the recipe's
+                peft node) or a full PEFT LoraConfig dict. Written as PEFT's adapter_config.json.
+            epoch: recorded in the marker file, for humans.
+
+        Returns:
+            The step folder.
+
+        Raises:
+            ValueError: adapter tensors without an adapter_config (or the reverse).
+            TypeError: recipe_state would not load with weights_only=True.
+        """
+        base, adapter = split_adapter(model_state)
+        if adapter and adapter_config is None:
+            raise ValueError(
+                f"model_state holds {len(adapter)} adapter tensors (e.g. {next(iter(adapter))}) but no "
+                "adapter_config was given: pass the LoRA settings, e.g. "
+                "adapter_config={'rank': 8, 'alpha': 16, 'dropout': 0.0, 'use_dora': False}."
+            )
+        if adapter_config is not None and not adapter:
+            raise ValueError(
+                "adapter_config was given but model_state holds no adapter tensors (lora_a / lora_b / "
+                "magnitude): pass the LoRA model's full state dict, or adapter_config=None for a full run."
+            )
+        if recipe_state is not None:
+            check_weights_only_safe(recipe_state)  # before writing gigabytes of weights
+        family = self.family_of(self.checkpoint_dir)
+        folder = atomic.step_dir(self.output_dir, step)
+        folder.mkdir(parents=True, exist_ok=True)
+        # Overwriting a folder (same step after a resume): it must not look complete meanwhile.
+        atomic.mark_incomplete(folder)
+        if adapter:
+            adapter_files.save_adapter(
+                folder,
+                adapter,
+                family=family,
+                adapter_config=adapter_config,
+                base_model_name_or_path=str(self.checkpoint_dir.resolve()),
+            )
+            if not self.save_adapter_weights_only:
+                # In a subfolder: transformers, finding adapter_config.json next to full weights,
+                # would load those weights and apply the adapter on top of them a second time.
+                merged_dir = folder / MERGED_SUBDIR
+                merged_dir.mkdir(exist_ok=True)
+                self._write_model(
+                    merged_dir, adapter_files.merged_state_dict(model_state, adapter_config), family
+                )
+                self._copy_side_files(merged_dir)
+        else:
+            self._write_model(folder, base, family)
+        self._copy_side_files(folder)
+        if recipe_state is not None:
+            save_recipe_state(recipe_state, folder)
+        atomic.mark_complete(folder, {"step": step, "epoch": epoch})
+        logger.info("Saved %s", folder)
+        if self.keep_last_n_checkpoints is not None:
+            atomic.prune(self.output_dir, self.keep_last_n_checkpoints)
+        return folder
+
+    def _copy_side_files(self, folder: Path) -> None:
+        for name in SIDE_FILES:
+            src = self.checkpoint_dir / name
+            if src.is_file():
+                atomic.copy_file(src, folder / name)

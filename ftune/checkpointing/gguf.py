@@ -1,0 +1,406 @@
+"""GGUF import: a llama-architecture llama.cpp file in, a Hugging Face-layout checkpoint folder out.
+
+    convert_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", "checkpoints/smollm2")
+
+The folder holds what `transformers` and `ftune.models.load_hf` read: config.json,
+generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
+special_tokens_map.json. Quantized tensors are dequantized (the folder is for fine-tuning, not
+for llama.cpp), and the q/k row order that llama.cpp's converter imposes is undone.
+
+The file is read with the `gguf` package (llama.cpp's own reader); its `gguf.quants.dequantize`
+does the block arithmetic, which is also what `transformers` uses when it loads a GGUF.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import torch
+
+from ftune.checkpointing.atomic import atomic_path, save_safetensors, write_json
+from ftune.checkpointing.gguf_tokenizer import (
+    build_tokenizer,
+    generation_config,
+    require,
+    special_token_ids,
+    tokenizer_configs,
+)
+
+logger = logging.getLogger(__name__)
+
+ARCHITECTURE = "llama"
+GGMLType = gguf.GGMLQuantizationType
+
+# GGUF tensor name -> HF LlamaForCausalLM key; layer tensors are blk.<N>.<name>.weight.
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
+_FLOAT_TYPES = {GGMLType.F32: torch.float32, GGMLType.F16: torch.float16, GGMLType.BF16: torch.bfloat16}
+
+
+def convert_gguf(
+    gguf_path: str | os.PathLike, output_dir: str | os.PathLike, *, dtype: torch.dtype | None = None
+) -> Path:
+    """Convert a llama-architecture GGUF file into an HF-layout checkpoint folder.
+
+    Args:
+        gguf_path: the `.gguf` file (Llama 2/3, Mistral, SmolLM2, ... as written by llama.cpp's
+            `convert_hf_to_gguf.py`, optionally re-quantized with `llama-quantize`).
+        output_dir: folder to write; created if missing, files in it with the same names are replaced.
+        dtype: dtype of the written weights. Default: the file's float type when every matrix is
+            stored as F16 or BF16 (or F32), float32 as soon as one is quantized.
+
+    Returns:
+        `output_dir` as a Path.
+
+    Raises:
+        FileNotFoundError: `gguf_path` does not exist.
+        ValueError: the file is not GGUF, its architecture is not llama, a tensor has a type that
+            cannot be dequantized, a tensor name is unknown, or required metadata is missing;
+            the message names the file and the key or tensor.
+    """
+    start = time.perf_counter()
+    path = Path(gguf_path)
+    reader = open_gguf(path)
+    meta = read_metadata(reader, path)
+    check_architecture(meta, source=path)
+    check_tensor_types(reader.tensors, source=path)
+    tensors = {t.name: t for t in reader.tensors}
+    # Llama 3.1+ RoPE scaling, baked into a tensor by llama.cpp: it goes into config.json.
+    rope_freqs = tensors.pop("rope_freqs.weight", None)
+    config = hf_config(
+        meta,
+        {name: tuple(int(d) for d in t.shape) for name, t in tensors.items()},
+        source=path,
+        rope_freqs=None if rope_freqs is None else dequantize(rope_freqs.data, rope_freqs.tensor_type),
+    )
+    tokenizer = build_tokenizer(meta, source=path)  # before the slow part: its errors come first
+    tokenizer_config, special_tokens_map = tokenizer_configs(meta, source=path)
+    if dtype is None:
+        dtype = _default_dtype(tensors.values())
+    state_dict = read_state_dict(tensors, config, dtype=dtype, source=path)
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_safetensors(state_dict, out / "model.safetensors")
+    with atomic_path(out / "tokenizer.json") as tmp:
+        tokenizer.save(str(tmp))
+    write_json(tokenizer_config, out / "tokenizer_config.json")
+    write_json(special_tokens_map, out / "special_tokens_map.json")
+    write_json(generation_config(meta), out / "generation_config.json")
+    # config.json last: a folder with a config.json is a complete checkpoint.
+    write_json({**config, "torch_dtype": str(dtype).removeprefix("torch.")}, out / "config.json")
+    logger.info("Converted %s -> %s (%s, %.1f s)", path, out, dtype, time.perf_counter() - start)
+    return out
+
+
+def open_gguf(path: Path) -> gguf.GGUFReader:
+    """Open `path` with gguf's reader (memory-mapped), turning its low-level errors into one ValueError."""
+    if not path.is_file():
+        raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist.")
+    try:
+        return gguf.GGUFReader(path)
+    except Exception as e:  # the reader raises ValueError, IndexError, struct errors... on bad files
+        raise ValueError(
+            f"{path}: cannot read this file as GGUF ({type(e).__name__}: {e}). "
+            "Give a .gguf file written by llama.cpp (its first four bytes are b'GGUF')."
+        ) from e
+
+
+def read_metadata(reader: gguf.GGUFReader, path: Path) -> dict[str, Any]:
+    """All key/value metadata of the file as Python values (strings, numbers, bools, lists)."""
+    meta = {}
+    for key, field in reader.fields.items():
+        try:
+            meta[key] = field.contents()
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}: metadata key {key!r} holds a string that is not valid UTF-8 ({e})."
+            ) from e
+    return meta
+
+
+def check_architecture(meta: Mapping[str, Any], *, source: str | os.PathLike) -> str:
+    """`general.architecture` if it is llama, else a ValueError naming the file."""
+    arch = require(meta, "general.architecture", source)
+    if arch != ARCHITECTURE:
+        raise ValueError(
+            f"{source}: general.architecture is {arch!r}; convert_gguf reads only {ARCHITECTURE!r} files "
+            "(Llama 2/3, Mistral, SmolLM2, TinyLlama, ...). For other models, download the original "
+            "Hugging Face checkpoint instead."
+        )
+    return arch
+
+
+def hf_config(
+    meta: Mapping[str, Any],
+    shapes: Mapping[str, tuple[int, ...]],
+    *,
+    source: str | os.PathLike,
+    rope_freqs: torch.Tensor | None = None,
+) -> dict[str, Any]:
+    """The HF `config.json` of a llama GGUF, from its metadata and its tensor names/shapes.
+
+    Args:
+        meta: the file's metadata (`read_metadata`).
+        shapes: tensor name -> GGUF shape (ggml order: innermost dimension first).
+        source: file name for error messages.
+        rope_freqs: the values of the file's `rope_freqs.weight` tensor, if it has one.
+    """
+    arch = check_architecture(meta, source=source)
+
+    def get(key: str, default: Any = None) -> Any:
+        value = (
+            require(meta, f"{arch}.{key}", source) if default is None else meta.get(f"{arch}.{key}", default)
+        )
+        if isinstance(value, list):
+            raise ValueError(
+                f"{source}: GGUF metadata key '{arch}.{key}' is a per-layer list ({value[:4]}...); "
+                "convert_gguf supports only models whose layers all have the same sizes."
+            )
+        return value
+
+    hidden, num_heads = int(get("embedding_length")), int(get("attention.head_count"))
+    num_kv_heads = int(get("attention.head_count_kv", num_heads))
+    head_dim = int(get("attention.key_length", hidden // num_heads))
+    rotary_dim = int(get("rope.dimension_count", head_dim))
+    if rotary_dim != head_dim or num_heads % num_kv_heads or head_dim % 2:
+        raise ValueError(
+            f"{source}: unsupported attention shape: {num_heads} heads, {num_kv_heads} kv heads, head dim "
+            f"{head_dim}, rope.dimension_count {rotary_dim}. A llama model rotates the whole (even) head "
+            "dimension and has a number of heads divisible by the kv heads."
+        )
+    if "token_embd.weight" not in shapes:
+        raise ValueError(f"{source}: the file has no tensor 'token_embd.weight' (the token embedding).")
+    vocab_size = shapes["token_embd.weight"][-1]
+    special = special_token_ids(meta)
+    config: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": vocab_size,
+        "hidden_size": hidden,
+        "intermediate_size": int(get("feed_forward_length")),
+        "num_hidden_layers": int(get("block_count")),
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": int(get("context_length")),
+        "rms_norm_eps": _f32(get("attention.layer_norm_rms_epsilon")),
+        "rope_theta": _f32(get("rope.freq_base", 10_000.0)),
+        "rope_scaling": _rope_scaling(meta, arch, source),
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": "output.weight" not in shapes,
+        "bos_token_id": special.get("bos"),
+        "eos_token_id": special.get("eos"),
+    }
+    if "pad" in special:
+        config["pad_token_id"] = special["pad"]
+    if rope_freqs is not None:
+        if config["rope_scaling"] is not None:
+            raise ValueError(f"{source}: has both rope.scaling.type and a rope_freqs.weight tensor.")
+        config["rope_scaling"] = _llama3_rope_scaling(rope_freqs, config["rope_theta"], head_dim, source)
+    return config
+
+
+# Llama 3.1 and 3.2 use these; only the factor differs (8 and 32).
+LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def llama3_rope_factors(theta: float, head_dim: int, factor: float, **constants: float) -> torch.Tensor:
+    """Per-frequency divisors of Llama-3 RoPE scaling, as llama.cpp stores them in `rope_freqs.weight`.
+
+    Fast frequencies (wavelength < context / high_freq_factor) keep 1, slow ones (wavelength >
+    context / low_freq_factor) are divided by `factor`, and the band between interpolates.
+
+    Args:
+        theta: RoPE base.
+        head_dim: rotated dimension of a head.
+        factor: the scaling factor (divisor of the slowest frequencies).
+        constants: `LLAMA3_ROPE`'s keys (low/high_freq_factor, original_max_position_embeddings).
+
+    Returns:
+        float32 [head_dim // 2].
+    """
+    low, high, context = (float(constants[k]) for k in LLAMA3_ROPE)
+    wavelen = 2 * torch.pi * theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    smooth = (context / wavelen - low) / (high - low)
+    divisor = torch.where(wavelen > context / low, factor, 1 / ((1 - smooth) / factor + smooth))
+    return torch.where(wavelen < context / high, 1.0, divisor).float()
+
+
+def _llama3_rope_scaling(
+    rope_freqs: torch.Tensor, theta: float, head_dim: int, source: str | os.PathLike
+) -> dict:
+    # The file keeps only the divisors. Take the factor from the slowest frequency, assume Llama 3's
+    # other constants, and accept them only if they reproduce every stored divisor.
+    params = {"factor": _f32(rope_freqs.max().item()), **LLAMA3_ROPE}
+    expected = llama3_rope_factors(theta, head_dim, **params)
+    if rope_freqs.shape != expected.shape or not torch.allclose(rope_freqs.flatten(), expected, rtol=1e-4):
+        raise ValueError(
+            f"{source}: tensor 'rope_freqs.weight' holds RoPE divisors that are not Llama-3 scaling with "
+            f"{params}; convert_gguf cannot rebuild rope_scaling for it. Download the original "
+            "Hugging Face checkpoint of this model instead."
+        )
+    return {"rope_type": "llama3", **params}
+
+
+def _rope_scaling(meta: Mapping[str, Any], arch: str, source: str | os.PathLike) -> dict[str, Any] | None:
+    kind = meta.get(f"{arch}.rope.scaling.type", "none")
+    if kind == "none":
+        return None
+    if kind == "linear":
+        return {"rope_type": "linear", "factor": _f32(require(meta, f"{arch}.rope.scaling.factor", source))}
+    raise ValueError(
+        f"{source}: GGUF metadata '{arch}.rope.scaling.type' is {kind!r}; convert_gguf supports 'none' and "
+        "'linear'. Download the original Hugging Face checkpoint of this model instead."
+    )
+
+
+def _f32(value: float) -> float:
+    # GGUF stores these as float32: 1e-5 reads back as 9.999999747378752e-06. Write the shortest
+    # decimal that is the same float32, as the model's own config.json does.
+    return float(np.format_float_positional(np.float32(value), unique=True, trim="0"))
+
+
+def check_tensor_types(tensors: Iterable[Any], *, source: str | os.PathLike) -> None:
+    """Raise a ValueError naming the first tensor whose GGML type cannot be dequantized."""
+    for t in tensors:
+        if not can_dequantize(t.tensor_type):
+            accepted = ", ".join(q.name for q in GGMLType if can_dequantize(q))
+            raise ValueError(
+                f"{source}: tensor {t.name!r} is stored as {t.tensor_type.name}, which convert_gguf cannot "
+                f"dequantize. Supported types: {accepted}. Re-quantize the file with llama.cpp's "
+                "llama-quantize to one of them (e.g. Q8_0), or convert the original checkpoint."
+            )
+
+
+def can_dequantize(qtype: GGMLType) -> bool:
+    """Whether `dequantize` handles `qtype` (asks gguf.quants with one block of zeros)."""
+    if qtype in _FLOAT_TYPES:
+        return True
+    sizes = gguf.GGML_QUANT_SIZES.get(qtype)
+    if sizes is None:
+        return False
+    try:
+        gguf.quants.dequantize(np.zeros((1, sizes[1]), dtype=np.uint8), qtype)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def dequantize(data: np.ndarray, qtype: GGMLType) -> torch.Tensor:
+    """Dequantize the raw data of one GGUF tensor to float32.
+
+    Args:
+        data: what `GGUFReader` gives as `tensor.data`: the values for F32/F16 ([rows, cols]), the
+            bytes for other types ([rows, bytes_per_row], whole blocks of the type per row).
+        qtype: the tensor's GGML type.
+
+    Returns:
+        float32 tensor [rows, cols] (row-major, as HF stores a Linear weight [out, in]).
+    """
+    # A plain ndarray view of the memmap: numpy's memmap subclass makes every block slice slow.
+    values = gguf.quants.dequantize(np.asarray(data), qtype)
+    if not values.flags.writeable:  # F32 comes back as a view of the read-only file
+        values = values.copy()
+    return torch.from_numpy(values)
+
+
+def permute_qk(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """HF q/k row order -> llama.cpp's, as llama.cpp's `convert_hf_to_gguf.py` writes it.
+
+    HF rotates pairs (i, i + head_dim/2) of each head ("rotate_half"); llama.cpp's RoPE rotates
+    adjacent pairs (2i, 2i+1). The converter interleaves the two halves of every head's rows:
+    rows [0, 1, .., h/2-1, h/2, .., h-1] are stored as [0, h/2, 1, h/2+1, ...].
+
+    Args:
+        weight: [num_heads * head_dim, in_features] (or [num_heads * head_dim] for a bias).
+        num_heads: heads of this projection (the kv heads for k).
+    """
+    head_dim = weight.shape[0] // num_heads
+    split = weight.reshape(num_heads, 2, head_dim // 2, *weight.shape[1:])
+    return split.transpose(1, 2).reshape(weight.shape)
+
+
+def unpermute_qk(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """llama.cpp q/k row order -> HF's; the inverse of `permute_qk`."""
+    head_dim = weight.shape[0] // num_heads
+    split = weight.reshape(num_heads, head_dim // 2, 2, *weight.shape[1:])
+    return split.transpose(1, 2).reshape(weight.shape)
+
+
+def hf_key(name: str, *, source: str | os.PathLike) -> str:
+    """HF key of a GGUF tensor name, e.g. 'blk.3.attn_q.weight' -> 'model.layers.3.self_attn.q_proj.weight'."""
+    if name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[name]
+    match = _LAYER_TENSOR.fullmatch(name)
+    if match is None or match.group(2) not in _LAYER_NAMES:
+        raise ValueError(
+            f"{source}: tensor {name!r} is not part of a llama model convert_gguf knows. Expected "
+            f"{sorted(_GLOBAL_NAMES)} and blk.<N>.<{'|'.join(_LAYER_NAMES)}>.weight."
+        )
+    return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.weight"
+
+
+def read_state_dict(
+    tensors: Mapping[str, Any], config: Mapping[str, Any], *, dtype: torch.dtype, source: str | os.PathLike
+) -> dict[str, torch.Tensor]:
+    """Dequantize every tensor (GGUF name -> `GGUFReader` tensor) into an HF-keyed `dtype` state dict.
+
+    `config` (the file's `hf_config`) gives the head counts for the q/k rows and the layer count.
+    """
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    state_dict = {}
+    for name, t in tensors.items():
+        key = hf_key(name, source=source)
+        value = dequantize(t.data, t.tensor_type)
+        if tuple(value.shape) != (shape := tuple(int(d) for d in reversed(t.shape))):
+            raise ValueError(f"{source}: tensor {name!r} dequantized to {tuple(value.shape)}, not {shape}.")
+        kind = name.split(".")[2] if name.startswith("blk.") else None
+        if kind in heads:
+            value = unpermute_qk(value, heads[kind])
+        state_dict[key] = value.to(dtype).contiguous()
+    layers = config["num_hidden_layers"]
+    expected = {f"model.layers.{i}.{v}.weight" for i in range(layers) for v in _LAYER_NAMES.values()}
+    expected |= {
+        v for k, v in _GLOBAL_NAMES.items() if k != "output.weight" or not config["tie_word_embeddings"]
+    }
+    missing, extra = sorted(expected - state_dict.keys()), sorted(state_dict.keys() - expected)
+    if missing or extra:
+        raise ValueError(
+            f"{source}: the tensors do not form a {layers}-layer llama model (block_count): missing "
+            f"{missing[:3]}, unexpected {extra[:3]} (HF names). The file is truncated or inconsistent."
+        )
+    return state_dict
+
+
+def _default_dtype(tensors: Iterable[Any]) -> torch.dtype:
+    # Norm vectors are F32 in every GGUF; the matrices say what precision the weights really have.
+    kinds = {t.tensor_type for t in tensors if len(t.shape) > 1}
+    if len(kinds) == 1 and (kind := kinds.pop()) in _FLOAT_TYPES:
+        return _FLOAT_TYPES[kind]
+    return torch.float32

@@ -1,0 +1,196 @@
+"""Hugging Face checkpoints: `model.safetensors` (single or sharded with an index) and `pytorch_model*.bin`.
+
+In: the folder's weights are read (safetensors memory-mapped, `.bin` with `weights_only=True,
+mmap=True`) and renamed with `ftune.models.CONVERTERS[family].hf_to_ftune`; the family comes
+from `config.json` via `ftune.models` unless `model_type` is given.
+Out: the same file names and shard layout as the input (each tensor goes to the shard the input
+index put it in), a fresh index (`total_size` recomputed, `weight_map` kept), `config.json`, and
+the tokenizer/generation files, so `transformers.AutoModelForCausalLM.from_pretrained(step_dir)`
+loads a step folder as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ftune.checkpointing import atomic
+from ftune.checkpointing._checkpointer import Checkpointer, StateDict
+from ftune.checkpointing.families import converter, family_from_hf_config
+from ftune.checkpointing.readers import read_json, read_weights, require_file
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+# (index file, single file) per serialisation, in order of preference.
+_LAYOUTS = (
+    ("model.safetensors.index.json", "model.safetensors"),
+    ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+)
+
+
+@dataclass
+class HFLayout:
+    """Where an HF folder keeps its weights.
+
+    Attributes:
+        index: the index file name (sharded), or None (one file).
+        files: weight file names, in order.
+        weight_map: HF tensor name -> file name, from the index (empty for a single file).
+    """
+
+    index: str | None
+    files: list[str]
+    weight_map: dict[str, str]
+
+    @property
+    def safetensors(self) -> bool:
+        return self.files[0].endswith(".safetensors")
+
+
+def read_layout(folder: Path) -> HFLayout:
+    """Find the weight files of an HF folder: sharded safetensors, single safetensors, then `.bin`.
+
+    Raises:
+        FileNotFoundError: the folder holds no HF weights (lists what it holds).
+        ValueError: the index is not valid JSON or has no weight_map.
+    """
+    for index_name, single in _LAYOUTS:
+        if (folder / index_name).is_file():
+            index = read_json(folder / index_name)
+            weight_map = index.get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise ValueError(
+                    f"{str(folder / index_name)!r} has no 'weight_map' (tensor name -> file): "
+                    "the index is damaged. Download or convert the checkpoint again."
+                )
+            return HFLayout(index_name, list(dict.fromkeys(weight_map.values())), dict(weight_map))
+        if (folder / single).is_file():
+            return HFLayout(None, [single], {})
+    found = sorted(p.name for p in folder.iterdir())
+    raise FileNotFoundError(
+        f"no Hugging Face weights in {str(folder)!r}: expected model.safetensors, "
+        "model.safetensors.index.json + shards, or pytorch_model.bin(.index.json); the folder holds "
+        f"{found[:12]}. For a Meta consolidated.00.pth checkpoint use MetaCheckpointer, for an ftune "
+        "native folder NativeCheckpointer."
+    )
+
+
+def read_hf_weights(folder: Path) -> StateDict:
+    """All tensors of an HF folder under their HF names, checked against the index.
+
+    Raises:
+        FileNotFoundError: a shard named in the index is missing (named, with the index).
+        ValueError: a file is corrupt, or lacks a tensor its index assigns to it.
+    """
+    layout = read_layout(folder)
+    state: StateDict = {}
+    for name in layout.files:
+        path = require_file(folder / name, listed_in=folder / layout.index if layout.index else None)
+        tensors = read_weights(path)
+        expected = [k for k, f in layout.weight_map.items() if f == name]
+        if absent := [k for k in expected if k not in tensors]:
+            raise ValueError(
+                f"checkpoint file {str(path)!r} lacks {len(absent)} tensor(s) that {layout.index} assigns to it "
+                f"(e.g. {absent[0]!r}): the file is truncated or from another checkpoint. Download or "
+                "convert the checkpoint again."
+            )
+        state.update(tensors)
+    return state
+
+
+def _is_plain(t: torch.Tensor) -> bool:
+    return type(t) in (torch.Tensor, torch.nn.Parameter)
+
+
+def _dtype_name(state: StateDict) -> str | None:
+    for t in state.values():
+        if t.is_floating_point():
+            return str(t.dtype).removeprefix("torch.")
+    return None
+
+
+class HFCheckpointer(Checkpointer):
+    """Checkpointer for Hugging Face folders (safetensors or `.bin`, single file or sharded).
+
+    See `Checkpointer` for the arguments, `load()` and `save()`.
+    """
+
+    def _detect_family(self, folder: Path) -> str:
+        path = folder / CONFIG_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{str(path)!r} is missing, so the model family is unknown. Copy the model's config.json "
+                "into the folder, or pass model_type=<family> to HFCheckpointer."
+            )
+        return family_from_hf_config(read_json(path), config_path=path)
+
+    def _read_model(self, folder: Path, family: str) -> StateDict:
+        # Files on disk never alias, so the converter cannot see that a stored lm_head.weight is a
+        # tied model's copy of the embeddings: config.json says so.
+        config = folder / CONFIG_FILE
+        tied = read_json(config).get("tie_word_embeddings") if config.is_file() else None
+        return converter(family).hf_to_ftune(read_hf_weights(folder), tie_word_embeddings=tied)
+
+    def _write_model(self, folder: Path, state: StateDict, family: str) -> None:
+        if bad := [k for k, t in state.items() if not _is_plain(t)]:
+            raise TypeError(
+                f"{bad[0]!r} is a {type(state[bad[0]]).__name__} (a quantized tensor): Hugging Face "
+                "safetensors cannot hold it. Save quantized models with NativeCheckpointer, or dequantize first."
+            )
+        hf_state = converter(family).ftune_to_hf(state)
+        layout = read_layout(self.checkpoint_dir)
+        shards = self._assign_shards(hf_state, layout)
+        for name, tensors in shards.items():
+            if layout.safetensors:
+                atomic.save_safetensors(tensors, folder / name)
+            else:
+                atomic.torch_save(
+                    {k: v.detach().cpu().contiguous() for k, v in tensors.items()}, folder / name
+                )
+        if layout.index is not None:
+            weight_map = {k: name for name, tensors in shards.items() for k in tensors}
+            # Keep the input's key order, new keys (if any) after it.
+            ordered = {k: weight_map[k] for k in layout.weight_map if k in weight_map}
+            ordered.update({k: v for k, v in weight_map.items() if k not in ordered})
+            total = sum(t.numel() * t.element_size() for tensors in shards.values() for t in tensors.values())
+            atomic.write_json(
+                {"metadata": {"total_size": total}, "weight_map": ordered}, folder / layout.index
+            )
+        self._write_config(folder, hf_state)
+
+    def _assign_shards(self, hf_state: StateDict, layout: HFLayout) -> dict[str, StateDict]:
+        """Group tensors by the file the input layout puts them in (file order kept)."""
+        shards: dict[str, StateDict] = {name: {} for name in layout.files}
+        if layout.index is None:
+            shards[layout.files[0]] = dict(hf_state)
+            return shards
+        extra = [k for k in hf_state if k not in layout.weight_map]
+        if extra:
+            logger.warning(
+                "%d tensor(s) are not in the input index (e.g. %s); writing them to %s",
+                len(extra),
+                extra[0],
+                layout.files[-1],
+            )
+        for key, tensor in hf_state.items():
+            shards[layout.weight_map.get(key, layout.files[-1])][key] = tensor
+        return {name: tensors for name, tensors in shards.items() if tensors}
+
+    def _write_config(self, folder: Path, hf_state: StateDict) -> None:
+        src = self.checkpoint_dir / CONFIG_FILE
+        if not src.is_file():
+            logger.warning(
+                "%s has no config.json: transformers will not load %s", self.checkpoint_dir, folder
+            )
+            return
+        config = read_json(src)
+        # The config's dtype tells transformers (dtype="auto") what the weights are: keep it true.
+        dtype = _dtype_name(hf_state)
+        for key in ("dtype", "torch_dtype"):
+            if key in config and dtype is not None:
+                config[key] = dtype
+        atomic.write_json(config, folder / CONFIG_FILE)

@@ -1,0 +1,26 @@
+"""Evaluation metrics: harness-style perplexity (word, byte, bits per byte) and exact-match accuracy."""
+
+from ftune.evaluation.exact_match import ExactMatchResult, exact_match, normalize_whitespace, prompt_tokens
+from ftune.evaluation.perplexity import (
+    PerplexityResult,
+    Window,
+    count_bytes,
+    count_words,
+    perplexity,
+    rolling_token_logprobs,
+    rolling_windows,
+)
+
+__all__ = [
+    "ExactMatchResult",
+    "PerplexityResult",
+    "Window",
+    "count_bytes",
+    "count_words",
+    "exact_match",
+    "normalize_whitespace",
+    "perplexity",
+    "prompt_tokens",
+    "rolling_token_logprobs",
+    "rolling_windows",
+]

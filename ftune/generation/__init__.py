@@ -1,0 +1,6 @@
+"""Sampling and KV-cache generation for ftune decoders."""
+
+from ftune.generation.generate import generate, generate_batch
+from ftune.generation.sampling import check_sampling_args, sample
+
+__all__ = ["check_sampling_args", "generate", "generate_batch", "sample"]

@@ -1,0 +1,117 @@
+"""Swap a model's linear layers for LoRA / DoRA / QLoRA layers, and freeze everything else."""
+
+import logging
+from collections.abc import Collection
+
+from torch import nn
+
+from ftune.peft.dora import DoRALinear
+from ftune.peft.lora import LoRALinear
+from ftune.peft.nf4 import check_nf4_shape
+
+log = logging.getLogger(__name__)
+
+# The linear names of ftune's decoders (equal to Hugging Face's), i.e. what `targets` may name.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "output")
+
+
+def apply_lora(
+    model: nn.Module,
+    *,
+    targets: Collection[str],
+    rank: int,
+    alpha: float,
+    dropout: float = 0.0,
+    use_dora: bool = False,
+    quantize_base: bool = False,
+) -> list[str]:
+    """Swap every nn.Linear whose attribute name is in `targets` for an adapter layer, in place.
+
+    Afterwards only adapter parameters (`lora_a`, `lora_b`, and DoRA's `magnitude`) require grad.
+    Base parameter names do not change, so a base checkpoint loads into the adapted model as is.
+    Works as a config component that receives the model positionally:
+
+        peft: {_component_: ftune.peft.apply_lora, targets: [q_proj, v_proj], rank: 8, alpha: 16}
+
+    Args:
+        model: the model to adapt (modified in place).
+        targets: attribute names of the linears to adapt, e.g. ["q_proj", "v_proj"]; ftune decoders
+            name them q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, output.
+        rank: LoRA rank r.
+        alpha: LoRA alpha; updates are scaled by alpha / rank.
+        dropout: dropout on the adapter input, in [0, 1).
+        use_dora: use DoRALinear (weight-decomposed) instead of LoRALinear.
+        quantize_base: store the adapted layers' frozen base weights as NF4 (QLoRA). Layers that are
+            not targeted stay in their dtype.
+
+    Returns:
+        The module paths of the swapped layers, e.g. ["layers.0.attn.q_proj", ...].
+
+    Raises:
+        ValueError: if `targets` is empty or a string, or if a target matches no nn.Linear.
+    """
+    if isinstance(targets, str) or not targets:
+        raise ValueError(
+            f"apply_lora: targets must be a non-empty list of linear names, got {targets!r}. "
+            f"Use e.g. targets=[q_proj,v_proj]; ftune decoders have {', '.join(LORA_TARGETS)}."
+        )
+    wanted = set(targets)
+    layer_type = DoRALinear if use_dora else LoRALinear
+    # Find every match before changing anything, so that a bad target leaves the model untouched.
+    # type() rather than isinstance(): never wrap an adapter layer (or a Linear subclass) again.
+    matches = [
+        (f"{parent_fqn}.{name}" if parent_fqn else name, parent, name, child)
+        for parent_fqn, parent in model.named_modules()
+        for name, child in parent.named_children()
+        if name in wanted and type(child) is nn.Linear
+    ]
+    if missing := wanted - {name for _, _, name, _ in matches}:
+        raise ValueError(_unmatched_message(model, sorted(missing)))
+    if quantize_base:
+        for fqn, _, _, child in matches:
+            check_nf4_shape(child.weight, name=f"{fqn}.weight")
+    for _, parent, name, child in matches:
+        layer = layer_type(child, rank=rank, alpha=alpha, dropout=dropout, quantize_base=quantize_base)
+        setattr(parent, name, layer.train(child.training))  # an eval-mode model stays in eval mode
+    swapped = [fqn for fqn, _, _, _ in matches]
+    adapter_params = {id(p) for m in model.modules() if isinstance(m, LoRALinear) for p in _adapter_params(m)}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in adapter_params)
+    log.info(
+        "%s applied to %d linear layers (targets %s, rank %d, alpha %g%s).",
+        layer_type.__name__,
+        len(swapped),
+        sorted(wanted),
+        rank,
+        alpha,
+        ", NF4 base" if quantize_base else "",
+    )
+    return swapped
+
+
+def trainable_params(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters that require grad (after apply_lora: the adapter parameters), in model order."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _adapter_params(layer: LoRALinear) -> list[nn.Parameter]:
+    params = [layer.lora_a.weight, layer.lora_b.weight]
+    if isinstance(layer, DoRALinear):
+        params.append(layer.magnitude)
+    return params
+
+
+def _unmatched_message(model: nn.Module, missing: list[str]) -> str:
+    linears = sorted({fqn.rsplit(".", 1)[-1] for fqn, m in model.named_modules() if type(m) is nn.Linear})
+    adapted = sorted(
+        {fqn.rsplit(".", 1)[-1] for fqn, m in model.named_modules() if isinstance(m, LoRALinear)}
+    )
+    message = (
+        f"apply_lora: targets {missing} match no nn.Linear in {type(model).__name__}; "
+        f"its nn.Linear names are {linears}."
+    )
+    if adapted:
+        message += f" Already adapted (apply_lora runs once per model): {adapted}."
+    if "output" in missing and getattr(model, "output", "absent") is None:
+        message += " This model ties its output projection to tok_embeddings, so it has no `output` Linear."
+    return message + " Fix peft.targets in the config."

@@ -1,0 +1,168 @@
+"""Adapters in Hugging Face PEFT's format: key conversion and adapter_config.json.
+
+PEFT saves a LoRA adapter (`adapter_model.safetensors`) under the HF module paths of the base
+model, prefixed by `base_model.model.`, with the adapter name removed:
+
+    ftune                                    PEFT
+    layers.0.attn.q_proj.lora_a.weight       base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight
+    layers.0.attn.q_proj.lora_b.weight       base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight
+    layers.0.attn.q_proj.magnitude           base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector
+    output.lora_a.weight                     base_model.model.lm_head.lora_A.weight
+
+The base module path is mapped by the family's HF converter (`ftune.models.CONVERTERS[family]`),
+applied to the layer's `weight` key, so no family is special-cased here.
+"""
+
+import torch
+
+PEFT_PREFIX = "base_model.model."
+
+# ftune key suffix -> PEFT key suffix, after the module path.
+_SUFFIXES = {
+    "lora_a.weight": "lora_A.weight",
+    "lora_b.weight": "lora_B.weight",
+    "magnitude": "lora_magnitude_vector",
+}
+_FROM_PEFT_SUFFIXES = {v: k for k, v in _SUFFIXES.items()}
+
+
+def _converter(family: str):
+    from ftune.models import CONVERTERS  # deferred: ftune.peft must not need the model zoo to import
+
+    if family not in CONVERTERS:
+        raise KeyError(
+            f"No HF converter for model family {family!r}; known families: {sorted(CONVERTERS)}. "
+            "Pass the family of the base checkpoint (Loaded.family)."
+        )
+    return CONVERTERS[family]
+
+
+def _split(key: str, suffixes: dict[str, str], fmt: str) -> tuple[str, str]:
+    for suffix in suffixes:
+        if key.endswith("." + suffix):
+            return key[: -len(suffix) - 1], suffix
+    accepted = ", ".join(f"<module>.{s}" for s in suffixes)
+    raise KeyError(f"{key!r} is not a {fmt} LoRA/DoRA adapter key; accepted patterns: {accepted}.")
+
+
+def _rename_module(module: str, rename, tensor: torch.Tensor, key: str) -> str:
+    # Converters map full weight keys; map the layer's `weight` key and drop the suffix again.
+    renamed = list(rename({f"{module}.weight": tensor}))
+    if len(renamed) != 1 or not renamed[0].endswith(".weight"):
+        raise KeyError(f"Cannot map the module of adapter key {key!r}: its converter gave {renamed}.")
+    return renamed[0][: -len(".weight")]
+
+
+def to_peft(adapter_sd: dict[str, torch.Tensor], family: str) -> dict[str, torch.Tensor]:
+    """Rename an ftune adapter state dict to PEFT's saved keys (tensors are shared, not copied).
+
+    Args:
+        adapter_sd: output of `ftune.peft.adapter_state_dict` (only lora_a / lora_b / magnitude keys).
+        family: model family, a key of `ftune.models.CONVERTERS` (e.g. "llama3").
+
+    Returns:
+        The same tensors under `base_model.model.<hf module>.lora_A.weight` etc.
+
+    Raises:
+        KeyError: for a key that is not an adapter key, or an unknown family.
+    """
+    conv = _converter(family)
+    out = {}
+    for key, tensor in adapter_sd.items():
+        module, suffix = _split(key, _SUFFIXES, "ftune")
+        hf_module = _rename_module(module, conv.ftune_to_hf, tensor, key)
+        out[f"{PEFT_PREFIX}{hf_module}.{_SUFFIXES[suffix]}"] = tensor
+    return out
+
+
+def from_peft(peft_sd: dict[str, torch.Tensor], family: str) -> dict[str, torch.Tensor]:
+    """Rename a PEFT adapter state dict (as read from adapter_model.safetensors) to ftune keys.
+
+    Args:
+        peft_sd: {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": ..., ...}.
+        family: model family, a key of `ftune.models.CONVERTERS`.
+
+    Returns:
+        {"layers.0.attn.q_proj.lora_a.weight": ..., ...}, loadable into a model adapted with apply_lora.
+
+    Raises:
+        KeyError: for keys without the `base_model.model.` prefix, with other adapter kinds (embedding
+            LoRA, trained biases, modules_to_save, adapter names left in the key), full base-layer
+            weights (`...lm_head.base_layer.weight`), or an unknown family.
+    """
+    conv = _converter(family)
+    out = {}
+    for key, tensor in peft_sd.items():
+        if not key.startswith(PEFT_PREFIX):
+            raise KeyError(
+                f"{key!r} is not a PEFT adapter key: expected the prefix {PEFT_PREFIX!r} that "
+                "PeftModel.save_pretrained writes."
+            )
+        if ".base_layer." in key:
+            raise KeyError(
+                f"{key!r} is a full base-model weight, which PEFT adds to adapters that target embedding "
+                "or lm_head layers (save_embedding_layers). ftune adapters hold only lora_A / lora_B / "
+                "lora_magnitude_vector: re-save with save_pretrained(..., save_embedding_layers=False), or "
+                "drop the key if the vocabulary was not resized."
+            )
+        module, suffix = _split(key[len(PEFT_PREFIX) :], _FROM_PEFT_SUFFIXES, "PEFT")
+        ftune_module = _rename_module(module, conv.hf_to_ftune, tensor, key)
+        out[f"{ftune_module}.{_FROM_PEFT_SUFFIXES[suffix]}"] = tensor
+    return out
+
+
+def peft_adapter_config(
+    peft_sd: dict[str, torch.Tensor],
+    *,
+    rank: int,
+    alpha: float,
+    dropout: float = 0.0,
+    use_dora: bool = False,
+    base_model_name_or_path: str | None = None,
+) -> dict:
+    """The adapter_config.json content that lets `peft.PeftModel.from_pretrained` load an adapter.
+
+    Args:
+        peft_sd: the adapter in PEFT's format (output of `to_peft`); `target_modules` is read from its
+            keys, so it holds HF names (ftune's `output` is HF's `lm_head`).
+        rank: LoRA rank r.
+        alpha: LoRA alpha (scale alpha / r).
+        dropout: LoRA dropout.
+        use_dora: whether the adapter is DoRA (it then has lora_magnitude_vector tensors).
+        base_model_name_or_path: hub id or folder of the base model, informative for PEFT.
+
+    Returns:
+        A JSON-serialisable dict in the layout of PEFT's LoraConfig.
+
+    Raises:
+        ValueError: if use_dora disagrees with the presence of magnitude tensors in `peft_sd`.
+    """
+    modules = {_split(k[len(PEFT_PREFIX) :], _FROM_PEFT_SUFFIXES, "PEFT")[0] for k in peft_sd}
+    has_magnitude = any(k.endswith(".lora_magnitude_vector") for k in peft_sd)
+    if has_magnitude != use_dora:
+        raise ValueError(
+            f"peft_adapter_config: use_dora={use_dora} but the adapter "
+            f"{'has' if has_magnitude else 'has no'} lora_magnitude_vector tensors. "
+            "Pass use_dora=True exactly for DoRA adapters."
+        )
+    return {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model_name_or_path,
+        "r": rank,
+        "lora_alpha": alpha,
+        "lora_dropout": dropout,
+        "target_modules": sorted({m.rsplit(".", 1)[-1] for m in modules}),
+        "use_dora": use_dora,
+        "use_rslora": False,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "init_lora_weights": True,
+        "inference_mode": True,
+        "modules_to_save": None,
+        "layers_to_transform": None,
+        "layers_pattern": None,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "revision": None,
+    }

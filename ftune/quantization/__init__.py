@@ -1,0 +1,38 @@
+"""torchao quantization as config components: QAT (prepare/convert) and PTQ, one class per scheme.
+
+Importing this package quiets torchao's import-time lines about CUDA-only extensions on CPU
+machines (see `torchao_logs`); it must therefore run before the process's first `import torchao`.
+"""
+
+from ftune.quantization.torchao_logs import quiet_torchao_import_logs
+
+quiet_torchao_import_logs()
+
+from ftune.quantization.checkpoint import load_quantized, read_quantized, save_quantized  # noqa: E402
+from ftune.quantization.quantizers import (  # noqa: E402
+    QUANTIZERS,
+    Int4WeightOnly,
+    Int8DynActInt4Weight,
+    Int8WeightOnly,
+    IntxWeightOnly,
+    Quantizer,
+    enable_fake_quant,
+    quantizer_from_spec,
+)
+from ftune.quantization.targets import DECODER_LINEARS  # noqa: E402
+
+__all__ = [
+    "DECODER_LINEARS",
+    "QUANTIZERS",
+    "Int4WeightOnly",
+    "Int8DynActInt4Weight",
+    "Int8WeightOnly",
+    "IntxWeightOnly",
+    "Quantizer",
+    "enable_fake_quant",
+    "load_quantized",
+    "quantizer_from_spec",
+    "quiet_torchao_import_logs",
+    "read_quantized",
+    "save_quantized",
+]

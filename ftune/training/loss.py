@@ -1,0 +1,103 @@
+"""Token cross-entropy losses that take the output projection's weight and the final hidden states.
+
+Every loss here is called the same way by the training step::
+
+    loss_sum, num_tokens = loss_fn(model.output_weight, hidden, shifted_labels)
+
+and returns the *sum* over non-ignored tokens (fp32) and their count, so the caller can
+normalise by the token count of the whole optimizer step (see ``ftune.training.train_step``).
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Same value as ftune.data's CROSS_ENTROPY_IGNORE_IDX (and torch's default ignore_index).
+IGNORE_INDEX = -100
+
+
+class CrossEntropyLoss(nn.Module):
+    """Plain token cross-entropy: materialises the full logits, then upcasts them to fp32.
+
+    Simple and the reference for :class:`ChunkedCrossEntropyLoss`; uses the most memory.
+
+    Args:
+        ignore_index: label value that contributes neither loss nor a token.
+    """
+
+    def __init__(self, *, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__()
+        self.ignore_index = ignore_index
+        self.num_chunks = 1
+
+    def chunk_loss(self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Summed fp32 cross-entropy of one block of tokens.
+
+        This is the unit ``ftune.training.compile_loss`` compiles.
+
+        Args:
+            weight: output projection weight, ``[vocab, dim]``.
+            hidden: hidden states, ``[tokens, dim]``.
+            labels: target ids, ``[tokens]``; ``ignore_index`` entries are skipped.
+
+        Returns:
+            fp32 scalar: the sum of the per-token losses.
+        """
+        # Upcast here, per block: softmax over a large vocab in bf16 loses precision.
+        logits = F.linear(hidden, weight).float()  # (tokens, vocab)
+        return F.cross_entropy(logits, labels, ignore_index=self.ignore_index, reduction="sum")
+
+    def forward(
+        self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, int]:
+        """Cross-entropy summed over the non-ignored tokens.
+
+        Args:
+            weight: output projection weight, ``[vocab, dim]`` (``model.output_weight``).
+            hidden: final hidden states, ``[b, s, dim]`` (``model.hidden(...)``).
+            labels: targets already aligned with ``hidden`` (shifted by the caller), ``[b, s]``.
+
+        Returns:
+            ``(loss_sum, num_tokens)``: fp32 scalar sum over non-ignored tokens, and their count.
+
+        Raises:
+            ValueError: if the shapes of ``hidden``, ``labels`` and ``weight`` do not fit together.
+        """
+        if hidden.dim() != 3 or labels.shape != hidden.shape[:2] or weight.shape[-1] != hidden.shape[-1]:
+            raise ValueError(
+                f"{type(self).__name__}: expected weight [vocab, dim], hidden [b, s, dim] and labels [b, s]; "
+                f"got weight {list(weight.shape)}, hidden {list(hidden.shape)}, labels {list(labels.shape)}."
+            )
+        # Flatten (b, s) into tokens and chunk along that axis: each chunk is a contiguous block of
+        # rows. Non-contiguous chunks (e.g. hidden[:, i:j] with b > 1) fed to a frozen, tied output
+        # projection hit a ~4x slower matmul path on CPU.
+        flat_hidden = hidden.reshape(-1, hidden.shape[-1])  # (b*s, dim)
+        flat_labels = labels.reshape(-1)  # (b*s,)
+        loss_sum = hidden.new_zeros((), dtype=torch.float32)
+        for h, y in zip(flat_hidden.chunk(self.num_chunks), flat_labels.chunk(self.num_chunks)):
+            loss_sum = loss_sum + self.chunk_loss(weight, h, y)
+        return loss_sum, int((flat_labels != self.ignore_index).sum())
+
+
+class ChunkedCrossEntropyLoss(CrossEntropyLoss):
+    """Token cross-entropy computed over ``num_chunks`` contiguous blocks of tokens.
+
+    Only one block's logits exist in fp32 at a time in the forward pass, so peak memory drops
+    from "full logits in model dtype + fp32 copy + fp32 log-probs" to one block's worth of those.
+    The saved log-probs that backward needs still add up to the full fp32 logits' size.
+
+    Args:
+        num_chunks: number of blocks the ``b * s`` tokens are split into.
+        ignore_index: label value that contributes neither loss nor a token.
+
+    Raises:
+        ValueError: if ``num_chunks`` is not a positive int.
+    """
+
+    def __init__(self, num_chunks: int = 8, *, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(ignore_index=ignore_index)
+        if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
+            raise ValueError(
+                f"ChunkedCrossEntropyLoss: num_chunks must be a positive int, got {num_chunks!r}."
+            )
+        self.num_chunks = num_chunks

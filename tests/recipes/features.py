@@ -1,0 +1,184 @@
+"""One check per registry feature: run a recipe with the feature on and check its effect, not just that it ran.
+
+Shared by the single-device and distributed feature-matrix tests. Each check gets
+`run(*overrides, output_dir=...) -> (logs, output_dir)` for one recipe and config.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ftune.checkpointing.atomic import is_complete
+
+
+def losses(logs):
+    return [row["loss"] for row in logs if "loss" in row]
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    name = (
+        "adapter_model.safetensors"
+        if (folder / "adapter_model.safetensors").exists()
+        else "model.safetensors"
+    )
+    return load_file(str(folder / name))
+
+
+def grad_accumulation(run, tmp_path):
+    one, _ = run("max_steps=3", "batch_size=4", "grad_accum_steps=1", output_dir=tmp_path / "one")
+    two, _ = run("max_steps=3", "batch_size=2", "grad_accum_steps=2", output_dir=tmp_path / "two")
+    # Token-normalised: 2 micro-batches of 2 are exactly one batch of 4 (same samples, same order).
+    assert losses(two) == pytest.approx(losses(one), rel=1e-5)
+    assert [r["tokens_trained"] for r in two] == [r["tokens_trained"] for r in one]
+
+
+def grad_clipping(run, tmp_path):
+    clip = 0.01
+    sgd = (
+        "max_steps=1",
+        "optimizer=torch.optim.SGD",
+        "optimizer.weight_decay=0.0",
+        "lr_scheduler.num_warmup_steps=0",
+    )
+    _, base = run(*sgd, "optimizer.lr=0.0", output_dir=tmp_path / "zero")  # the starting weights
+    logs, out = run(*sgd, "optimizer.lr=1.0", f"clip_grad_norm={clip}", output_dir=tmp_path / "clip")
+    assert logs[0]["grad_norm"] > 10 * clip  # the reported norm is the one before clipping
+    before, after = _weights(base / "step_1"), _weights(out / "step_1")
+    delta = math.sqrt(sum(float((after[k] - before[k]).double().pow(2).sum()) for k in after))
+    assert delta == pytest.approx(clip, rel=1e-3)  # SGD, lr 1: the update is the clipped gradient
+
+
+def compile(run, tmp_path):
+    eager, _ = run("max_steps=2", output_dir=tmp_path / "eager")
+    compiled, _ = run("max_steps=2", "compile=true", output_dir=tmp_path / "compiled")
+    assert losses(compiled) == pytest.approx(losses(eager), rel=1e-4)
+
+
+def activation_checkpointing(run, tmp_path):
+    plain, _ = run("max_steps=3", output_dir=tmp_path / "plain")
+    ac, out = run("max_steps=3", "activation_checkpointing=true", output_dir=tmp_path / "ac")
+    assert losses(ac) == pytest.approx(losses(plain), rel=1e-6)
+    assert not any("checkpoint" in k for k in _weights(out / "step_3"))  # no wrapper prefixes in the keys
+
+
+def optimizer_in_backward(run, tmp_path):
+    normal, _ = run("max_steps=3", "clip_grad_norm=null", output_dir=tmp_path / "normal")
+    bwd, _ = run(
+        "max_steps=3", "clip_grad_norm=null", "optimizer_in_backward=true", output_dir=tmp_path / "bwd"
+    )
+    assert losses(bwd) == pytest.approx(losses(normal), rel=1e-5)
+
+
+def chunked_loss(run, tmp_path):
+    one, _ = run("max_steps=2", "loss.num_chunks=1", output_dir=tmp_path / "one")
+    many, _ = run("max_steps=2", "loss.num_chunks=7", output_dir=tmp_path / "many")
+    assert losses(many) == pytest.approx(losses(one), rel=1e-5)
+
+
+def custom_collate(run, tmp_path):
+    from recipe_test_components import CALLS
+
+    before = CALLS["collate"]
+    logs, _ = run(
+        "max_steps=2",
+        "collate_fn._component_=recipe_test_components.counting_collate",
+        "collate_fn._partial_=true",
+        "collate_fn.pad_id=0",
+        output_dir=tmp_path / "c",
+    )
+    assert CALLS["collate"] > before
+    assert all(r["tokens"] % 16 == 0 for r in logs)  # its padding, not the default's
+
+
+def packing(run, tmp_path):
+    logs, _ = run("max_steps=2", "dataset.packed=true", "dataset.max_seq_len=64", output_dir=tmp_path / "p")
+    assert [r["tokens"] for r in logs] == [4 * 64, 4 * 64]  # fixed-shape rows
+    assert all(r["tokens_trained"] > 4 * 8 for r in logs)  # several documents' answers per row
+
+
+def validation(run, tmp_path):
+    logs, _ = run("max_steps=4", "run_val_every_n_steps=2", "max_val_batches=2", output_dir=tmp_path / "v")
+    val = {r["step"]: r["val_loss"] for r in logs if "val_loss" in r}
+    assert sorted(val) == [2, 4]
+    assert all(math.isfinite(v) for v in val.values()) and val[2] != val[4]
+
+
+def step_checkpointing(run, tmp_path):
+    _, out = run(
+        "max_steps=5",
+        "save_every_n_steps=2",
+        "checkpointer.keep_last_n_checkpoints=2",
+        output_dir=tmp_path / "s",
+    )
+    kept = sorted(p.name for p in out.glob("step_*"))
+    assert kept == ["step_4", "step_5"]  # step_2 pruned
+    assert all(is_complete(out / k) for k in kept)
+    assert (out / "step_4" / "recipe_state.pt").is_file()
+
+
+def resume(run, tmp_path):
+    straight, a = run("max_steps=4", output_dir=tmp_path / "a")
+    first, b = run("max_steps=4", "save_every_n_steps=2", output_dir=tmp_path / "b")
+    shutil.rmtree(b / "step_4")
+    shutil.rmtree(b / "logs")
+    second, _ = run("max_steps=4", "checkpointer.resume_from_checkpoint=auto", output_dir=b)
+    assert losses(first)[:2] + losses(second) == losses(straight)
+    wa, wb = _weights(a / "step_4"), _weights(b / "step_4")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def metric_logging(run, tmp_path):
+    logs, out = run("max_steps=3", output_dir=tmp_path / "m")
+    assert [r["step"] for r in logs] == [1, 2, 3]
+    assert all({"loss", "lr", "tokens_per_second", "peak_memory_gib"} <= r.keys() for r in logs)
+
+
+def profiler(run, tmp_path):
+    _, out = run("max_steps=4", "profile=true", output_dir=tmp_path / "prof")
+    assert list((out / "profile").glob("*.json")), "no trace written"
+
+
+def lora(run, tmp_path):
+    _, out = run("max_steps=2", output_dir=tmp_path / "l")
+    saved = _weights(out / "step_2")
+    assert saved and all("lora_" in k for k in saved)  # adapter only, PEFT names
+
+
+def qlora(run, tmp_path):
+    logs, out = run("max_steps=2", "peft.quantize_base=true", output_dir=tmp_path / "q")
+    assert all(math.isfinite(x) for x in losses(logs))
+    assert all("lora_" in k for k in _weights(out / "step_2"))
+
+
+def dora(run, tmp_path):
+    logs, out = run("max_steps=2", "peft.use_dora=true", output_dir=tmp_path / "d")
+    assert any("magnitude" in k for k in _weights(out / "step_2"))
+
+
+CHECKS = {
+    f.__name__: f
+    for f in (
+        grad_accumulation,
+        grad_clipping,
+        compile,
+        activation_checkpointing,
+        optimizer_in_backward,
+        chunked_loss,
+        custom_collate,
+        packing,
+        validation,
+        step_checkpointing,
+        resume,
+        metric_logging,
+        profiler,
+        lora,
+        qlora,
+        dora,
+    )
+}
