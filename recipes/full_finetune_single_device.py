@@ -7,7 +7,7 @@ or # [qat]; tests/recipes/test_skeleton.py keeps them so. Everything that must b
 every recipe lives in ftune.training, called the same way everywhere.
 """
 
-from ftune import checkpointing, config, data, training
+from ftune import checkpointing, config, data, training  # [full]
 
 
 def main(cfg: config.Config) -> None:
@@ -50,7 +50,9 @@ def main(cfg: config.Config) -> None:
         grad_accum_steps=s.grad_accum_steps,
     )
     scheduler = config.instantiate(cfg.lr_scheduler, optimizer, num_training_steps=steps)
-    step = training.restore(loaded.recipe_state, optimizer=optimizer, scheduler=scheduler, loader=loader)
+    step = training.restore(
+        loaded.recipe_state, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader
+    )
     report = training.Reporter(
         config.instantiate(cfg.metric_logger),
         total=steps,
@@ -61,8 +63,8 @@ def main(cfg: config.Config) -> None:
     )
 
     def save(step: int) -> None:
-        state = training.snapshot(step, optimizer=optimizer, scheduler=scheduler, loader=loader)
-        ckpt.save(step, model.state_dict(), recipe_state=state)  # [full]
+        run = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loader": loader}
+        training.save_checkpoint(ckpt, step, **run)  # [full]
 
     with training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile") as profiler:
         while step < steps:

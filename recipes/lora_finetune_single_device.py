@@ -1,14 +1,14 @@
 """LoRA, QLoRA or DoRA fine-tune on one device.   ftune run lora_finetune_single_device --config smollm2/135M_lora
 
 Only the adapters train (the `peft` section picks LoRA, QLoRA with `quantize_base: true`, or DoRA
-with `use_dora: true`); step folders hold them in PEFT's format. The file reads top to bottom: settings, checkpoint, model, data, optimizer,
-loop, final save. Its siblings (lora_finetune_single_device, full_finetune_distributed,
+with `use_dora: true`); step folders hold them in PEFT's format. The file reads top to bottom:
+settings, checkpoint, model, data, optimizer, loop, final save. Its siblings (lora_finetune_single_device, full_finetune_distributed,
 lora_finetune_distributed, qat_distributed) are this file plus lines tagged # [lora], # [dist]
 or # [qat]; tests/recipes/test_skeleton.py keeps them so. Everything that must behave the same in
 every recipe lives in ftune.training, called the same way everywhere.
 """
 
-from ftune import checkpointing, config, data, training
+from ftune import checkpointing, config, data, training  # [lora]
 
 
 def main(cfg: config.Config) -> None:
@@ -52,7 +52,9 @@ def main(cfg: config.Config) -> None:
         grad_accum_steps=s.grad_accum_steps,
     )
     scheduler = config.instantiate(cfg.lr_scheduler, optimizer, num_training_steps=steps)
-    step = training.restore(loaded.recipe_state, optimizer=optimizer, scheduler=scheduler, loader=loader)
+    step = training.restore(
+        loaded.recipe_state, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader
+    )
     report = training.Reporter(
         config.instantiate(cfg.metric_logger),
         total=steps,
@@ -63,8 +65,8 @@ def main(cfg: config.Config) -> None:
     )
 
     def save(step: int) -> None:
-        state = training.snapshot(step, optimizer=optimizer, scheduler=scheduler, loader=loader)
-        ckpt.save(step, model.state_dict(), recipe_state=state, adapter_config=peft_settings)  # [lora]
+        run = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loader": loader}
+        training.save_checkpoint(ckpt, step, **run, adapter_config=peft_settings)  # [lora]
 
     with training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile") as profiler:
         while step < steps:

@@ -172,6 +172,7 @@ def config(m: Model, method: str) -> str:
         f"  max_seq_len: {256 if m.demo else 2048}\n"
         "checkpointer:\n  _component_: ftune.checkpointing.HFCheckpointer\n"
         f"  checkpoint_dir: {m.folder}\n"
+        f"  hf_repo_id: {m.repo}\n"
         "  output_dir: ${output_dir}\n"
         "  resume_from_checkpoint: null  # auto: continue from the newest complete step folder\n"
         "  keep_last_n_checkpoints: 2\n"

@@ -75,6 +75,8 @@ class Checkpointer(abc.ABC):
         keep_last_n_checkpoints: keep only this many complete step folders; None keeps all.
         save_adapter_weights_only: on LoRA runs, save only the adapter (False also saves the
             merged full model, in the input format, in `step_<N>/merged/`).
+        hf_repo_id: the hub repo the checkpoint comes from; when `checkpoint_dir` is missing, the
+            error gives the exact `ftune download` command.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class Checkpointer(abc.ABC):
         resume_from_checkpoint: Literal["auto"] | str | os.PathLike | None = None,
         keep_last_n_checkpoints: int | None = None,
         save_adapter_weights_only: bool = True,
+        hf_repo_id: str | None = None,
     ) -> None:
         self.checkpoint_dir = Path(checkpoint_dir).expanduser()
         self.output_dir = Path(output_dir).expanduser()
@@ -97,6 +100,7 @@ class Checkpointer(abc.ABC):
             )
         self.keep_last_n_checkpoints = keep_last_n_checkpoints
         self.save_adapter_weights_only = save_adapter_weights_only
+        self.hf_repo_id = hf_repo_id
         self._family: str | None = None
 
     # ---- the format: three methods per subclass -------------------------------------------
@@ -173,6 +177,12 @@ class Checkpointer(abc.ABC):
         step = self.resume_dir()
         lora_resume = step is not None and adapter_files.has_adapter(step)
         weights_dir = self.checkpoint_dir if step is None or lora_resume else step
+        if weights_dir == self.checkpoint_dir and self.hf_repo_id and not weights_dir.is_dir():
+            raise FileNotFoundError(
+                f"checkpoint folder {str(weights_dir)!r} does not exist. Get the weights with "
+                f"`ftune download {self.hf_repo_id} --output-dir {weights_dir}` (gated repos need "
+                "--hf-token after accepting the licence on huggingface.co), or set checkpointer.checkpoint_dir."
+            )
         require_dir(weights_dir)
         family = self.family_of(weights_dir)
         model = self._read_model(weights_dir, family)

@@ -4,12 +4,15 @@ from ftune.peft.apply import trainable_params
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.compile import compile_loss, compile_model
 from ftune.training.device import default_dtype, get_device, get_dtype
+from ftune.training.distributed import DistInfo, destroy_distributed, init_distributed
+from ftune.training.fsdp import is_sharded, shard_model
 from ftune.training.loop import (
     Reporter,
     build_collate,
     build_optimizer,
     count_tokens,
     every,
+    every_after,
     total_steps,
     validation_loader,
 )
@@ -26,7 +29,7 @@ from ftune.training.model_setup import apply_peft, build_model
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
-from ftune.training.resume import restore, snapshot
+from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
 from ftune.training.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.training.settings import (
@@ -75,6 +78,7 @@ __all__ = [
     "default_dtype",
     "eval_loss",
     "every",
+    "every_after",
     "get_device",
     "get_dtype",
     "get_rng_state",
@@ -82,6 +86,13 @@ __all__ = [
     "peak_memory_gib",
     "reset_peak_memory",
     "restore",
+    "save_checkpoint",
+    "model_state",
+    "shard_model",
+    "is_sharded",
+    "init_distributed",
+    "destroy_distributed",
+    "DistInfo",
     "seed_everything",
     "set_rng_state",
     "snapshot",

@@ -51,3 +51,10 @@ def init_distributed(device: torch.device | str = "cpu", backend: str | None = N
     if not dist.is_initialized():
         dist.init_process_group(backend or default_backend(device))
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def destroy_distributed() -> None:
+    """Wait for every rank, then tear the process group down (a clean exit, no hung ranks)."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -11,6 +11,7 @@ import torch
 
 from ftune.config import instantiate
 from ftune.data.collate import padded_collate_sft
+from ftune.training.fsdp import world_size
 from ftune.training.memory import peak_memory_gib
 from ftune.training.progress import ProgressBar
 from ftune.training.rank import is_rank_zero
@@ -38,6 +39,11 @@ def total_steps(*, max_steps: int | None, epochs: int, batches_per_epoch: int, g
 def every(step: int, n: int | None) -> bool:
     """True when a `*_every_n_steps` setting of `n` fires at `step` (None: never)."""
     return n is not None and n > 0 and step % n == 0
+
+
+def every_after(step: int, n: int | None) -> bool:
+    """True once `step` steps are done and `n` is reached: ``fake_quant_after_n_steps`` (None: from the start)."""
+    return n is None or step >= n
 
 
 def build_collate(node: Any, pad_id: int) -> Any:
@@ -82,7 +88,8 @@ class Reporter:
         self.losses: list[float] = []
 
     def step(self, step: int, stats: Any, num_tokens: int) -> dict[str, float]:
-        """Record one optimizer step; returns what was logged."""
+        """Record one optimizer step (`num_tokens`: this rank's); returns what was logged (global figures)."""
+        num_tokens *= world_size()  # every rank processes a batch of the same shape
         tps = self.throughput.update(num_tokens)
         self.tokens += num_tokens
         self.losses.append(stats.loss)
@@ -124,6 +131,12 @@ def build_optimizer(
     """The config's optimizer over `params`, or one optimizer per parameter stepped inside backward."""
     if not in_backward:
         return instantiate(node, params, _path="optimizer")
+    if world_size() > 1:
+        raise ValueError(
+            "optimizer_in_backward=True is not supported with several ranks: FSDP reduces the gradients "
+            "after backward, so stepping inside backward would use unreduced gradients. Set "
+            "optimizer_in_backward=false (or run the single-device recipe)."
+        )
     from ftune.training.optimizer_in_backward import OptimizerInBackward
 
     return OptimizerInBackward(params, lambda group: instantiate(node, group, _path="optimizer"))

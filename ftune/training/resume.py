@@ -1,35 +1,71 @@
-"""What a step folder's `recipe_state.pt` holds, and how a recipe continues from it exactly."""
+"""Step checkpoints of a run: what `recipe_state.pt` holds, how it is written, and how a run continues from it.
+
+The same functions serve single-device and FSDP2-sharded models: sharded weights and optimizer
+state are gathered into full (unsharded) state dicts, so a step folder looks the same whichever
+recipe wrote it, and `transformers` / `peft` load it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+
+from ftune.checkpointing.dcp import full_state_dict
+from ftune.training.fsdp import is_sharded, world_size
+from ftune.training.optimizer_in_backward import OptimizerInBackward
+from ftune.training.rank import is_rank_zero
 from ftune.training.seed import get_rng_state, set_rng_state
 
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
-def snapshot(step: int, *, optimizer: Any, scheduler: Any | None, loader: Any) -> dict[str, Any]:
+
+def _optimizer_state(model: nn.Module, optimizer: Any) -> dict[str, Any]:
+    if isinstance(optimizer, OptimizerInBackward) or not is_sharded(model):
+        return optimizer.state_dict()
+    return get_optimizer_state_dict(model, optimizer, options=_FULL)
+
+
+def model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The full model state dict (gathered on rank 0 when sharded; empty on other ranks)."""
+    return full_state_dict(model) if is_sharded(model) else model.state_dict()
+
+
+def snapshot(
+    step: int, *, model: nn.Module, optimizer: Any, scheduler: Any | None, loader: Any
+) -> dict[str, Any]:
     """The state that, restored, makes the next step identical to an uninterrupted run's.
 
     Args:
         step: optimizer steps done.
-        optimizer: its `state_dict()` is saved (adapter-only on LoRA runs: only trainable params).
+        model: the model (its FQNs key the optimizer state when sharded).
+        optimizer: its state is saved (LoRA runs: the adapters' only).
         scheduler: the LR scheduler, or None.
-        loader: the stateful dataloader (epoch and position).
+        loader: the stateful dataloader (epoch and position; the same on every rank).
 
     Returns:
-        {"step", "epoch", "optimizer", "lr_scheduler", "rng", "dataloader"}.
+        {"step", "epoch", "optimizer", "lr_scheduler", "rng", "dataloader"}; call on every rank.
     """
     return {
         "step": step,
         "epoch": loader.state_dict()["epoch"],
-        "optimizer": optimizer.state_dict(),
+        "optimizer": _optimizer_state(model, optimizer),
         "lr_scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": get_rng_state(),
         "dataloader": loader.state_dict(),
     }
 
 
-def restore(state: dict[str, Any] | None, *, optimizer: Any, scheduler: Any | None, loader: Any) -> int:
+def restore(
+    state: dict[str, Any] | None, *, model: nn.Module, optimizer: Any, scheduler: Any | None, loader: Any
+) -> int:
     """Load a `snapshot` back (nothing on a fresh run) and return the number of steps already done.
 
     Raises:
@@ -43,9 +79,40 @@ def restore(state: dict[str, Any] | None, *, optimizer: Any, scheduler: Any | No
             f"recipe_state.pt has no {missing}: it was not written by this recipe. "
             "Resume from a step folder this recipe saved, or set checkpointer.resume_from_checkpoint=null."
         )
-    optimizer.load_state_dict(state["optimizer"])
+    if isinstance(optimizer, OptimizerInBackward) or not is_sharded(model):
+        optimizer.load_state_dict(state["optimizer"])
+    else:
+        set_optimizer_state_dict(
+            model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True)
+        )
     if scheduler is not None and state.get("lr_scheduler") is not None:
         scheduler.load_state_dict(state["lr_scheduler"])
     loader.load_state_dict(state["dataloader"])
     set_rng_state(state["rng"])
     return int(state["step"])
+
+
+def save_checkpoint(
+    checkpointer: Any,
+    step: int,
+    *,
+    model: nn.Module,
+    optimizer: Any,
+    scheduler: Any | None,
+    loader: Any,
+    adapter_config: dict[str, Any] | None = None,
+) -> None:
+    """Write `output_dir/step_<step>/`: every rank helps gather, rank 0 writes, all wait for it.
+
+    Args:
+        checkpointer: the run's checkpointer component.
+        step: optimizer steps done.
+        model, optimizer, scheduler, loader: the run's objects.
+        adapter_config: the peft settings on LoRA runs (adapters are saved in PEFT's format).
+    """
+    state = snapshot(step, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader)
+    weights = model_state(model)
+    if is_rank_zero():
+        checkpointer.save(step, weights, recipe_state=state, adapter_config=adapter_config)
+    if world_size() > 1:
+        dist.barrier()

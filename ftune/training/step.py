@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ftune.training.batch_loss import LossFn, batch_loss, check_batch, shift_labels
+from ftune.training.fsdp import all_reduce_sum, world_size
 from ftune.training.loss import IGNORE_INDEX
 from ftune.training.optimizer_in_backward import OptimizerInBackward, check_optimizer_in_backward
 
@@ -125,11 +126,17 @@ def train_step(
         check_batch(batch)
         document_ids = batch["document_ids"].to(device) if "document_ids" in batch else None
         labels.append(shift_labels(batch["labels"].to(device, non_blocking=True), document_ids))
-    # One sync for the whole step: the normaliser must be known before the first backward.
-    num_tokens = int(sum((y != IGNORE_INDEX).sum() for y in labels))
+    # One sync for the whole step: the normaliser must be known before the first backward. With
+    # several ranks it is the global count, and FSDP sums (not averages) the gradients, so the
+    # step's gradient is that of the mean over every token of the global batch.
+    local = sum((y != IGNORE_INDEX).sum() for y in labels)
+    num_tokens = int(all_reduce_sum(torch.as_tensor(local, dtype=torch.int64, device=device)).item())
     if num_tokens == 0:
         logger.warning("Step %d has no labelled tokens; its gradient is zero.", step)
     denominator = max(num_tokens, 1)
+    # FSDP averages gradients over ranks; scaling by the world size turns that average into the
+    # sum of the ranks' shares of the global token mean (see ftune/training/fsdp.py).
+    scale = world_size()
 
     try:
         loss_total = torch.zeros((), dtype=torch.float32, device=device)
@@ -138,9 +145,9 @@ def train_step(
             if in_backward and not math.isfinite(loss_sum.item()):
                 # The hooks update the weights during backward: check before it, not after.
                 raise NonFiniteError(step, loss_sum.item() / denominator, None)
-            (loss_sum / denominator).backward()
+            (loss_sum * scale / denominator).backward()
             loss_total += loss_sum.detach()
-        loss = loss_total.item() / denominator
+        loss = all_reduce_sum(loss_total).item() / denominator
 
         grad_norm = None
         if clip_grad_norm is not None:
@@ -225,8 +232,11 @@ def eval_loss(
             if max_batches is not None and i >= max_batches:
                 break
             loss_sum, n = batch_loss(model, loss_fn, batch, device=device)
-            loss_total += loss_sum.item()
-            num_tokens += n
+            totals = all_reduce_sum(
+                torch.tensor([loss_sum.item(), n], dtype=torch.float64, device=loss_sum.device)
+            )
+            loss_total += totals[0].item()
+            num_tokens += int(totals[1].item())
     finally:
         model.train(was_training)
     if num_tokens == 0:

@@ -1,0 +1,77 @@
+"""FSDP2 sharding of a decoder: each layer its own unit, then the root.
+
+The step's loss is normalised by the token count of the whole global batch (all ranks, all
+micro-batches), so each rank's gradient is its share of the global mean and the ranks'
+gradients must be summed. FSDP2 averages them (and gloo cannot run the pre-multiplied sum
+that changing FSDP's divide factor needs), so `train_step` scales each rank's loss by the world
+size instead: the average of the scaled gradients is exactly the sum.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    fully_shard,
+    register_fsdp_forward_method,
+)
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """True when `model` was sharded with `shard_model` (FSDP2)."""
+    return isinstance(model, FSDPModule)
+
+
+def world_size() -> int:
+    """Ranks in the default process group (1 without one)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def shard_model(
+    model: nn.Module,
+    reshard_after_forward: bool = True,
+    cpu_offload: bool = False,
+    *,
+    param_dtype: torch.dtype | None = None,
+    reduce_dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """Shard `model` in place with FSDP2: every decoder layer, then the root.
+
+    Args:
+        model: a TransformerDecoder (anything with `.layers`), on its device, adapters and fake
+            quantization already applied, activation checkpointing already wrapped.
+        reshard_after_forward: free each layer's gathered parameters after its forward (less
+            memory, one more all-gather in backward). The root keeps its own gathered (the loss
+            uses the output projection right after the forward).
+        cpu_offload: keep sharded parameters, gradients and optimizer state on CPU.
+        param_dtype: compute dtype of the gathered parameters (bf16 mixed precision); None keeps
+            the parameters' dtype.
+        reduce_dtype: dtype of the gradient reduction; None keeps the gradients' dtype.
+
+    Returns:
+        The same model, now an FSDPModule.
+    """
+    mesh = None  # the default: a 1-D mesh over every rank
+    kwargs = {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
+    }
+    if cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    for layer in model.layers:
+        fully_shard(layer, reshard_after_forward=reshard_after_forward, **kwargs)
+    fully_shard(model, reshard_after_forward=False, **kwargs)
+    # The recipes run `model.hidden(...)` (the loss projects in chunks), not `model(...)`.
+    register_fsdp_forward_method(model, "hidden")
+    return model
+
+
+def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor over ranks in place (no-op without a process group); returns it."""
+    if world_size() > 1:
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value

@@ -1,0 +1,103 @@
+"""LoRA, QLoRA or DoRA fine-tune sharded with FSDP2.   ftune run --nproc_per_node 2 lora_finetune_distributed
+
+Only the adapters train; the frozen base and the adapters are sharded over the ranks. This is
+lora_finetune_single_device plus the lines tagged # [dist] (tests/recipes/test_skeleton.py
+checks it); step folders hold the adapters in PEFT's format, written by rank 0.
+"""
+
+from ftune import checkpointing, config, data, training  # [lora]
+
+
+def main(cfg: config.Config) -> None:
+    s = cfg.settings(training.LoRASettings)  # [lora]
+    training.seed_everything(s.seed)
+    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
+    info = training.init_distributed(device)  # [dist]
+    ckpt = config.instantiate(cfg.checkpointer)
+    loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
+
+    model = training.build_model(cfg.model, loaded.model, device=device, dtype=dtype)
+    peft_settings = training.apply_peft(cfg.peft, model, loaded.adapter, dtype=dtype)  # [lora]
+    if s.activation_checkpointing:
+        training.apply_activation_checkpointing(model)
+    training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dist]
+    if s.compile:
+        training.compile_model(model)
+
+    tokenizer = config.instantiate(cfg.tokenizer)
+    checkpointing.check_tokenizer_fits(tokenizer.vocab_size, model)
+    collate = training.build_collate(cfg.collate_fn, tokenizer.pad_id)
+    loader = data.build_dataloader(
+        config.instantiate(cfg.dataset, tokenizer),
+        batch_size=s.batch_size,
+        collate_fn=collate,
+        shuffle=s.shuffle,
+        seed=s.seed,
+        rank=info.rank,  # [dist]
+        world_size=info.world_size,  # [dist]
+    )
+    val_loader = training.validation_loader(
+        config.instantiate(cfg.dataset_val, tokenizer), batch_size=s.batch_size, collate_fn=collate
+    )
+
+    loss_fn = config.instantiate(cfg.loss)
+    if s.compile:
+        loss_fn = training.compile_loss(loss_fn)
+    optimizer = training.build_optimizer(
+        cfg.optimizer, training.trainable_params(model), in_backward=s.optimizer_in_backward
+    )
+    steps = training.total_steps(
+        max_steps=s.max_steps,
+        epochs=s.epochs,
+        batches_per_epoch=len(loader),
+        grad_accum_steps=s.grad_accum_steps,
+    )
+    scheduler = config.instantiate(cfg.lr_scheduler, optimizer, num_training_steps=steps)
+    step = training.restore(
+        loaded.recipe_state, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader
+    )
+    report = training.Reporter(
+        config.instantiate(cfg.metric_logger),
+        total=steps,
+        initial=step,
+        device=device,
+        log_every_n_steps=s.log_every_n_steps,
+        progress_bar=s.progress_bar,
+    )
+
+    def save(step: int) -> None:
+        run = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loader": loader}
+        training.save_checkpoint(ckpt, step, **run, adapter_config=peft_settings)  # [lora]
+
+    with training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile") as profiler:
+        while step < steps:
+            for micro_batches in training.accumulate(loader, s.grad_accum_steps):
+                stats = training.train_step(
+                    model,
+                    loss_fn,
+                    micro_batches,
+                    optimizer,
+                    step=step + 1,
+                    device=device,
+                    scheduler=scheduler,
+                    clip_grad_norm=s.clip_grad_norm,
+                )
+                step += 1
+                report.step(step, stats, training.count_tokens(micro_batches))
+                profiler.step()
+                if val_loader is not None and training.every(step, s.run_val_every_n_steps):
+                    val = training.eval_loss(
+                        model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
+                    )
+                    report.log(step, {"val_loss": val})
+                if step == steps:
+                    break
+                if training.every(step, s.save_every_n_steps):
+                    save(step)
+    save(step)
+    report.close()
+    training.destroy_distributed()  # [dist]
+
+
+if __name__ == "__main__":
+    config.run(main)
