@@ -1,0 +1,37 @@
+"""Data pipeline: messages, record transforms, collate, packing, and the stateful loader."""
+
+from ftune.data.collate import (
+    CROSS_ENTROPY_IGNORE_IDX,
+    padded_collate_packed,
+    padded_collate_preference,
+    padded_collate_sft,
+)
+from ftune.data.loader import StatefulDataLoader, build_dataloader
+from ftune.data.messages import Message
+from ftune.data.packing import PackedDataset, pack_sequences
+from ftune.data.sampler import epoch_batches
+from ftune.data.transforms import (
+    AlpacaToMessages,
+    ChosenRejectedToMessages,
+    InputOutputToMessages,
+    OpenAIToMessages,
+    ShareGPTToMessages,
+)
+
+__all__ = [
+    "CROSS_ENTROPY_IGNORE_IDX",
+    "AlpacaToMessages",
+    "ChosenRejectedToMessages",
+    "InputOutputToMessages",
+    "Message",
+    "OpenAIToMessages",
+    "PackedDataset",
+    "ShareGPTToMessages",
+    "StatefulDataLoader",
+    "build_dataloader",
+    "epoch_batches",
+    "pack_sequences",
+    "padded_collate_packed",
+    "padded_collate_preference",
+    "padded_collate_sft",
+]

@@ -1,0 +1,122 @@
+"""Collate functions: a list of dataset items -> a batch dict of tensors.
+
+A batch is {"tokens": [b, s] long, "labels": [b, s] long} plus, for packed data,
+{"input_pos": [b, s] long, "document_ids": [b, s] long}. Labels are aligned with tokens
+(the training step shifts them); CROSS_ENTROPY_IGNORE_IDX marks positions without loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+CROSS_ENTROPY_IGNORE_IDX = -100
+
+PACKED_KEYS = ("tokens", "labels", "input_pos", "document_ids")
+
+
+def _right_pad(rows: Sequence[Any], value: int, length: int) -> torch.Tensor:
+    out = torch.full((len(rows), length), value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        row = torch.as_tensor(row, dtype=torch.long)
+        out[i, : row.numel()] = row
+    return out
+
+
+def _padded_length(lengths: Sequence[int], pad_to_multiple_of: int | None) -> int:
+    length = max(lengths, default=0)
+    if pad_to_multiple_of is not None:
+        if pad_to_multiple_of <= 0:
+            raise ValueError(f"pad_to_multiple_of must be a positive int or None, got {pad_to_multiple_of}.")
+        length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
+    return length
+
+
+def padded_collate_sft(
+    batch: Sequence[dict[str, Any]],
+    pad_id: int,
+    ignore_idx: int = CROSS_ENTROPY_IGNORE_IDX,
+    pad_to_multiple_of: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Right-pad a list of {"tokens", "labels"} items to the longest one.
+
+    Packed items (with "input_pos" and "document_ids") are handed to `padded_collate_packed`,
+    so a recipe can use this one collate for packed and unpacked data.
+
+    Args:
+        batch: items with "tokens" and "labels" (lists of ints or 1-D tensors of equal length per item).
+        pad_id: token id written into padded token positions.
+        ignore_idx: label written into padded label positions.
+        pad_to_multiple_of: round the padded length up to a multiple of this (e.g. 8 for tensor cores).
+
+    Returns:
+        {"tokens": [b, s] long, "labels": [b, s] long}.
+
+    Raises:
+        ValueError: an item's tokens and labels differ in length, or `pad_to_multiple_of` is not positive.
+    """
+    if batch and "document_ids" in batch[0]:
+        return padded_collate_packed(batch)
+    lengths = []
+    for i, item in enumerate(batch):
+        n_tok, n_lab = len(item["tokens"]), len(item["labels"])
+        if n_tok != n_lab:
+            raise ValueError(
+                f"padded_collate_sft: item {i} has {n_tok} tokens but {n_lab} labels; tokens and labels "
+                "must be aligned (same length) in every dataset item."
+            )
+        lengths.append(n_tok)
+    length = _padded_length(lengths, pad_to_multiple_of)
+    return {
+        "tokens": _right_pad([item["tokens"] for item in batch], pad_id, length),
+        "labels": _right_pad([item["labels"] for item in batch], ignore_idx, length),
+    }
+
+
+def padded_collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Stack packed items (already padded to the pack length) into a batch.
+
+    Args:
+        batch: packed items with "tokens", "labels", "input_pos" and "document_ids" of equal length.
+
+    Returns:
+        {"tokens", "labels", "input_pos", "document_ids"}: each [b, s] long.
+
+    Raises:
+        ValueError: the items have different lengths (they were packed with different max_seq_len).
+    """
+    lengths = {len(item["tokens"]) for item in batch}
+    if len(lengths) > 1:
+        raise ValueError(
+            f"padded_collate_packed: packed items have different lengths {sorted(lengths)}; every pack in "
+            "a batch must have the same length (pack all datasets with the same max_seq_len)."
+        )
+    return {
+        key: torch.stack([torch.as_tensor(item[key], dtype=torch.long) for item in batch])
+        for key in PACKED_KEYS
+    }
+
+
+def padded_collate_preference(
+    batch: Sequence[dict[str, Any]],
+    pad_id: int,
+    ignore_idx: int = CROSS_ENTROPY_IGNORE_IDX,
+    pad_to_multiple_of: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Collate preference pairs: chosen rows first, then rejected rows, right-padded together.
+
+    Args:
+        batch: items with "chosen_tokens", "chosen_labels", "rejected_tokens", "rejected_labels".
+        pad_id: token id for padded positions.
+        ignore_idx: label for padded positions.
+        pad_to_multiple_of: round the padded length up to a multiple of this.
+
+    Returns:
+        {"tokens": [2b, s] long, "labels": [2b, s] long}: rows [0, b) are the chosen answers and
+        rows [b, 2b) the rejected answers of the same pairs, in the same order.
+    """
+    rows = [{"tokens": item["chosen_tokens"], "labels": item["chosen_labels"]} for item in batch]
+    rows += [{"tokens": item["rejected_tokens"], "labels": item["rejected_labels"]} for item in batch]
+    return padded_collate_sft(rows, pad_id, ignore_idx, pad_to_multiple_of)

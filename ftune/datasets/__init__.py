@@ -1,0 +1,28 @@
+"""Dataset components: each takes the tokenizer positionally and the rest as keywords from YAML."""
+
+from ftune.datasets.chat import chat_dataset
+from ftune.datasets.concat import ConcatDataset
+from ftune.datasets.demo import demo_dataset, exact_match, read_demo_examples, write_demo_data
+from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
+from ftune.datasets.preference import PreferenceDataset, preference_dataset
+from ftune.datasets.sft import SFTDataset
+from ftune.datasets.source import HubUnreachableError, load_source
+from ftune.datasets.text_completion import TextCompletionDataset, text_completion_dataset
+
+__all__ = [
+    "ConcatDataset",
+    "HubUnreachableError",
+    "PreferenceDataset",
+    "SFTDataset",
+    "TextCompletionDataset",
+    "alpaca_dataset",
+    "chat_dataset",
+    "demo_dataset",
+    "exact_match",
+    "instruct_dataset",
+    "load_source",
+    "preference_dataset",
+    "read_demo_examples",
+    "text_completion_dataset",
+    "write_demo_data",
+]

@@ -1,0 +1,94 @@
+"""Preference datasets (DPO-style): a prompt with a chosen and a rejected answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ftune.data.messages import Message
+from ftune.data.transforms import ChosenRejectedToMessages
+from ftune.datasets.sft import check_columns, labels_from_mask
+from ftune.datasets.source import load_source
+
+if TYPE_CHECKING:
+    from ftune.tokenizers.base import Tokenizer
+
+
+class PreferenceDataset(torch.utils.data.Dataset):
+    """Records -> {"chosen_tokens", "chosen_labels", "rejected_tokens", "rejected_labels"}.
+
+    Args:
+        records: indexable records (a `datasets.Dataset` or a list of dicts).
+        tokenizer: the model's tokenizer.
+        message_transform: record -> {"chosen": list[Message], "rejected": list[Message]}.
+        max_seq_len: when set, both sides are truncated to this length.
+
+    Collate with `ftune.data.padded_collate_preference`.
+    """
+
+    def __init__(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        tokenizer: Tokenizer,
+        message_transform: Callable[[Mapping[str, Any]], dict[str, list[Message]]],
+        *,
+        max_seq_len: int | None = None,
+    ) -> None:
+        self.records = records
+        self.tokenizer = tokenizer
+        self.message_transform = message_transform
+        self.max_seq_len = max_seq_len
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        sides = self.message_transform(self.records[index])
+        item = {}
+        for side in ("chosen", "rejected"):
+            tokens, mask = self.tokenizer.tokenize_messages(sides[side], add_eos=True)
+            labels = labels_from_mask(tokens, mask)
+            end = self.max_seq_len
+            item[f"{side}_tokens"], item[f"{side}_labels"] = list(tokens)[:end], labels[:end]
+        return item
+
+
+def preference_dataset(
+    tokenizer: Tokenizer,
+    *,
+    source: str,
+    data_files: str | list[str] | dict[str, Any] | None = None,
+    split: str = "train",
+    name: str | None = None,
+    column_map: dict[str, str] | None = None,
+    train_on_input: bool = False,
+    new_system_prompt: str | None = None,
+    max_seq_len: int | None = None,
+) -> PreferenceDataset:
+    """Pairs of answers to one prompt, for preference training (no packing).
+
+    Records are either {"chosen": [turns], "rejected": [turns]} (full conversations of
+    role/content dicts) or {"prompt": str, "chosen": str, "rejected": str}.
+
+    Args:
+        tokenizer: the model's tokenizer (passed positionally by the recipe).
+        source: hub id, local file (.json .jsonl .parquet) or folder, or builder name.
+        data_files: files for a builder name or a folder.
+        split: split to load.
+        name: hub dataset configuration name.
+        column_map: {"prompt": ..., "chosen": ..., "rejected": ...} -> your column names.
+        train_on_input: also train on prompt tokens.
+        new_system_prompt: replace any system turn with this one.
+        max_seq_len: truncate both sides to this length.
+
+    Returns:
+        A `PreferenceDataset`.
+    """
+    transform = ChosenRejectedToMessages(
+        train_on_input=train_on_input, column_map=column_map, new_system_prompt=new_system_prompt
+    )
+    records = load_source(source, data_files=data_files, split=split, name=name)
+    check_columns(records, transform.required_columns, "ChosenRejectedToMessages", source)
+    return PreferenceDataset(records, tokenizer, transform, max_seq_len=max_seq_len)
