@@ -23,6 +23,11 @@ class DistInfo:
         return self.rank == 0
 
 
+# Whether init_distributed created the process group (and so destroy_distributed may end it). A
+# caller that set up its own group, e.g. a test driver running several recipes, keeps it.
+_OWNS_GROUP = False
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -48,13 +53,18 @@ def init_distributed(device: torch.device | str = "cpu", backend: str | None = N
     if "RANK" not in os.environ:  # plain `python recipe.py` / `ftune run recipe`: a world of one
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    global _OWNS_GROUP
     if not dist.is_initialized():
         dist.init_process_group(backend or default_backend(device))
+        _OWNS_GROUP = True
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def destroy_distributed() -> None:
-    """Wait for every rank, then tear the process group down (a clean exit, no hung ranks)."""
+    """Wait for every rank, then tear down the process group init_distributed created (a clean exit)."""
+    global _OWNS_GROUP
     if dist.is_initialized():
         dist.barrier()
-        dist.destroy_process_group()
+        if _OWNS_GROUP:
+            dist.destroy_process_group()
+            _OWNS_GROUP = False

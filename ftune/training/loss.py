@@ -25,6 +25,11 @@ class CrossEntropyLoss(nn.Module):
         ignore_index: label value that contributes neither loss nor a token.
     """
 
+    #: A token's loss depends on its own hidden state and label only, so callers may drop the
+    #: ignored positions before calling (``ftune.training.batch_loss`` does: it skips their
+    #: projection to the vocabulary). A loss that looks across positions must leave this False.
+    token_wise: bool = True
+
     def __init__(self, *, ignore_index: int = IGNORE_INDEX) -> None:
         super().__init__()
         self.ignore_index = ignore_index

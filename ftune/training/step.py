@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from ftune.training.batch_loss import LossFn, batch_loss, check_batch, shift_labels
 from ftune.training.fsdp import all_reduce_sum, world_size
@@ -239,6 +240,8 @@ def eval_loss(
             num_tokens += int(totals[1].item())
     finally:
         model.train(was_training)
+        if isinstance(model, FSDPModule):
+            model.reshard()  # no backward followed: free the root's gathered parameters
     if num_tokens == 0:
         raise ValueError(
             f"eval_loss saw no labelled tokens (max_batches={max_batches}). Check that the validation "

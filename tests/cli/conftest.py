@@ -13,11 +13,20 @@ def ftune_cli(tmp_path):
     """Run `ftune <args>` in a subprocess; returns CompletedProcess with text output."""
 
     def run(*args: str, timeout: float = 120, env: dict | None = None, cwd: Path | None = None):
-        full_env = {**os.environ, "PYTHONPATH": str(ROOT), "FTUNE_HOME": str(tmp_path / "home"), **(env or {})}
+        full_env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "FTUNE_HOME": str(tmp_path / "home"),
+            **(env or {}),
+        }
         full_env.pop("FTUNE_DEBUG", None)
         return subprocess.run(
             [sys.executable, "-m", "ftune.cli.main", *args],
-            capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd or tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            cwd=cwd or tmp_path,
         )
 
     return run

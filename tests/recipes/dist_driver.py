@@ -1,0 +1,69 @@
+"""Runs under torchrun: one distributed recipe, many runs in one process group (launching torchrun
+per run would cost ~10 s each). Writes {case: "ok" | error} as JSON on rank 0.
+
+    torchrun --nproc_per_node 2 dist_driver.py <recipe> <config> <workdir> <checkpoint> <case>...
+
+Cases are feature names from tests/recipes/features.py, plus "losses" (4 steps at batch_size 2 per
+rank, logs kept in <workdir>/losses for the test to compare with the single-device run).
+"""
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import torch.distributed as dist
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "assets")]
+
+from conftest import load_recipe, read_log  # noqa: E402
+from features import CHECKS  # noqa: E402
+from tiny_checkpoint import tiny_overrides  # noqa: E402
+
+from ftune.config import load_config  # noqa: E402
+
+
+def main() -> None:
+    recipe, config, workdir, checkpoint, *cases = sys.argv[1:]
+    workdir, checkpoint = Path(workdir), Path(checkpoint)
+    dist.init_process_group("gloo")  # created here, so the recipes' destroy_distributed keeps it
+    module = load_recipe(recipe)
+
+    def run(*overrides, output_dir):
+        # batch_size 2 per rank: the global batch of the single-device runs (batch_size 4).
+        base = tiny_overrides(checkpoint, workdir / "demo", output_dir)
+        dist.barrier()  # every rank has done the check's file operations before the run starts
+        module.main(load_config(config, [*base, "batch_size=2", *_per_rank(overrides)]))
+        dist.barrier()
+        return read_log(output_dir), output_dir
+
+    results = {}
+    for case in cases:
+        out = workdir / case
+        try:
+            if case == "losses":
+                run("max_steps=4", output_dir=out)
+            else:
+                CHECKS[case](run, out)
+            results[case] = "ok"
+        except Exception:  # noqa: BLE001 - reported to the test, which fails with it
+            results[case] = traceback.format_exc(limit=6)
+        dist.barrier()
+    if dist.get_rank() == 0:
+        (workdir / "results.json").write_text(json.dumps(results, indent=2))
+    dist.destroy_process_group()
+
+
+def _per_rank(overrides):
+    """Single-device batch sizes are global: halve them so that 2 ranks see the same global batch."""
+    out = []
+    for o in overrides:
+        if o.startswith("batch_size="):
+            o = f"batch_size={max(1, int(o.split('=')[1]) // 2)}"
+        out.append(o)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The distributed recipes at world size 2 on CPU (gloo): equal to single device, exact resume, every feature.
+
+Each recipe is launched once with torchrun (tests/recipes/dist_driver.py runs all its cases in one
+process group); the per-case results are then checked here, one test per case.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ftune import registry
+
+pytestmark = pytest.mark.distributed
+
+HERE = Path(__file__).resolve().parent
+GOLDENS = json.loads((HERE / "goldens" / "single_device.json").read_text())
+RECIPES = {
+    "full_finetune_distributed": ("smollm2/135M_full", "full_finetune_single_device"),
+    "lora_finetune_distributed": ("smollm2/135M_lora", "lora_finetune_single_device"),
+    "qat_distributed": ("smollm2/135M_qat_full", "full_finetune_single_device"),
+}
+SLOW = {"compile"}  # first torch.compile on 2 CPU cores takes minutes: run with -m slow
+
+
+def features(recipe):
+    return [f for f, v in registry.RECIPES[recipe].features.items() if v == registry.YES and f in _checks()]
+
+
+def _checks():
+    sys.path.insert(0, str(HERE))
+    from features import CHECKS
+
+    return CHECKS
+
+
+@pytest.fixture(scope="module")
+def launched(tiny_checkpoint, tmp_path_factory, request):
+    """recipe -> (results, workdir), launching each recipe's driver once (lazily)."""
+    cache = {}
+    include_slow = "slow" in (request.config.getoption("-m") or "")
+
+    def get(recipe):
+        if recipe not in cache:
+            workdir = tmp_path_factory.mktemp(recipe)
+            cases = ["losses", *[f for f in features(recipe) if include_slow or f not in SLOW]]
+            if recipe == "qat_distributed":
+                cases.append("qat_off")
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                "2",
+                str(HERE / "dist_driver.py"),
+                recipe,
+                RECIPES[recipe][0],
+                str(workdir),
+                str(tiny_checkpoint),
+                *cases,
+            ]
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+            results_file = workdir / "results.json"
+            assert results_file.exists(), f"driver failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+            cache[recipe] = (json.loads(results_file.read_text()), workdir)
+        return cache[recipe]
+
+    return get
+
+
+CASES = [(r, f) for r in RECIPES for f in features(r)]
+
+
+@pytest.mark.parametrize(
+    "recipe, feature", [pytest.param(r, f, marks=[pytest.mark.slow] if f in SLOW else []) for r, f in CASES]
+)
+def test_feature_at_world_size_2(recipe, feature, launched):
+    results, _ = launched(recipe)
+    assert results.get(feature) == "ok", results.get(feature, "not run")
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_losses_equal_single_device(recipe, launched):
+    results, workdir = launched(recipe)
+    assert results["losses"] == "ok", results["losses"]
+    from conftest import read_log
+
+    got = [r["loss"] for r in read_log(workdir / "losses") if "loss" in r]
+    single = GOLDENS[RECIPES[recipe][1]]
+    if recipe != "qat_distributed":
+        assert got == pytest.approx(single, rel=1e-5)
+    else:
+        assert got[0] != pytest.approx(single[0], rel=1e-6)  # fake quantization is on
+
+
+def test_qat_with_fake_quant_off_equals_full(launched):
+    results, workdir = launched("qat_distributed")
+    assert results["qat_off"] == "ok", results["qat_off"]
+    from conftest import read_log
+
+    got = [r["loss"] for r in read_log(workdir / "qat_off") if "loss" in r]
+    assert got == pytest.approx(GOLDENS["full_finetune_single_device"], rel=1e-5)
+
+
+@pytest.mark.parametrize("recipe", ["full_finetune_distributed", "lora_finetune_distributed"])
+def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp_path):
+    results, workdir = launched(recipe)
+    single = RECIPES[recipe][1]
+    _, out = run_recipe(single, RECIPES[recipe][0], "max_steps=4", output_dir=tmp_path / "single")
+    name = "adapter_model.safetensors" if "lora" in recipe else "model.safetensors"
+    a, b = load_file(str(out / "step_4" / name)), load_file(str(workdir / "losses" / "step_4" / name))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
