@@ -21,6 +21,8 @@ def main(cfg: config.Config) -> None:
     backend = s.backend or default_backend(device)
     info = init_distributed(device, backend)
     rank, world = info.rank, info.world_size
+    if s.fail_rank == rank:
+        raise RuntimeError(f"rank {rank} fails on purpose (fail_rank={s.fail_rank}).")
     total = torch.tensor([rank], dtype=torch.int64)
     dist.all_reduce(total)
     expected = world * (world - 1) // 2

@@ -24,10 +24,8 @@ from ftune.checkpointing.meta import MetaCheckpointer
 from ftune.checkpointing.model_fit import check_fits, check_tokenizer_fits, load_into, split_adapter
 from ftune.checkpointing.native import NativeCheckpointer
 from ftune.checkpointing.recipe_state import (
-    capture_rng_state,
     check_weights_only_safe,
     load_recipe_state,
-    restore_rng_state,
     save_recipe_state,
     to_weights_only_safe,
 )
@@ -41,7 +39,6 @@ __all__ = [
     "MetaCheckpointer",
     "NativeCheckpointer",
     "atomic_path",
-    "capture_rng_state",
     "check_fits",
     "check_tokenizer_fits",
     "check_weights_only_safe",
@@ -51,7 +48,6 @@ __all__ = [
     "load_recipe_state",
     "mark_complete",
     "prune",
-    "restore_rng_state",
     "save_recipe_state",
     "save_safetensors",
     "split_adapter",

@@ -9,7 +9,6 @@ later), and converts the usual offenders, NumPy arrays and RNG states, into plai
 from __future__ import annotations
 
 import os
-import random
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,7 @@ def check_weights_only_safe(obj: Any, where: str = "recipe_state") -> None:
         return
     hint = (
         " Convert NumPy values with ftune.checkpointing.to_weights_only_safe(...) and RNG states with "
-        "capture_rng_state()."
+        "ftune.training.get_rng_state()."
         if type(obj).__module__.startswith("numpy")
         else " Store its state_dict() or plain numbers/lists/tensors instead."
     )
@@ -83,51 +82,12 @@ def check_weights_only_safe(obj: Any, where: str = "recipe_state") -> None:
     )
 
 
-def capture_rng_state() -> dict[str, Any]:
-    """Snapshot the Python, NumPy, torch CPU and CUDA random generators, weights_only-safe.
-
-    Returns:
-        {"python": tuple, "numpy": dict, "torch": ByteTensor, "cuda": list[ByteTensor]}.
-    """
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        # MT19937 keys are uint32; int64 holds them exactly and loads without an allow-list.
-        "numpy": {
-            "kind": str(kind),
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        },
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Restore generators captured by `capture_rng_state` (exact continuation of the streams).
-
-    Args:
-        state: the dict returned by `capture_rng_state`, possibly after a save/load round trip.
-    """
-    version, internal, gauss = state["python"]
-    # weights_only loading may return lists where tuples were saved; random wants tuples.
-    random.setstate((version, tuple(internal), gauss))
-    n = state["numpy"]
-    keys = np.asarray(n["keys"].tolist() if isinstance(n["keys"], torch.Tensor) else n["keys"], np.uint32)
-    np.random.set_state((n["kind"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def save_recipe_state(state: dict[str, Any], folder: str | os.PathLike) -> Path:
     """Check and write `folder/recipe_state.pt` atomically.
 
     Args:
         state: e.g. {"step": int, "epoch": int, "optimizer": optimizer.state_dict(),
-            "lr_scheduler": scheduler.state_dict(), "rng": capture_rng_state(),
+            "lr_scheduler": scheduler.state_dict(), "rng": ftune.training.get_rng_state(),
             "dataloader": sampler.state_dict()}.
         folder: the step folder.
 

@@ -9,7 +9,9 @@ from ftune.config.run import report
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ftune cat", description="Print a config, resolved, with overrides.")
+    parser = argparse.ArgumentParser(
+        prog="ftune cat", description="Print a config, resolved, with overrides."
+    )
     parser.add_argument("config", help="shipped config name (see `ftune ls`) or path to a .yaml file")
     parser.add_argument("overrides", nargs="*", help="key=value, a.b=value, ~key")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")

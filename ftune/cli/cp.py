@@ -30,7 +30,9 @@ def main(argv: list[str]) -> int:
         prog="ftune cp",
         description="Copy a recipe or config. A copied recipe runs with `ftune run ./my_recipe.py --config ...`.",
     )
-    parser.add_argument("name", help="recipe name (e.g. lora_finetune_single_device) or config (e.g. smollm2/135M_lora)")
+    parser.add_argument(
+        "name", help="recipe name (e.g. lora_finetune_single_device) or config (e.g. smollm2/135M_lora)"
+    )
     parser.add_argument("dest", help="destination file or folder")
     parser.add_argument("--no-clobber", action="store_true", help="do not overwrite an existing file")
     parser.add_argument("--make-parents", action="store_true", help="create missing parent folders")

@@ -38,14 +38,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output-dir", type=Path, help="where to put the files")
     parser.add_argument("--hf-token", default=None, help="token for gated repos (default: $HF_TOKEN)")
     parser.add_argument(
-        "--ignore-patterns", nargs="*", default=["original/consolidated*", "*.pth"],
+        "--ignore-patterns",
+        nargs="*",
+        default=["original/consolidated*", "*.pth"],
         help="glob patterns of files to skip (default skips Meta's original weights)",
     )
     args = parser.parse_args(argv)
     out = args.output_dir or default_output_dir(args.repo_id)
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     if offline or not hub_reachable():
-        why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub is not reachable from this machine"
+        why = (
+            "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub is not reachable from this machine"
+        )
         print(
             f"ftune: error: cannot download {args.repo_id}: {why}. Copy the model folder to {out} by other "
             "means, or for the quickstart model run `ftune convert gguf smollm2` (works offline).",
@@ -67,8 +71,10 @@ def main(argv: list[str]) -> int:
         )
         return 1
     except RepositoryNotFoundError:
-        print(f"ftune: error: no repo {args.repo_id!r} on the hub (or it is private: pass --hf-token).",
-              file=sys.stderr)
+        print(
+            f"ftune: error: no repo {args.repo_id!r} on the hub (or it is private: pass --hf-token).",
+            file=sys.stderr,
+        )
         return 1
     print(f"Downloaded {args.repo_id} to {path}")
     return 0

@@ -40,5 +40,7 @@ def main(argv: list[str]) -> int:
     if args.features:
         print()
         print(_table(feature_matrix()))
-        print("\nn/a: not applicable to that recipe (reasons in docs/recipes/index.md); features: docs/glossary.md")
+        print(
+            "\nn/a: not applicable to that recipe (reasons in docs/recipes/index.md); features: docs/glossary.md"
+        )
     return 0

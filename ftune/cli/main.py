@@ -40,8 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] not in ("-h", "--help", "--version") and argv[0] not in COMMANDS:
             from ftune.config.errors import did_you_mean
 
-            parser.exit(2, f"ftune: error: unknown command {argv[0]!r}.{did_you_mean(argv[0], COMMANDS)}"
-                           f" Commands: {', '.join(COMMANDS)}.\n")
+            parser.exit(
+                2,
+                f"ftune: error: unknown command {argv[0]!r}.{did_you_mean(argv[0], COMMANDS)}"
+                f" Commands: {', '.join(COMMANDS)}.\n",
+            )
         parser.parse_args(argv)
         parser.print_help()
         return 0

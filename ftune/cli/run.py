@@ -75,13 +75,21 @@ def main(argv: list[str]) -> int:
             raise ConfigError(["ftune run: no recipe given. " + USAGE.splitlines()[0]])
         path, recipe = recipe_file(name)
         if launcher and recipe is not None and not recipe.distributed:
-            siblings = [r.name for r in registry.RECIPES.values() if r.distributed and set(r.methods) & set(recipe.methods)]
+            siblings = [
+                r.name
+                for r in registry.RECIPES.values()
+                if r.distributed and set(r.methods) & set(recipe.methods)
+            ]
             hint = f" Use {siblings[0]} for a multi-process launch." if siblings else ""
             raise ConfigError(
-                [f"recipe {recipe.name} runs on one device and cannot be launched with {' '.join(launcher)}.{hint}"]
+                [
+                    f"recipe {recipe.name} runs on one device and cannot be launched with {' '.join(launcher)}.{hint}"
+                ]
             )
-        if recipe is not None and "--config" not in recipe_args and not any(
-            a.startswith("--config=") for a in recipe_args
+        if (
+            recipe is not None
+            and "--config" not in recipe_args
+            and not any(a.startswith("--config=") for a in recipe_args)
         ):
             recipe_args = ["--config", recipe.default_config, *recipe_args]
     except Exception as e:  # noqa: BLE001
@@ -95,21 +103,41 @@ def main(argv: list[str]) -> int:
 
 
 def _torchrun(launcher: list[str], path: Path, recipe_args: list[str]) -> int:
+    from torch.distributed import DistNetworkError
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
     try:
         args = get_args_parser().parse_args([*launcher, str(path), *recipe_args])
     except SystemExit as e:
-        print(f"ftune: error: bad torchrun options {' '.join(launcher)!r} (see `torchrun --help`).", file=sys.stderr)
+        print(
+            f"ftune: error: bad torchrun options {' '.join(launcher)!r} (see `torchrun --help`).",
+            file=sys.stderr,
+        )
         return int(e.code or 2)
     try:
         run(args)
+    except DistNetworkError as e:
+        reason = str(e).strip().splitlines()[-1]
+        hint = (
+            " Another process holds that port: pass a free --master_port (or --rdzv_endpoint host:port), "
+            "or --standalone to let torchrun pick one."
+            if "EADDRINUSE" in reason or "address already in use" in reason
+            else " Check --master_addr/--rdzv_endpoint and that every node can reach it."
+        )
+        print(
+            f"ftune: error: the distributed launch of {path.name} could not start: {reason}.{hint}",
+            file=sys.stderr,
+        )
+        return 1
     except ChildFailedError as e:
         failures = "; ".join(
             f"rank {rank} exited with code {f.exitcode}" for rank, f in sorted(e.failures.items())
         )
-        print(f"ftune: error: distributed run of {path.name} failed: {failures}. "
-              "The rank's own error is printed above.", file=sys.stderr)
+        print(
+            f"ftune: error: distributed run of {path.name} failed: {failures}. "
+            "The rank's own error is printed above.",
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -49,7 +49,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("config", help="shipped config name (see `ftune ls`) or path to a .yaml file")
     parser.add_argument("overrides", nargs="*", help="key=value, a.b=value, ~key")
-    parser.add_argument("--recipe", help="check against this recipe's settings (default: from the config's name)")
+    parser.add_argument(
+        "--recipe", help="check against this recipe's settings (default: from the config's name)"
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     try:

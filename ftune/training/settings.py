@@ -158,3 +158,6 @@ class DistCheckSettings(Settings):
     """The dist_check recipe."""
 
     backend: str | None = setting(None, "process-group backend (null: gloo on CPU, nccl on CUDA)")
+    fail_rank: int | None = setting(
+        None, "make this rank exit with an error (to test how launch failures surface)"
+    )

@@ -8,13 +8,12 @@ import pytest
 import torch
 
 from ftune.checkpointing.recipe_state import (
-    capture_rng_state,
     check_weights_only_safe,
     load_recipe_state,
-    restore_rng_state,
     save_recipe_state,
     to_weights_only_safe,
 )
+from ftune.training.seed import get_rng_state, set_rng_state
 
 
 def _draws() -> tuple:
@@ -26,12 +25,12 @@ def test_rng_state_round_trip_continues_every_stream(tmp_path: Path) -> None:
     np.random.seed(2)
     torch.manual_seed(3)
     np.random.randn()  # leave a cached gaussian in numpy's state
-    save_recipe_state({"rng": capture_rng_state()}, tmp_path)
+    save_recipe_state({"rng": get_rng_state()}, tmp_path)
     expected = _draws()
     random.seed(99)
     np.random.seed(99)
     torch.manual_seed(99)
-    restore_rng_state(load_recipe_state(tmp_path)["rng"])
+    set_rng_state(load_recipe_state(tmp_path)["rng"])
     got = _draws()
     assert got[:3] == expected[:3]
     assert torch.equal(got[3], expected[3])

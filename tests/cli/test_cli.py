@@ -174,3 +174,83 @@ def test_convert_missing_file(ftune_cli, tmp_path):
     proc = ftune_cli("convert", "gguf", str(tmp_path / "nope.gguf"))
     assert f"GGUF file {tmp_path / 'nope.gguf'} does not exist." in proc.stderr
     assert_no_traceback(proc)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.distributed
+def test_two_node_rendezvous_on_localhost(ftune_cli, tmp_path):
+    """Two launchers (one per 'node', one process each) meet through torchrun's c10d rendezvous."""
+    import os
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "FTUNE_DEBUG"}
+    env.update({"PYTHONPATH": str(ROOT), "FTUNE_HOME": str(tmp_path / "home")})
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ftune.cli.main",
+                "run",
+                "--nnodes",
+                "2",
+                "--node_rank",
+                str(rank),
+                "--nproc_per_node",
+                "1",
+                "--rdzv_backend",
+                "c10d",
+                "--rdzv_endpoint",
+                f"localhost:{port}",
+                "--rdzv_id",
+                "ftune-test",
+                "dist_check",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        for rank in (0, 1)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    stdout = "".join(o[0] for o in outs)
+    assert "rank 0/2 ok" in stdout and "rank 1/2 ok" in stdout
+
+
+@pytest.mark.distributed
+def test_a_rank_that_dies_ends_the_run_with_a_message(ftune_cli):
+    start = time.perf_counter()
+    proc = ftune_cli("run", "--nproc_per_node", "2", "dist_check", "fail_rank=1", timeout=120)
+    assert time.perf_counter() - start < 90  # no hung rank: torchrun stops the others
+    assert proc.returncode == 1
+    assert "rank 1 fails on purpose" in proc.stderr
+    assert "ftune: error: distributed run of dist_check.py failed: " in proc.stderr
+    assert "rank 1 exited with code 1" in proc.stderr
+
+
+@pytest.mark.distributed
+def test_busy_port_fails_fast_with_a_message(ftune_cli):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        start = time.perf_counter()
+        proc = ftune_cli(
+            "run", "--nproc_per_node", "2", "--master_port", str(port), "dist_check", timeout=180
+        )
+    assert time.perf_counter() - start < 150
+    assert proc.returncode == 1
+    assert "could not start" in proc.stderr and "pass a free --master_port" in proc.stderr
+    assert "Traceback" not in proc.stderr
