@@ -72,7 +72,9 @@ _DIST = {"fsdp2": YES, "cpu_offload": YES}
 _NO_QAT = {"qat": na("use qat_distributed")}
 _OPT_BWD = {"optimizer_in_backward": YES}
 _NO_OPT_BWD_DIST = {
-    "optimizer_in_backward": na("FSDP2 reduces gradients after backward; stepping inside it would use unreduced grads")
+    "optimizer_in_backward": na(
+        "FSDP2 reduces gradients after backward; stepping inside it would use unreduced grads"
+    )
 }
 
 
@@ -129,11 +131,20 @@ _RECIPES = [
     ),
     Recipe(
         "lora_finetune_distributed",
-        "LoRA, QLoRA or DoRA fine-tune sharded with FSDP2 over torchrun processes.",
+        "LoRA or DoRA fine-tune sharded with FSDP2 over torchrun processes.",
         True,
         "smollm2/135M_lora",
         ("lora", "qlora", "dora"),
-        {**_SFT_COMMON, **_LORA, **_DIST, **_NO_QAT, **_NO_OPT_BWD_DIST},
+        {
+            **_SFT_COMMON,
+            **_LORA,
+            "qlora": na(
+                "FSDP2 cannot shard NF4 base weights yet; run QLoRA with lora_finetune_single_device"
+            ),
+            **_DIST,
+            **_NO_QAT,
+            **_NO_OPT_BWD_DIST,
+        },
         settings="ftune.training.settings.LoRASettings",
     ),
     Recipe(

@@ -5,8 +5,8 @@ import pytest
 
 from ftune import registry
 from ftune.config import load_config
-from ftune.config.settings import collect_problems
 from ftune.config.instantiate import resolve
+from ftune.config.settings import collect_problems
 
 CONFIGS_DIR = registry.configs_dir()
 SHIPPED = sorted(str(p.relative_to(CONFIGS_DIR).with_suffix("")) for p in CONFIGS_DIR.rglob("*.yaml"))
@@ -29,9 +29,9 @@ def test_every_recipe_has_a_file_a_default_config_and_settings():
 def test_every_recipe_reads_its_registered_settings_class():
     for recipe in registry.RECIPES.values():
         cls = recipe.settings.rsplit(".", 1)[1]
-        assert re.search(rf"cfg\.settings\({cls}\)|cfg\.settings\(training\.{cls}\)", recipe.file.read_text()), (
-            f"{recipe.file.name} must read its settings with cfg.settings({cls}) (registry.py says so)"
-        )
+        assert re.search(
+            rf"cfg\.settings\({cls}\)|cfg\.settings\(training\.{cls}\)", recipe.file.read_text()
+        ), f"{recipe.file.name} must read its settings with cfg.settings({cls}) (registry.py says so)"
 
 
 def test_features_are_known_and_sibling_gaps_have_reasons():
@@ -42,7 +42,9 @@ def test_features_are_known_and_sibling_gaps_have_reasons():
     sft = [r for r in registry.RECIPES.values() if {"full", "lora", "qat_full"} & set(r.methods)]
     union = set().union(*(r.features for r in sft))
     for recipe in sft:
-        assert union <= set(recipe.features), f"{recipe.name} must declare {sorted(union - set(recipe.features))}"
+        assert union <= set(recipe.features), (
+            f"{recipe.name} must declare {sorted(union - set(recipe.features))}"
+        )
 
 
 def test_glossary_has_every_feature():

@@ -79,7 +79,13 @@ def check_component(node: Any, path: str, provided: tuple[str, ...] = ()) -> lis
                     f" It accepts: {', '.join(named)}."
                 )
         for name, p in params.items():
-            if p.kind is p.KEYWORD_ONLY and p.default is p.empty and name not in args and not partial and name not in provided:
+            if (
+                p.kind is p.KEYWORD_ONLY
+                and p.default is p.empty
+                and name not in args
+                and not partial
+                and name not in provided
+            ):
                 problems.append(
                     f"{path}.{name}: required by {dotted} but not set. "
                     f"Add it to the YAML or pass {path}.{name}=<value> on the command line."

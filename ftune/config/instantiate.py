@@ -34,7 +34,9 @@ def resolve(dotted: str) -> Any:
             continue
         for attr in parts[i:]:
             if not hasattr(obj, attr):
-                raise ImportError(f"module {'.'.join(parts[:i])!r} has no attribute {attr!r} (from {dotted!r}).")
+                raise ImportError(
+                    f"module {'.'.join(parts[:i])!r} has no attribute {attr!r} (from {dotted!r})."
+                )
             obj = getattr(obj, attr)
         return obj
     raise ImportError(f"no module named {parts[0]!r} (from {dotted!r}).")
@@ -69,7 +71,9 @@ def _call(node: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any], p
     try:
         inspect.signature(target).bind(*args, **merged)
     except TypeError as e:
-        raise ConfigError([f"{path}: {dotted}({', '.join(merged)}) does not fit its signature: {e}."]) from None
+        raise ConfigError(
+            [f"{path}: {dotted}({', '.join(merged)}) does not fit its signature: {e}."]
+        ) from None
     except ValueError:
         pass  # some builtins have no signature; let the call itself report
     return target(*args, **merged)
@@ -102,7 +106,9 @@ def instantiate(node: Any, *args: Any, _path: str = "config", **kwargs: Any) -> 
     plain = _plain(node)
     if not isinstance(plain, dict) or COMPONENT not in plain:
         raise ConfigError(
-            [f"{_path}: cannot instantiate {plain!r}: expected a mapping with a _component_ key holding a "
-             "dotted import path, e.g. {_component_: torch.optim.AdamW, lr: 1e-4}."]
+            [
+                f"{_path}: cannot instantiate {plain!r}: expected a mapping with a _component_ key holding a "
+                "dotted import path, e.g. {_component_: torch.optim.AdamW, lr: 1e-4}."
+            ]
         )
     return _call(plain, args, kwargs, _path)

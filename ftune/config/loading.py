@@ -118,8 +118,12 @@ def apply_overrides(node: DictConfig, overrides: list[Override]) -> None:
         if isinstance(current, DictConfig) and "_component_" in current and is_component_path(ov.value):
             current["_component_"] = ov.value
             continue
-        if isinstance(parent, ListConfig) or (parent_key and parent is not None and not isinstance(parent, DictConfig)):
-            problems.append(f"override {ov.text!r}: {parent_key!r} is not a mapping, so {leaf!r} cannot be set in it.")
+        if isinstance(parent, ListConfig) or (
+            parent_key and parent is not None and not isinstance(parent, DictConfig)
+        ):
+            problems.append(
+                f"override {ov.text!r}: {parent_key!r} is not a mapping, so {leaf!r} cannot be set in it."
+            )
             continue
         try:
             OmegaConf.update(node, ov.key, ov.value, merge=False, force_add=True)

@@ -57,7 +57,9 @@ def parse_override(text: str) -> Override:
     if text.startswith("~"):
         key = text[1:]
         if not _KEY.match(key):
-            raise ConfigError([f"override {text!r}: '~' must be followed by a dotted key, e.g. ~dataset_val."])
+            raise ConfigError(
+                [f"override {text!r}: '~' must be followed by a dotted key, e.g. ~dataset_val."]
+            )
         return Override(key=key, delete=True, text=text)
     if "=" not in text:
         raise ConfigError(
@@ -68,11 +70,15 @@ def parse_override(text: str) -> Override:
         raise ConfigError([f"override {text!r}: the key before '=' is empty; write e.g. batch_size=4."])
     if not _KEY.match(key):
         raise ConfigError(
-            [f"override {text!r}: {key!r} is not a dotted key (letters, digits, '_' and '.', e.g. optimizer.lr)."]
+            [
+                f"override {text!r}: {key!r} is not a dotted key (letters, digits, '_' and '.', e.g. optimizer.lr)."
+            ]
         )
     if not _balanced(raw):
         raise ConfigError(
-            [f"override {text!r}: unbalanced brackets or quotes in the value {raw!r}; close every [, {{ and quote."]
+            [
+                f"override {text!r}: unbalanced brackets or quotes in the value {raw!r}; close every [, {{ and quote."
+            ]
         )
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""

@@ -62,11 +62,15 @@ def parse_recipe_args(argv: list[str]) -> tuple[str | None, list[str]]:
         if arg == "--config":
             config = next(it, None)
             if config is None:
-                raise ConfigError(["--config needs a value: a shipped config name or a path to a .yaml file."])
+                raise ConfigError(
+                    ["--config needs a value: a shipped config name or a path to a .yaml file."]
+                )
         elif arg.startswith("--config="):
             config = arg.split("=", 1)[1]
         elif arg.startswith("--"):
-            raise ConfigError([f"unknown option {arg!r}: a recipe takes --config <name|path> and key=value overrides."])
+            raise ConfigError(
+                [f"unknown option {arg!r}: a recipe takes --config <name|path> and key=value overrides."]
+            )
         else:
             overrides.append(arg)
     return config, overrides
@@ -82,9 +86,33 @@ def default_config_for(recipe_file: str | None) -> str | None:
     return recipe.default_config if recipe else None
 
 
+def recipe_help(recipe_file: str | None) -> str:
+    """`<recipe> --help`: usage, the recipe's docstring summary and every setting with its default and help."""
+    from ftune import registry
+    from ftune.config.instantiate import resolve
+    from ftune.config.settings import describe
+
+    name = Path(recipe_file).stem if recipe_file else "recipe"
+    lines = [f"usage: ftune run {name} [--config <name|path>] [key=value ...] [--debug]"]
+    recipe = registry.RECIPES.get(name)
+    if recipe is None:
+        return lines[0]
+    cls = resolve(recipe.settings)
+    lines += ["", recipe.description, "", f"default config: {recipe.default_config}", "", "settings:"]
+    rows = describe(cls)
+    width = max(len(f"{k}: {t}") for k, t, _, _ in rows)
+    lines += [f"  {f'{k}: {t}'.ljust(width)}  default {d!r}. {h}" for k, t, d, h in rows]
+    sections = ", ".join(f"{k}{'' if req else ' (optional)'}" for k, req in cls.COMPONENTS.items())
+    lines += ["", f"sections (_component_): {sections}"]
+    return "\n".join(lines)
+
+
 def run(main: Callable[[Config], Any], argv: list[str] | None = None) -> None:
     """Load the config named on the command line and call ``main(cfg)``; exit 1 on a user error."""
     argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(recipe_help(getattr(sys.modules.get(main.__module__), "__file__", None)))
+        return
     try:
         config, overrides = parse_recipe_args(argv)
         if config is None:

@@ -66,7 +66,9 @@ def collect_problems(cfg: Any, cls: type) -> list[str]:
         if key in components:
             if value is None:
                 if components[key]:
-                    problems.append(f"{key}: required section is null ({cfg.where(key)}); give it a _component_.")
+                    problems.append(
+                        f"{key}: required section is null ({cfg.where(key)}); give it a _component_."
+                    )
                 continue
             if not isinstance(value, dict) or "_component_" not in value:
                 problems.append(
@@ -87,7 +89,9 @@ def collect_problems(cfg: Any, cls: type) -> list[str]:
             )
     for key, required in components.items():
         if required and key not in data:
-            problems.append(f"{key}: required section is missing; add `{key}: {{_component_: ...}}` to the YAML.")
+            problems.append(
+                f"{key}: required section is missing; add `{key}: {{_component_: ...}}` to the YAML."
+            )
     return problems
 
 

@@ -54,7 +54,16 @@ def shard_model(
 
     Returns:
         The same model, now an FSDPModule.
+
+    Raises:
+        ValueError: for a QLoRA model (NF4 base weights do not shard).
     """
+    quantized = [n for n, m in model.named_modules() if getattr(m, "quantized", False)]
+    if quantized:
+        raise ValueError(
+            f"FSDP2 cannot shard NF4-quantized base weights (QLoRA), e.g. {quantized[0]}. Set "
+            "peft.quantize_base=false for LoRA, or run QLoRA with lora_finetune_single_device."
+        )
     mesh = None  # the default: a 1-D mesh over every rank
     kwargs = {
         "mesh": mesh,

@@ -30,8 +30,11 @@ def test_nested_components_and_lists_are_built_first():
 
 def test_runtime_positional_plus_nested_kwarg():
     tok = object()
-    node = {"_component_": "ftune_test_targets.dataset", "source": "x.json",
-            "transform": {"_component_": "ftune_test_targets.transform"}}
+    node = {
+        "_component_": "ftune_test_targets.dataset",
+        "source": "x.json",
+        "transform": {"_component_": "ftune_test_targets.transform"},
+    }
     ds = instantiate(node, tok)
     assert ds["tokenizer"] is tok and ds["transform"] == ("transform", False)
 

@@ -86,7 +86,9 @@ def test_malformed_overrides(text, message):
 
 
 def test_delete_missing_key_suggests(cfg_file):
-    with pytest.raises(ConfigError, match=r"there is no key 'optimzer' to delete. Did you mean 'optimizer'\?"):
+    with pytest.raises(
+        ConfigError, match=r"there is no key 'optimzer' to delete. Did you mean 'optimizer'\?"
+    ):
         load_config(cfg_file, ["~optimzer"])
 
 
@@ -105,7 +107,9 @@ def test_broken_interpolation_is_a_config_error(tmp_path):
 
 
 def test_unknown_config_name_suggests():
-    with pytest.raises(ConfigError, match=r"no shipped config of that name. Did you mean 'smollm2/135M_lora'\?"):
+    with pytest.raises(
+        ConfigError, match=r"no shipped config of that name. Did you mean 'smollm2/135M_lora'\?"
+    ):
         load_config("smollm2/135M_lorra")
 
 

@@ -35,13 +35,17 @@ def test_reads_typed_values_and_defaults(tmp_path):
 
 def test_misspelt_yaml_key_did_you_mean(tmp_path):
     cfg = load(tmp_path, MODEL + "batch_sise: 8\n")
-    with pytest.raises(ConfigError, match=r"batch_sise: unknown key \(in .*c.yaml\). Did you mean 'batch_size'\?"):
+    with pytest.raises(
+        ConfigError, match=r"batch_sise: unknown key \(in .*c.yaml\). Did you mean 'batch_size'\?"
+    ):
         cfg.settings(DemoSettings)
 
 
 def test_misspelt_cli_key_did_you_mean(tmp_path):
     cfg = load(tmp_path, MODEL, ["max_step=3"])
-    with pytest.raises(ConfigError, match=r"max_step: unknown key \(set on the command line\). Did you mean 'max_steps'"):
+    with pytest.raises(
+        ConfigError, match=r"max_step: unknown key \(set on the command line\). Did you mean 'max_steps'"
+    ):
         cfg.settings(DemoSettings)
 
 

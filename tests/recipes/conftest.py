@@ -1,5 +1,4 @@
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -11,6 +10,9 @@ from ftune.config import load_config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assets"))
 
 from tiny_checkpoint import make_tiny_checkpoint, tiny_overrides  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from features import read_log  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -30,14 +32,6 @@ def load_recipe(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def read_log(output_dir: Path) -> list[dict]:
-    path = output_dir / "logs"
-    lines = []
-    for file in sorted(path.glob("*.jsonl")):
-        lines += [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
-    return lines
 
 
 @pytest.fixture

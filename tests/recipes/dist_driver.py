@@ -17,8 +17,8 @@ import torch.distributed as dist
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "assets")]
 
-from conftest import load_recipe, read_log  # noqa: E402
-from features import CHECKS  # noqa: E402
+from conftest import load_recipe  # noqa: E402
+from features import CHECKS, read_log  # noqa: E402
 from tiny_checkpoint import tiny_overrides  # noqa: E402
 
 from ftune.config import load_config  # noqa: E402

@@ -17,6 +17,16 @@ from safetensors.torch import load_file
 from ftune.checkpointing.atomic import is_complete
 
 
+def read_log(output_dir: Path) -> list[dict]:
+    """The DiskLogger's JSONL rows of a run (every file in output_dir/logs, in name order)."""
+    import json
+
+    rows = []
+    for file in sorted((output_dir / "logs").glob("*.jsonl")):
+        rows += [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    return rows
+
+
 def losses(logs):
     return [row["loss"] for row in logs if "loss" in row]
 
@@ -148,6 +158,12 @@ def lora(run, tmp_path):
     _, out = run("max_steps=2", output_dir=tmp_path / "l")
     saved = _weights(out / "step_2")
     assert saved and all("lora_" in k for k in saved)  # adapter only, PEFT names
+
+
+def qlora_refused(run, tmp_path):
+    """Not a registry feature: the distributed LoRA recipe refuses QLoRA with a message (n/a there)."""
+    with pytest.raises(ValueError, match=r"FSDP2 cannot shard NF4-quantized base weights \(QLoRA\)"):
+        run("max_steps=1", "peft.quantize_base=true", output_dir=tmp_path)
 
 
 def qlora(run, tmp_path):

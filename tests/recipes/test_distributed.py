@@ -26,6 +26,19 @@ RECIPES = {
     "qat_distributed": ("smollm2/135M_qat_full", "full_finetune_single_device"),
 }
 SLOW = {"compile"}  # first torch.compile on 2 CPU cores takes minutes: run with -m slow
+# At world size 2, each launch costs ~1-3 minutes on 2 CPU cores. full_finetune_distributed runs
+# every declared feature by default; the LoRA and QAT recipes are the same lines by construction
+# (tests/recipes/test_skeleton.py), so by default they run the features that differ (adapters,
+# fake quantization), exact resume and the loss equality; `-m slow` runs all of them at world size 2.
+DEFAULT = {
+    "full_finetune_distributed": None,  # all
+    "lora_finetune_distributed": {"lora", "dora", "resume", "fsdp2"},
+    "qat_distributed": {"qat", "resume", "fsdp2"},
+}
+
+
+def is_slow(recipe, feature):
+    return feature in SLOW or (DEFAULT[recipe] is not None and feature not in DEFAULT[recipe])
 
 
 def features(recipe):
@@ -43,14 +56,16 @@ def _checks():
 def launched(tiny_checkpoint, tmp_path_factory, request):
     """recipe -> (results, workdir), launching each recipe's driver once (lazily)."""
     cache = {}
-    include_slow = "slow" in (request.config.getoption("-m") or "")
+    include_slow = "not slow" not in (request.config.getoption("-m") or "")
 
     def get(recipe):
         if recipe not in cache:
             workdir = tmp_path_factory.mktemp(recipe)
-            cases = ["losses", *[f for f in features(recipe) if include_slow or f not in SLOW]]
+            cases = ["losses", *[f for f in features(recipe) if include_slow or not is_slow(recipe, f)]]
             if recipe == "qat_distributed":
                 cases.append("qat_off")
+            if recipe == "lora_finetune_distributed":
+                cases.append("qlora_refused")
             cmd = [
                 sys.executable,
                 "-m",
@@ -90,7 +105,7 @@ def test_feature_at_world_size_2(recipe, feature, launched):
 def test_losses_equal_single_device(recipe, launched):
     results, workdir = launched(recipe)
     assert results["losses"] == "ok", results["losses"]
-    from conftest import read_log
+    from features import read_log
 
     got = [r["loss"] for r in read_log(workdir / "losses") if "loss" in r]
     single = GOLDENS[RECIPES[recipe][1]]
@@ -100,10 +115,15 @@ def test_losses_equal_single_device(recipe, launched):
         assert got[0] != pytest.approx(single[0], rel=1e-6)  # fake quantization is on
 
 
+def test_distributed_lora_refuses_qlora_with_a_message(launched):
+    results, _ = launched("lora_finetune_distributed")
+    assert results["qlora_refused"] == "ok", results["qlora_refused"]
+
+
 def test_qat_with_fake_quant_off_equals_full(launched):
     results, workdir = launched("qat_distributed")
     assert results["qat_off"] == "ok", results["qat_off"]
-    from conftest import read_log
+    from features import read_log
 
     got = [r["loss"] for r in read_log(workdir / "qat_off") if "loss" in r]
     assert got == pytest.approx(GOLDENS["full_finetune_single_device"], rel=1e-5)
