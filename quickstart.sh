@@ -20,7 +20,7 @@ STEPS="${QUICKSTART_STEPS:-100}"
 LIMIT="${QUICKSTART_EVAL_LIMIT:-100}"
 
 [ -f "$MODEL/model.safetensors" ] || ftune convert gguf smollm2 --output-dir "$MODEL"
-[ -f "$DATA/heldout.jsonl" ] || python -m ftune.datasets.demo "$DATA"  # same data training would write
+[ -f "$DATA/heldout.jsonl" ] || python -c "from ftune.datasets import write_demo_data; write_demo_data('$DATA')"
 rm -rf "$OUT" && mkdir -p "$OUT"
 
 echo "== Base model: exact match on $LIMIT held-out prompts"

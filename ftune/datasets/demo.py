@@ -187,12 +187,3 @@ def demo_dataset(
         packed=packed,
         max_seq_len=max_seq_len,
     )
-
-
-if __name__ == "__main__":  # python -m ftune.datasets.demo <out_dir>: write the quickstart's data
-    import sys
-
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m ftune.datasets.demo <out_dir>")
-    for written in write_demo_data(sys.argv[1]):
-        print(f"wrote {written}")

@@ -47,7 +47,8 @@ def shard_model(
         reshard_after_forward: free each layer's gathered parameters after its forward (less
             memory, one more all-gather in backward). The root keeps its own gathered (the loss
             uses the output projection right after the forward).
-        cpu_offload: keep sharded parameters, gradients and optimizer state on CPU.
+        cpu_offload: keep sharded parameters, gradients and optimizer state on CPU (a GPU run's
+            option; on a CPU run they are there already, so it changes nothing).
         param_dtype: compute dtype of the gathered parameters (bf16 mixed precision); None keeps
             the parameters' dtype.
         reduce_dtype: dtype of the gradient reduction; None keeps the gradients' dtype.
@@ -69,7 +70,8 @@ def shard_model(
         "mesh": mesh,
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
     }
-    if cpu_offload:
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    if cpu_offload and not on_cpu:  # on a CPU-only run the parameters are on the CPU already
         kwargs["offload_policy"] = CPUOffloadPolicy()
     for layer in model.layers:
         fully_shard(layer, reshard_after_forward=reshard_after_forward, **kwargs)

@@ -13,13 +13,8 @@ def ftune_cli(tmp_path):
     """Run `ftune <args>` in a subprocess; returns CompletedProcess with text output."""
 
     def run(*args: str, timeout: float = 120, env: dict | None = None, cwd: Path | None = None):
-        full_env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "FTUNE_HOME": str(tmp_path / "home"),
-            **(env or {}),
-        }
-        full_env.pop("FTUNE_DEBUG", None)
+        full_env = {k: v for k, v in os.environ.items() if k != "FTUNE_DEBUG"}
+        full_env.update({"PYTHONPATH": str(ROOT), "FTUNE_HOME": str(tmp_path / "home"), **(env or {})})
         return subprocess.run(
             [sys.executable, "-m", "ftune.cli.main", *args],
             capture_output=True,

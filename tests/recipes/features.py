@@ -177,9 +177,44 @@ def dora(run, tmp_path):
     assert any("magnitude" in k for k in _weights(out / "step_2"))
 
 
+def qat_off(run, tmp_path):
+    """Not a registry feature: QAT with fake quantization off for the whole run (compared with full)."""
+    run("max_steps=4", "fake_quant_after_n_steps=100", output_dir=tmp_path)
+
+
+def qat(run, tmp_path):
+    on, _ = run("max_steps=2", output_dir=tmp_path / "on")
+    late, _ = run("max_steps=3", "fake_quant_after_n_steps=2", output_dir=tmp_path / "late")
+    # Steps 1-2 of `late` are float (the same weights: step 1's lr is 0 in warmup), step 3 is not.
+    assert losses(on)[:2] != pytest.approx(losses(late)[:2], rel=1e-6)
+    float_only, _ = run("max_steps=2", "fake_quant_after_n_steps=100", output_dir=tmp_path / "float")
+    assert losses(late)[:2] == pytest.approx(losses(float_only), rel=1e-6)
+
+
+def fsdp2(run, tmp_path):
+    import torch.distributed as dist
+
+    logs, out = run("max_steps=2", output_dir=tmp_path)
+    assert dist.get_world_size() == 2
+    assert (out / "step_2").is_dir() and all(math.isfinite(x) for x in losses(logs))
+
+
+def cpu_offload(run, tmp_path):
+    """On a CPU-only machine parameters already live on the CPU: the setting must run and change nothing.
+    (The GPU path, FSDP2's CPUOffloadPolicy, needs an accelerator this suite does not have.)"""
+    plain, _ = run("max_steps=2", output_dir=tmp_path / "plain")
+    offload, _ = run("max_steps=2", "fsdp_cpu_offload=true", output_dir=tmp_path / "offload")
+    assert losses(offload) == pytest.approx(losses(plain), rel=1e-6)
+
+
 CHECKS = {
     f.__name__: f
     for f in (
+        qat_off,
+        qlora_refused,
+        qat,
+        fsdp2,
+        cpu_offload,
         grad_accumulation,
         grad_clipping,
         compile,

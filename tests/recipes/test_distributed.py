@@ -42,7 +42,12 @@ def is_slow(recipe, feature):
 
 
 def features(recipe):
-    return [f for f, v in registry.RECIPES[recipe].features.items() if v == registry.YES and f in _checks()]
+    return [f for f, v in registry.RECIPES[recipe].features.items() if v == registry.YES]
+
+
+def test_every_declared_feature_has_a_check():
+    declared = {f for r in RECIPES for f in features(r)}
+    assert declared <= set(_checks()), f"features without a check: {sorted(declared - set(_checks()))}"
 
 
 def _checks():
@@ -94,7 +99,8 @@ CASES = [(r, f) for r in RECIPES for f in features(r)]
 
 
 @pytest.mark.parametrize(
-    "recipe, feature", [pytest.param(r, f, marks=[pytest.mark.slow] if f in SLOW else []) for r, f in CASES]
+    "recipe, feature",
+    [pytest.param(r, f, marks=[pytest.mark.slow] if is_slow(r, f) else []) for r, f in CASES],
 )
 def test_feature_at_world_size_2(recipe, feature, launched):
     results, _ = launched(recipe)
