@@ -16,7 +16,7 @@ export FTUNE_HOME="${FTUNE_HOME:-$HOME/.cache/ftune}"
 MODEL="$FTUNE_HOME/models/SmolLM2-135M-Instruct"
 DATA="$FTUNE_HOME/data/demo"
 OUT="${QUICKSTART_OUT:-output/quickstart}"
-STEPS="${QUICKSTART_STEPS:-100}"
+STEPS="${QUICKSTART_STEPS:-60}"
 LIMIT="${QUICKSTART_EVAL_LIMIT:-100}"
 
 [ -f "$MODEL/model.safetensors" ] || ftune convert gguf smollm2 --output-dir "$MODEL"

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
-ruff check ftune recipes tests benchmarks scripts
-ruff format --check ftune recipes tests benchmarks scripts
+ruff check .
+ruff format --check .
 python -m pytest "$@"
