@@ -134,7 +134,7 @@ _RECIPES = [
         "LoRA or DoRA fine-tune sharded with FSDP2 over torchrun processes.",
         True,
         "smollm2/135M_lora",
-        ("lora", "qlora", "dora"),
+        ("lora", "dora"),
         {
             **_SFT_COMMON,
             **_LORA,
