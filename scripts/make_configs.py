@@ -111,10 +111,9 @@ def header(m: Model, method: str) -> str:
     else:
         single = "full_finetune_single_device" if method == "full" else "lora_finetune_single_device"
         dist = "full_finetune_distributed" if method == "full" else "lora_finetune_distributed"
-        runs = (
-            f"#   ftune run {single} --config {name}\n"
-            f"#   ftune run --nproc_per_node 2 {dist} --config {name}\n"
-        )
+        runs = f"#   ftune run {single} --config {name}\n"
+        if method != "qlora":  # FSDP2 cannot shard NF4 base weights yet: QLoRA is single-device
+            runs += f"#   ftune run --nproc_per_node 2 {dist} --config {name}\n"
     return f"# {m.repo.split('/')[-1]}: {TITLES[method]}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
 
 
