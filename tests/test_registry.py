@@ -59,3 +59,12 @@ def test_every_shipped_config_validates(name):
     assert recipe is not None, name
     cfg = load_config(name)
     assert collect_problems(cfg, resolve(recipe.settings)) == []
+
+
+def test_shipped_fine_tuning_configs_match_their_generator():
+    import subprocess
+    import sys
+
+    script = Path(__file__).parents[1] / "scripts" / "make_configs.py"
+    proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
