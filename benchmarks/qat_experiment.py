@@ -115,7 +115,7 @@ def main() -> None:
         "--fake-quant-after",
         type=int,
         default=None,
-        help="QAT: fake quantization from this step (default: 0)",
+        help="QAT: fake_quant_after_n_steps (default: fake quantization from step 1)",
     )
     parser.add_argument("--eval-seq-len", type=int, default=512, help="perplexity window")
     parser.add_argument("--out", type=Path, default=Path("/tmp/qat_experiment"), help="all outputs go here")
