@@ -9,11 +9,15 @@ switches the optimizations off one at a time:
 - ``label_selection``: ``batch_loss`` projects only the labelled positions to the vocabulary
   (off: ``loss_fn.token_wise = False``, the whole ``[b, s, dim]`` goes to the loss);
 - ``blocked_attention``: attention on CPU block by block over the keys each query block can see
-  (off: ``CPU_QUERY_BLOCK`` set past the sequence length, so SDPA gets the whole sequence);
+  (off: ``attention.CPU_QUERY_BLOCK`` set past the sequence length, so SDPA gets the whole
+  sequence);
+- ``lean_backward``: RMSNorm and SwiGLU save only their inputs for backward and recompute the
+  rest (off: both left to autograd);
 - ``fp32_attention_backward`` (bf16 only): the blocked attention's backward recomputes in fp32
   (off: plain bf16 SDPA backward);
-- ``lora_addmm`` (LoRA only): the adapter's scaled update accumulated into the base output by one
-  ``addmm`` (off: the former ``base + scale * lora_b(lora_a(x))``).
+- ``lora_merged_weight`` (LoRA, fp32 only): the LoRA layer multiplies by the merged weight
+  ``W + s·B·A`` (one GEMM forward, one for the input gradient; see ``ftune.peft.lora``)
+  (off: the plain ``base(x) + scale * lora_b(lora_a(x))``).
 
 Variants alternate step by step (round-robin), so load from other processes hits all of them
 alike; each reports the median wall time and CPU time (this process, all threads) of its steps,
@@ -35,7 +39,7 @@ from ftune import training
 from ftune.datasets import demo_dataset
 from ftune.models import load_hf
 from ftune.models.smollm2 import smollm2_tokenizer
-from ftune.modules import attention
+from ftune.modules import attention, cpu_attention
 from ftune.peft import apply_lora
 from ftune.peft.lora import LoRALinear
 from ftune.peft.nf4 import frozen_linear
@@ -66,14 +70,30 @@ def no_blocked_attention():
 
 @contextmanager
 def no_fp32_attention_backward():
-    sdpa = attention._sdpa
-    attention._sdpa = lambda q, k, v, mask, gqa: torch.nn.functional.scaled_dot_product_attention(
+    sdpa = cpu_attention._sdpa
+    cpu_attention._sdpa = lambda q, k, v, mask, gqa: torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, enable_gqa=gqa
     )
     try:
         yield
     finally:
-        attention._sdpa = sdpa
+        cpu_attention._sdpa = sdpa
+
+
+@contextmanager
+def no_lean_backward():
+    from ftune.modules import RMSNorm, SwiGLU
+    from ftune.modules.rms_norm import rms_norm
+
+    forwards = RMSNorm.forward, SwiGLU.forward
+    RMSNorm.forward = lambda self, x: rms_norm(x, self.weight, self.eps)[0]
+    SwiGLU.forward = lambda self, x: self.down_proj(
+        torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x)
+    )
+    try:
+        yield
+    finally:
+        RMSNorm.forward, SwiGLU.forward = forwards
 
 
 def _former_lora_forward(self: LoRALinear, x: torch.Tensor) -> torch.Tensor:
@@ -81,7 +101,7 @@ def _former_lora_forward(self: LoRALinear, x: torch.Tensor) -> torch.Tensor:
 
 
 @contextmanager
-def no_lora_addmm():
+def no_lora_merged_weight():
     forward = LoRALinear.forward
     LoRALinear.forward = _former_lora_forward
     try:
@@ -135,11 +155,12 @@ def main() -> None:
     switches = {
         "label_selection": lambda: no_label_selection(loss_fn),
         "blocked_attention": no_blocked_attention,
+        "lean_backward": no_lean_backward,
     }
     if args.dtype == "bf16":
         switches["fp32_attention_backward"] = no_fp32_attention_backward
-    if args.method == "lora":
-        switches["lora_addmm"] = no_lora_addmm
+    if args.method == "lora" and args.dtype == "fp32":
+        switches["lora_merged_weight"] = no_lora_merged_weight
     variants = {"all on": []} | {f"without {name}": [name] for name in switches} | {"all off": list(switches)}
 
     def step(variant: str, i: int) -> tuple[float, float]:

@@ -12,8 +12,9 @@ Every configuration runs in its own subprocess, so that peak RSS figures do not 
   DiskLogger JSONL (``tokens_per_second``, ``peak_memory_gib``). The logged rate is a 10-step
   sliding window, so the per-step durations are recovered exactly from it (see ``step_seconds``).
 - ``bare``: a plain loop in this file over the same model and batches: ftune's model modules
-  (``ftune.models.load_hf``, i.e. ``ftune.modules.TransformerDecoder``) called as ``model(tokens)``
-  (causal attention, no document mask, positions 0..511), full logits, ``.float()``,
+  (``ftune.models.load_hf``, i.e. ``ftune.modules.TransformerDecoder``) switched to the textbook
+  computation (``plain_model_modules``: one causal SDPA call per layer, RMSNorm and SwiGLU left
+  to autograd), called as ``model(tokens)`` (no document mask, positions 0..511), full logits, ``.float()``,
   ``F.cross_entropy``, ``clip_grad_norm_(1.0)``, ``torch.optim.AdamW`` (same lr and weight decay as
   the recipe's config). Its LoRA variant wraps the same seven linears with a naive adapter
   (``base(x) + scale * B(A(x))``, frozen base, rank 16, alpha 32). With compile on, each decoder
@@ -173,7 +174,7 @@ def run_recipe(result: Result, ftune_home: Path, threads: int | None) -> Result:
     """The recipe through ``ftune run``, figures from its DiskLogger JSONL."""
     out = Path(tempfile.mkdtemp(prefix=f"bench_{result.name}_", dir=os.environ.get("BENCH_TMP")))
     cmd = [
-        sys.executable, "-m", "ftune.cli", "run", RECIPE[result.method], "--config", CONFIG[result.method],
+        sys.executable, "-P", "-m", "ftune.cli", "run", RECIPE[result.method], "--config", CONFIG[result.method],
         f"output_dir={out}",
         "dataset.packed=true",
         f"tokenizer.max_seq_len={SEQ_LEN}",
@@ -214,6 +215,23 @@ def run_bare(result: Result, ftune_home: Path, threads: int | None) -> Result:
     return result
 
 
+def plain_model_modules() -> None:
+    """Switch ftune's model modules to the plain PyTorch computation, for the bare loop.
+
+    Attention becomes one ``F.scaled_dot_product_attention(is_causal=True)`` call per layer (no
+    CPU block skipping), and RMSNorm and SwiGLU are left to autograd (which saves more for
+    backward). Also used by ``step_ablation.py``.
+    """
+    import torch.nn.functional as F
+
+    from ftune.modules import RMSNorm, SwiGLU, attention
+    from ftune.modules.rms_norm import rms_norm
+
+    attention.CPU_QUERY_BLOCK = 1 << 30  # never reached: SDPA over the whole sequence
+    RMSNorm.forward = lambda self, x: rms_norm(x, self.weight, self.eps)[0]
+    SwiGLU.forward = lambda self, x: self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
 def bare_child(spec: dict) -> None:
     """The bare PyTorch loop: model(tokens) -> full logits -> F.cross_entropy -> AdamW."""
     import torch
@@ -238,6 +256,8 @@ def bare_child(spec: dict) -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.base(x) + self.scale * self.b(self.a(x))
 
+    # The textbook computation: none of ftune's CPU-attention or activation-memory work in the model.
+    plain_model_modules()
     torch.manual_seed(0)
     home = Path(spec["ftune_home"])
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[spec["dtype"]]

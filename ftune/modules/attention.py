@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftune.modules.cpu_attention import CPU_QUERY_BLOCK, cpu_attention
 from ftune.modules.kv_cache import KVCache
 from ftune.modules.rope import RotaryEmbedding
 
@@ -83,6 +84,9 @@ class GroupedQueryAttention(nn.Module):
             if mask is None:
                 cache_pos = torch.arange(k.shape[2], device=x.device)
                 mask = cache_pos[None, None, :] <= input_pos[:, :, None]  # (b or 1, s, max_seq_len)
+        elif x.device.type == "cpu" and s >= 2 * CPU_QUERY_BLOCK:
+            # CPU kernels compute every (query, key) pair: skip the blocks the mask excludes.
+            return cpu_attention(q, k, v, mask, gqa=self.num_kv_heads != self.num_heads, o_proj=self.o_proj)
         elif mask is None:
             # Fast path: lets SDPA pick the flash / memory-efficient kernels with no mask tensor.
             is_causal = True

@@ -1,5 +1,7 @@
 """SwiGLU feed-forward block (Shazeer, 2020)."""
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,4 +27,31 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., embed_dim) -> (..., embed_dim)."""
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_proj(x), self.up_proj(x)  # (..., hidden_dim) each
+        needs_grad = torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)
+        if needs_grad and not torch.compiler.is_compiling():
+            return self.down_proj(_SiluMul.apply(gate, up))
+        return self.down_proj(F.silu(gate) * up)
+
+
+class _SiluMul(torch.autograd.Function):
+    """``silu(gate) * up`` that saves only ``gate`` and ``up`` for backward.
+
+    Left to autograd, the product also saves ``silu(gate)``, a third tensor of the hidden width
+    (the largest activations of the layer); here it is recomputed in backward. Forward and
+    backward run the plain expression's kernels, so outputs and gradients are bit for bit the
+    same (tested).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        # The kernels autograd runs for the plain expression, in the same order: identical gradients.
+        gate, up = ctx.saved_tensors
+        grad_up = grad * F.silu(gate) if ctx.needs_input_grad[1] else None
+        grad_gate = torch.ops.aten.silu_backward(grad * up, gate) if ctx.needs_input_grad[0] else None
+        return grad_gate, grad_up

@@ -1,5 +1,7 @@
 """Root-mean-square layer norm (Zhang & Sennrich, 2019), as used by Llama, Qwen and Mistral."""
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -27,9 +29,50 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise `x` of shape (..., dim); returns the same shape and dtype."""
-        x_fp32 = x.float()
-        x_fp32 = x_fp32 * torch.rsqrt(x_fp32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x_fp32.to(x.dtype)
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        if needs_grad and not torch.compiler.is_compiling():
+            return _RMSNormFunction.apply(x, self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps)[0]
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight * (x / sqrt(mean(x^2) + eps))`` and the fp32 reciprocal root ``(..., 1)``."""
+    x_fp32 = x.float()
+    rstd = torch.rsqrt(x_fp32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * (x_fp32 * rstd).to(x.dtype), rstd
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """RMSNorm that saves only its input and the per-row ``rstd`` for backward.
+
+    Left to autograd, the forward above saves the fp32 copy of ``x`` and the normalised ``x``
+    besides (SmolLM2-135M, bf16: three times the input's size per norm, two norms a layer). Here
+    the normalised input is recomputed in backward. The forward is the same computation, so the
+    outputs are bit for bit those of the plain module; gradients agree to float rounding and are
+    accumulated in fp32.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        out, rstd = rms_norm(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, rstd = ctx.saved_tensors
+        normed = x.float() * rstd  # (..., dim) fp32
+        grad_x = grad_weight = None
+        if ctx.needs_input_grad[1]:
+            # The forward multiplied by normed rounded to x's dtype; use the same factor.
+            rows = (grad.float() * normed.to(x.dtype).float()).reshape(-1, normed.shape[-1])
+            grad_weight = rows.sum(0).to(weight.dtype)
+        if ctx.needs_input_grad[0]:
+            grad_normed = (grad * weight).float()  # (..., dim)
+            # d/dx of x·rstd(x): rstd·(g - normed·mean(g·normed)).
+            mean = (grad_normed * normed).mean(-1, keepdim=True)
+            grad_x = (rstd * (grad_normed - normed * mean)).to(x.dtype)
+        return grad_x, grad_weight, None

@@ -55,6 +55,21 @@ def test_forward_formula_after_update() -> None:
     torch.testing.assert_close(nn.functional.linear(x, layer.merged_weight(), base.bias), layer(x))
 
 
+class RecordMatmuls(TorchDispatchMode):
+    """Records (op, input shapes, output shape) of every mm / addmm run while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, list[tuple[int, ...]], tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if str(func).startswith(("aten.mm", "aten.addmm")):
+            shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+            self.calls.append((str(func).split(".")[1], shapes[-2:], tuple(out.shape)))
+        return out
+
+
 def test_backward_computes_no_base_weight_gradient() -> None:
     base, layer = make_layer()
     with torch.no_grad():
@@ -65,15 +80,64 @@ def test_backward_computes_no_base_weight_gradient() -> None:
         out.square().sum().backward()
     assert base.weight.grad is None and base.bias.grad is None
     assert layer.lora_a.weight.grad is not None and layer.lora_b.weight.grad is not None
-    # No backward matmul or reduction produces the base weight's or bias's shape: their gradients
-    # are skipped, not computed and dropped.
-    computed = [
-        (op, shape) for op, shape in rec.shapes if op.startswith(("aten.mm", "aten.addmm", "aten.sum"))
-    ]
-    assert not [c for c in computed if c[1] in {(40, 24), (40,)}], computed
-    mms = [shape for op, shape in computed if op.startswith("aten.mm")]
-    # grad of B, grad through B, grad of A, x.grad through A, x.grad through W: five, none for W.
-    assert sorted(mms) == sorted([(40, 4), (8, 4), (4, 24), (8, 24), (8, 24)]), mms
+    # No backward reduction produces the bias's shape, and no matmul over the 8 tokens produces
+    # the weight's: their gradients are skipped, not computed and dropped.
+    assert not [s for op, s in rec.shapes if op.startswith("aten.sum") and s == (40,)]
+    with RecordMatmuls() as mm:
+        layer(x).square().sum().backward()
+    products = sorted((inputs[0][-1], output) for _, inputs, output in mm.calls)  # (inner dim, output)
+    assert (8, (40, 24)) not in products, products
+    # fp32 takes the merged path: forward W + s·B·A (inner dim 4), then one GEMM; backward the
+    # merge again, dx through it, and the two adapter gradients (through B, of A; through A, of B).
+    assert products == sorted(
+        [
+            (4, (40, 24)),
+            (24, (8, 40)),
+            (4, (40, 24)),
+            (40, (8, 24)),
+            (40, (8, 4)),
+            (8, (24, 4)),
+            (24, (8, 4)),
+            (8, (40, 4)),
+        ]
+    ), products
+
+
+def unmerged(layer: LoRALinear, x: torch.Tensor) -> torch.Tensor:
+    """The LoRA formula computed term by term, for comparison."""
+    a, b = layer.lora_a.weight, layer.lora_b.weight
+    return x @ layer.weight.T + layer.bias + layer.scale * ((x @ a.T) @ b.T)
+
+
+def test_merged_path_equals_the_formula_with_gradients() -> None:
+    _, layer = make_layer()
+    with torch.no_grad():
+        layer.lora_b.weight.normal_()
+    x = torch.randn(2, 7, 24, requires_grad=True)
+    assert layer._merged_path(x)
+    params = (x, layer.lora_a.weight, layer.lora_b.weight)
+    got = layer(x)
+    grads = torch.autograd.grad(got.square().sum(), params)
+    want = unmerged(layer, x)
+    want_grads = torch.autograd.grad(want.square().sum(), params)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    # An input that needs no gradient (the first layer's): only the adapter gradients.
+    grads = torch.autograd.grad(layer(x.detach()).square().sum(), params[1:])
+    for g, w in zip(grads, torch.autograd.grad(unmerged(layer, x.detach()).square().sum(), params[1:])):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_merged_path_only_where_exact_enough() -> None:
+    _, layer = make_layer(dropout=0.1)
+    x = torch.randn(3, 24)
+    assert not layer.train()._merged_path(x)  # dropout applies to the adapter input only
+    assert layer.eval()._merged_path(x)
+    bf16 = LoRALinear(nn.Linear(24, 40, dtype=torch.bfloat16), rank=4, alpha=8.0)
+    assert not bf16._merged_path(x.bfloat16())  # s·B·A would be rounded to W's 8-bit mantissa
+    layer.weight.requires_grad_(True)
+    assert not layer._merged_path(x)  # an unfrozen base needs its own gradient
 
 
 def test_dropout_only_on_adapter_path() -> None:

@@ -1,0 +1,159 @@
+"""Attention on CPU that skips the (query, key) blocks a causal or packed-document mask excludes.
+
+PyTorch's CPU attention kernels compute every (query, key) pair of a masked sequence, and skip
+little even with ``is_causal=True`` (measured on SmolLM2-135M's shapes: causal costs about what
+a full mask does). A causal mask leaves half of the pairs unused and a packed-document mask most
+of them (7 documents in 512 tokens use about 1/7). Attending block of queries by block of queries,
+each over only the span of keys it can see, skips that work. The skipped keys are exactly those
+the mask excludes for every query of a block, so the result is that of one SDPA call up to float
+rounding (``tests/modules/test_cpu_attention.py``).
+"""
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Query rows per block; 64 was the fastest of 32 / 64 / 128 for SmolLM2-135M (9 heads of 64,
+# 512 tokens, fp32 and bf16).
+CPU_QUERY_BLOCK = 64
+# Use the blocked path for a mask only when it skips at least this share of the pairs.
+_MIN_SKIPPED = 0.25
+
+Blocks = list[tuple[int, int, int, int]]  # (q_start, q_end, k_start, k_end)
+
+
+def cpu_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    *,
+    gqa: bool,
+    o_proj: nn.Module,
+) -> torch.Tensor:
+    """``o_proj(attention(q, k, v))`` computed block by block.
+
+    The output projection is applied per block, so that it saves for backward the block SDPA
+    saves anyway; one ``o_proj`` over the concatenated blocks would keep another copy of the
+    whole attention output (141 MiB for SmolLM2-135M, fp32, 4 x 512 tokens).
+
+    Args:
+        q: queries (b, h, s, d).
+        k: keys (b, h_kv, s, d).
+        v: values (b, h_kv, s, d).
+        mask: bool (b, s, s), True = may attend; None = causal.
+        gqa: h_kv < h (grouped-query attention).
+        o_proj: the output projection, (b, s, h * d) -> (b, s, dim).
+
+    Returns:
+        (b, s, dim).
+    """
+    if mask is None:
+        return _causal(q, k, v, gqa, o_proj)
+    return _masked(q, k, v, mask, gqa, o_proj)
+
+
+def key_blocks(mask: torch.Tensor, block: int = CPU_QUERY_BLOCK) -> Blocks | None:
+    """Split the queries into blocks and find, per block, the span of keys any of them may see.
+
+    Args:
+        mask: bool (b, s, s_kv), True = may attend.
+        block: query rows per block.
+
+    Returns:
+        ``[(q_start, q_end, k_start, k_end), ...]`` covering the queries, or None when blocking
+        would skip less than a quarter of the pairs or some block sees no key at all (both are
+        left to one SDPA call).
+    """
+    b, s, s_kv = mask.shape
+    num_blocks = -(-s // block)
+    pad = num_blocks * block - s
+    rows = F.pad(mask, (0, 0, 0, pad)) if pad else mask  # (b, num_blocks * block, s_kv)
+    seen = rows.view(b, num_blocks, block, s_kv).any(dim=2).any(dim=0)  # (num_blocks, s_kv)
+    pos = torch.arange(s_kv, device=mask.device)
+    first = torch.where(seen, pos, s_kv).amin(dim=1)
+    last = torch.where(seen, pos, -1).amax(dim=1) + 1
+    spans = torch.stack([first, last], dim=1).tolist()  # one host sync per call
+    if any(k0 >= k1 for k0, k1 in spans):
+        return None
+    blocks = [(q0, min(q0 + block, s), k0, k1) for q0, (k0, k1) in zip(range(0, s, block), spans)]
+    used = sum((q1 - q0) * (k1 - k0) for q0, q1, k0, k1 in blocks)
+    return blocks if used <= (1 - _MIN_SKIPPED) * s * s_kv else None
+
+
+def _causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool, o_proj: nn.Module) -> torch.Tensor:
+    """Causal attention: the blocks depend on the shape only, so this compiles without a break."""
+    s = q.shape[2]
+    causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()[None]  # (1, s, s)
+    ends = [min(q0 + CPU_QUERY_BLOCK, s) for q0 in range(0, s, CPU_QUERY_BLOCK)]
+    blocks = [(q0, q1, 0, q1) for q0, q1 in zip(range(0, s, CPU_QUERY_BLOCK), ends)]
+    return _blocked(q, k, v, causal, blocks, gqa, o_proj)
+
+
+@torch.compiler.disable  # the blocks depend on the mask's values: run eagerly (one graph break)
+def _masked(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool, o_proj: nn.Module
+) -> torch.Tensor:
+    blocks = key_blocks(mask)
+    if blocks is None:
+        return o_proj(_sdpa(q, k, v, mask[:, None], gqa).transpose(1, 2).flatten(2))
+    return _blocked(q, k, v, mask, blocks, gqa, o_proj)
+
+
+def _blocked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    blocks: Blocks,
+    gqa: bool,
+    o_proj: nn.Module,
+) -> torch.Tensor:
+    """o_proj(SDPA) block by block; mask (b or 1, s, s); returns (b, s, dim)."""
+    outs = []
+    for q0, q1, k0, k1 in blocks:
+        block_mask = mask[:, None, q0:q1, k0:k1]  # (b or 1, 1, q block, k span)
+        out = _sdpa(q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1], block_mask, gqa)  # (b, h, q block, d)
+        outs.append(o_proj(out.transpose(1, 2).flatten(2)))  # (b, q block, dim)
+    return torch.cat(outs, dim=1)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool) -> torch.Tensor:
+    """SDPA; in bf16 / fp16 with the backward recomputed in fp32 (see `_Fp32BackwardAttention`)."""
+    low_precision = q.dtype in (torch.bfloat16, torch.float16)
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if low_precision and needs_grad and not torch.compiler.is_compiling():
+        return _Fp32BackwardAttention.apply(q, k, v, mask, gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+class _Fp32BackwardAttention(torch.autograd.Function):
+    """SDPA whose forward runs in the input dtype and whose backward recomputes it in fp32.
+
+    PyTorch's CPU attention backward is about 2x slower in bf16 than in fp32 (measured on
+    SmolLM2-135M's shapes); recomputing the forward in fp32 and backpropagating through that is
+    still faster, and saves only q, k, v and the mask (no output, no log-sum-exp). The forward,
+    hence the loss, is plain SDPA's; the gradients are those of the fp32 computation rounded to
+    the input dtype, at least as accurate as the low-precision backward (tested).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool
+    ) -> torch.Tensor:
+        ctx.save_for_backward(q, k, v, mask)
+        ctx.gqa = gqa
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, mask = ctx.saved_tensors
+        needed = ctx.needs_input_grad[:3]
+        with torch.enable_grad():
+            inputs = [t.detach().float().requires_grad_(n) for t, n in zip((q, k, v), needed)]
+            out = F.scaled_dot_product_attention(*inputs, attn_mask=mask, enable_gqa=ctx.gqa)
+            wanted = [t for t in inputs if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, wanted, grad.float()))
+        return *(next(grads).to(t.dtype) if n else None for t, n in zip((q, k, v), needed)), None, None

@@ -1,0 +1,109 @@
+"""The CPU block-skipping attention path equals one plain SDPA call, outputs and gradients."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ftune.modules import causal_mask, document_causal_mask
+from ftune.modules.cpu_attention import CPU_QUERY_BLOCK, cpu_attention, key_blocks
+
+SEQ = 3 * CPU_QUERY_BLOCK + 17  # a ragged last block
+
+
+def reference(q, k, v, mask, o_proj):
+    """o_proj(SDPA) in one call: the result the blocked path must reproduce."""
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=None if mask is None else mask[:, None], is_causal=mask is None, enable_gqa=True
+    )
+    return o_proj(out.transpose(1, 2).flatten(2))
+
+
+def inputs(dtype: torch.dtype, seed: int = 0):
+    torch.manual_seed(seed)
+    b, h, h_kv, d = 2, 4, 2, 16
+    q = torch.randn(b, h, SEQ, d, dtype=dtype, requires_grad=True)
+    k = torch.randn(b, h_kv, SEQ, d, dtype=dtype, requires_grad=True)
+    v = torch.randn(b, h_kv, SEQ, d, dtype=dtype, requires_grad=True)
+    o_proj = nn.Linear(h * d, 24, bias=False, dtype=dtype)
+    return q, k, v, o_proj
+
+
+def documents(lengths: list[list[int]]) -> torch.Tensor:
+    """(b, SEQ) document ids from per-row document lengths (each row's lengths sum to SEQ)."""
+    rows = [torch.repeat_interleave(torch.arange(len(ls)), torch.tensor(ls)) for ls in lengths]
+    return torch.stack(rows)
+
+
+MASKS = {
+    "causal": lambda: None,
+    "causal as a mask": lambda: causal_mask(SEQ).expand(2, SEQ, SEQ),
+    "packed documents": lambda: document_causal_mask(documents([[40, 90, 60, 19], [60, 149]])),
+}
+
+
+@pytest.mark.parametrize("name", MASKS)
+def test_blocked_equals_one_sdpa_call_fp32(name: str) -> None:
+    mask = MASKS[name]()
+    q, k, v, o_proj = inputs(torch.float32)
+    got = cpu_attention(q, k, v, mask, gqa=True, o_proj=o_proj)
+    grads = torch.autograd.grad(got.square().sum(), (q, k, v, o_proj.weight))
+    want = reference(q, k, v, mask, o_proj)
+    want_grads = torch.autograd.grad(want.square().sum(), (q, k, v, o_proj.weight))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", MASKS)
+def test_blocked_bf16_forward_exact_gradients_at_least_as_good(name: str) -> None:
+    """bf16: the forward is SDPA's own; the fp32-recomputed backward is no further from fp32 truth."""
+    mask = MASKS[name]()
+    q, k, v, o_proj = inputs(torch.bfloat16)
+    got = cpu_attention(q, k, v, mask, gqa=True, o_proj=o_proj)
+    grads = torch.autograd.grad(got.float().square().sum(), (q, k, v))
+    plain = reference(q, k, v, mask, o_proj)
+    plain_grads = torch.autograd.grad(plain.float().square().sum(), (q, k, v))
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    o32 = nn.Linear(o_proj.in_features, o_proj.out_features, bias=False)
+    o32.weight.data.copy_(o_proj.weight.float())
+    truth = reference(q32, k32, v32, mask, o32)
+    truth_grads = torch.autograd.grad(truth.square().sum(), (q32, k32, v32))
+    torch.testing.assert_close(got.float(), plain.float(), rtol=2e-2, atol=2e-2)
+    for g, p, t in zip(grads, plain_grads, truth_grads):
+        assert (g.float() - t).norm() <= 1.05 * (p.float() - t).norm() + 1e-3
+
+
+def test_key_blocks_spans_and_fallbacks() -> None:
+    mask = document_causal_mask(documents([[40, 90, 60, 19], [60, 149]]))
+    blocks = key_blocks(mask)
+    assert [b[:2] for b in blocks] == [(0, 64), (64, 128), (128, 192), (192, SEQ)]
+    # A block's keys run from the start of the earliest document its queries (in any row) are in,
+    # to its last query.
+    assert [b[2:] for b in blocks] == [(0, 64), (40, 128), (40, 192), (60, SEQ)]
+    # A full (non-causal) mask skips nothing: left to one SDPA call.
+    assert key_blocks(torch.ones(1, SEQ, SEQ, dtype=torch.bool)) is None
+    # A block whose queries see no key at all is left to SDPA too.
+    empty = causal_mask(SEQ)[None].clone()
+    empty[0, :CPU_QUERY_BLOCK] = False
+    assert key_blocks(empty) is None
+
+
+def test_attention_module_takes_the_blocked_path_only_for_long_cpu_sequences(monkeypatch) -> None:
+    from ftune.modules import GroupedQueryAttention, RotaryEmbedding
+    from ftune.modules import attention as attention_module
+
+    calls = []
+    monkeypatch.setattr(
+        attention_module,
+        "cpu_attention",
+        lambda *a, **kw: calls.append(a[0].shape[2]) or cpu_attention(*a, **kw),
+    )
+    torch.manual_seed(0)
+    attn = GroupedQueryAttention(
+        q_proj=nn.Linear(32, 32), k_proj=nn.Linear(32, 16), v_proj=nn.Linear(32, 16),
+        o_proj=nn.Linear(32, 32), num_heads=4, num_kv_heads=2, head_dim=8, rope=RotaryEmbedding(8),
+    )  # fmt: skip
+    for seq in (2 * CPU_QUERY_BLOCK - 1, 2 * CPU_QUERY_BLOCK):
+        attn(torch.randn(1, seq, 32), input_pos=torch.arange(seq)[None])
+    assert calls == [2 * CPU_QUERY_BLOCK]

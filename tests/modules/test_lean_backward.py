@@ -1,0 +1,78 @@
+"""RMSNorm and SwiGLU save less for backward than autograd would, and compute the same thing."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ftune.modules import RMSNorm, SwiGLU
+from ftune.modules.rms_norm import rms_norm
+
+
+def saved_bytes(fn) -> int:
+    """Bytes of the distinct tensors autograd saves while running fn (parameters excluded)."""
+    sizes = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if not isinstance(t, nn.Parameter):
+            sizes[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(sizes.values())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_output_exact_gradients_close_and_less_saved(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    norm = RMSNorm(64, eps=1e-5).to(dtype)
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(3, 10, 64, dtype=dtype, requires_grad=True)
+
+    def plain() -> torch.Tensor:
+        return rms_norm(x, norm.weight, norm.eps)[0]  # the same ops, left to autograd
+
+    got, want = norm(x), plain()
+    assert torch.equal(got, want)
+    dy = torch.randn_like(got)
+    grads = torch.autograd.grad(got, (x, norm.weight), dy)
+    want_grads = torch.autograd.grad(want, (x, norm.weight), dy)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 5e-2}
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, **tol)
+    # Saved: x and the (rows, 1) rstd, not also x in fp32 and the normalised x.
+    assert saved_bytes(lambda: norm(x)) == x.numel() * x.element_size() + 30 * 4
+    assert saved_bytes(plain) > 2 * x.numel() * x.element_size()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_swiglu_output_and_gradients_bit_exact_and_less_saved(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    mlp = SwiGLU(
+        gate_proj=nn.Linear(32, 96, bias=False, dtype=dtype),
+        up_proj=nn.Linear(32, 96, bias=False, dtype=dtype),
+        down_proj=nn.Linear(96, 32, bias=False, dtype=dtype),
+    )
+    x = torch.randn(2, 5, 32, dtype=dtype, requires_grad=True)
+
+    def plain() -> torch.Tensor:
+        return mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+
+    got, want = mlp(x), plain()
+    assert torch.equal(got, want)
+    params = (x, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    dy = torch.randn_like(got)
+    for g, w in zip(torch.autograd.grad(got, params, dy), torch.autograd.grad(want, params, dy)):
+        assert torch.equal(g, w)
+    hidden = 2 * 5 * 96 * x.element_size()  # one (2, 5, 96) activation
+    assert saved_bytes(plain) - saved_bytes(lambda: mlp(x)) == hidden  # silu(gate) is not kept
+
+
+def test_no_autograd_function_when_nothing_needs_a_gradient() -> None:
+    norm = RMSNorm(8).requires_grad_(False)
+    x = torch.randn(2, 8)
+    assert norm(x).grad_fn is None
+    with torch.no_grad():
+        assert RMSNorm(8)(x.requires_grad_()).grad_fn is None
