@@ -23,7 +23,12 @@ def main(cfg: config.Config) -> None:
     rank, world = info.rank, info.world_size
     if s.fail_rank == rank:
         raise RuntimeError(f"rank {rank} fails on purpose (fail_rank={s.fail_rank}).")
-    total = torch.tensor([rank], dtype=torch.int64)
+    if device.type == "cuda":
+        device = torch.device("cuda", info.local_rank)
+        torch.cuda.set_device(device)
+    # All-reduce where training will: on the GPU when the backend has NCCL, so NCCL is what is checked.
+    on = device if "nccl" in backend else torch.device("cpu")
+    total = torch.tensor([rank], dtype=torch.int64, device=on)
     dist.all_reduce(total)
     expected = world * (world - 1) // 2
     if total.item() != expected:
@@ -31,7 +36,8 @@ def main(cfg: config.Config) -> None:
             f"all_reduce gave {total.item()}, expected {expected}: the process group is broken."
         )
     print(
-        f"rank {rank}/{world} ok: backend={backend} host={os.uname().nodename} all_reduce={total.item()}",
+        f"rank {rank}/{world} ok: backend={backend} device={on} host={os.uname().nodename} "
+        f"all_reduce={total.item()}",
         flush=True,
     )
     dist.barrier()

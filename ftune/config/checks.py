@@ -43,20 +43,24 @@ def _hints(target: Any) -> dict[str, Any]:
         return {}
 
 
-def check_component(node: Any, path: str, provided: tuple[str, ...] = ()) -> list[str]:
+def check_component(
+    node: Any, path: str, provided: tuple[str, ...] = (), *, nested: bool = False
+) -> list[str]:
     """Collect every problem in a component node and its children; never raises.
 
     Checks that ``_component_`` imports, that every argument names a parameter (with a
     did-you-mean), that required keyword-only parameters are set, and that scalar values fit
-    simple annotations. Positional parameters are runtime objects the recipe passes in, and so
-    are the keyword arguments named in `provided` (e.g. a scheduler's ``num_training_steps``).
+    simple annotations. Positional parameters of a top-level component are runtime objects the
+    recipe passes in, and so are the keyword arguments named in `provided` (e.g. a scheduler's
+    ``num_training_steps``). A `nested` component (an argument of another) gets no runtime
+    objects, so it must set its required positional parameters or be ``_partial_``.
     """
     if isinstance(node, list):
-        return [p for i, v in enumerate(node) for p in check_component(v, f"{path}[{i}]")]
+        return [p for i, v in enumerate(node) for p in check_component(v, f"{path}[{i}]", nested=nested)]
     if not isinstance(node, dict):
         return []
     if COMPONENT not in node:
-        return [p for k, v in node.items() for p in check_component(v, f"{path}.{k}")]
+        return [p for k, v in node.items() for p in check_component(v, f"{path}.{k}", nested=nested)]
     dotted = node[COMPONENT]
     try:
         target = resolve(dotted)
@@ -90,6 +94,20 @@ def check_component(node: Any, path: str, provided: tuple[str, ...] = ()) -> lis
                     f"{path}.{name}: required by {dotted} but not set. "
                     f"Add it to the YAML or pass {path}.{name}=<value> on the command line."
                 )
+        if nested and not partial:
+            runtime = [
+                n
+                for n, p in params.items()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                and p.default is p.empty
+                and n not in args
+            ]
+            if runtime:
+                problems.append(
+                    f"{path}: {dotted} takes {', '.join(runtime)} from the recipe, which passes nothing to a "
+                    f"component nested in another. Add `_partial_: true` to {path} so that the outer "
+                    "component can call it with them."
+                )
         hints = _hints(target)
         for key, value in args.items():
             if key in hints and not isinstance(value, (dict, list)) and _type_ok(value, hints[key]) is False:
@@ -98,7 +116,7 @@ def check_component(node: Any, path: str, provided: tuple[str, ...] = ()) -> lis
                     f"({type(value).__name__})."
                 )
     for key, value in args.items():
-        problems.extend(check_component(value, f"{path}.{key}"))
+        problems.extend(check_component(value, f"{path}.{key}", nested=True))
     return problems
 
 

@@ -1,7 +1,7 @@
 """Dataset components: each takes the tokenizer positionally and the rest as keywords from YAML."""
 
 from ftune.datasets.chat import chat_dataset
-from ftune.datasets.concat import ConcatDataset
+from ftune.datasets.concat import ConcatDataset, concat_datasets
 from ftune.datasets.demo import demo_dataset, exact_match, read_demo_examples, write_demo_data
 from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
 from ftune.datasets.preference import PreferenceDataset, preference_dataset
@@ -17,6 +17,7 @@ __all__ = [
     "TextCompletionDataset",
     "alpaca_dataset",
     "chat_dataset",
+    "concat_datasets",
     "demo_dataset",
     "exact_match",
     "instruct_dataset",

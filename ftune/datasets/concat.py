@@ -56,3 +56,46 @@ class ConcatDataset(torch.utils.data.Dataset):
         part = bisect.bisect_right(self.cumulative_sizes, index)
         offset = self.cumulative_sizes[part - 1] if part else 0
         return self.datasets[part][index - offset]
+
+
+def concat_datasets(tokenizer: Any, *, datasets: Sequence[Any]) -> ConcatDataset:
+    """Mix datasets from a config: build each part with the recipe's tokenizer, then concatenate.
+
+    A dataset builder needs the tokenizer, which only the recipe has, so each part is given as a
+    partial component (``_partial_: true``) and called here::
+
+        dataset:
+          _component_: ftune.datasets.concat_datasets
+          datasets:
+            - _component_: ftune.datasets.alpaca_dataset
+              _partial_: true
+            - _component_: ftune.datasets.chat_dataset
+              _partial_: true
+              source: data/chats.jsonl
+              conversation_style: openai
+
+    Args:
+        tokenizer: the recipe's tokenizer, passed to every part.
+        datasets: the parts, each a callable taking the tokenizer (what ``_partial_: true``
+            builds) or an already built dataset.
+
+    Returns:
+        A :class:`ConcatDataset` of the parts, in order.
+
+    Raises:
+        ValueError: a part is neither (e.g. ``_partial_: true`` was left out, so the config system
+            tried to build it without a tokenizer), or as :class:`ConcatDataset`.
+    """
+    parts = []
+    for i, part in enumerate(datasets):
+        if isinstance(part, torch.utils.data.Dataset):
+            parts.append(part)
+        elif callable(part):
+            parts.append(part(tokenizer))
+        else:
+            raise ValueError(
+                f"concat_datasets: datasets[{i}] is a {type(part).__name__} ({part!r}), not a dataset "
+                "builder. Give each part as a component with `_partial_: true`, so that it is called "
+                "with the tokenizer."
+            )
+    return ConcatDataset(parts)

@@ -107,3 +107,20 @@ def test_positional_runtime_args_are_not_required():
 def test_describe_lists_help():
     rows = {r[0]: r for r in describe(DemoSettings)}
     assert rows["batch_size"] == ("batch_size", "int", 4, "samples per step")
+
+
+def test_nested_component_needing_runtime_args_must_be_partial():
+    mix = {
+        "_component_": "ftune.datasets.concat_datasets",
+        "datasets": [{"_component_": "ftune.datasets.alpaca_dataset", "source": "a.jsonl"}],
+    }
+    problems = check_component(mix, "dataset")
+    assert problems == [
+        "dataset.datasets[0]: ftune.datasets.alpaca_dataset takes tokenizer from the recipe, which passes "
+        "nothing to a component nested in another. Add `_partial_: true` to dataset.datasets[0] so that "
+        "the outer component can call it with them."
+    ]
+    mix["datasets"][0]["_partial_"] = True
+    assert check_component(mix, "dataset") == []
+    # At the top level the recipe passes the tokenizer: no problem.
+    assert check_component({"_component_": "ftune.datasets.alpaca_dataset"}, "dataset") == []

@@ -15,6 +15,7 @@ from ftune.datasets import (
     ConcatDataset,
     alpaca_dataset,
     chat_dataset,
+    concat_datasets,
     instruct_dataset,
     preference_dataset,
     text_completion_dataset,
@@ -236,3 +237,30 @@ def test_concat_dataset_mixes_and_rejects_mixed_kinds(tmp_path, tokenizer):
         ConcatDataset([a, packed])
     with pytest.raises(ValueError, match="got no datasets"):
         ConcatDataset([])
+
+
+def test_concat_datasets_from_yaml(tmp_path, tokenizer):
+    from ftune.config import instantiate
+
+    a = _jsonl(tmp_path / "a.jsonl", [{"input": "a", "output": "1"}] * 2)
+    b = _jsonl(tmp_path / "b.jsonl", [{"text": "hello"}] * 3)
+    yaml = tmp_path / "mix.yaml"
+    yaml.write_text(
+        "dataset:\n"
+        "  _component_: ftune.datasets.concat_datasets\n"
+        "  datasets:\n"
+        "    - _component_: ftune.datasets.instruct_dataset\n"
+        "      _partial_: true\n"
+        f"      source: {a}\n"
+        "    - _component_: ftune.datasets.text_completion_dataset\n"
+        "      _partial_: true\n"
+        f"      source: {b}\n"
+    )
+    from ftune.config import load_config
+
+    mixed = instantiate(load_config(yaml).dataset, tokenizer)
+    assert isinstance(mixed, ConcatDataset) and len(mixed) == 5
+    assert mixed[0] == instruct_dataset(tokenizer, source=a)[0]
+    assert mixed[4] == text_completion_dataset(tokenizer, source=b)[2]
+    with pytest.raises(ValueError, match=r"datasets\[1\] is a str \('oops'\), not a dataset builder"):
+        concat_datasets(tokenizer, datasets=[partial(instruct_dataset, source=a), "oops"])
