@@ -48,8 +48,14 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 LORA_RANK, LORA_ALPHA = 16, 32.0
 LR = {"full": 5e-5, "lora": 1e-3}  # the configs' optimizer.lr
 WEIGHT_DECAY = 0.01
-RECIPE = {"full": "full_finetune_single_device", "lora": "lora_finetune_single_device"}
-CONFIG = {"full": "smollm2/135M_full", "lora": "smollm2/135M_lora"}
+RECIPE = {
+    "full": "full_finetune_single_device",
+    "lora": "lora_finetune_single_device",
+    "qlora": "lora_finetune_single_device",
+    "dora": "lora_finetune_single_device",
+}
+CONFIG = {method: f"smollm2/135M_{method}" for method in RECIPE}
+NO_BARE = {"qlora", "dora"}  # recipe-only rows: the bare loop has no NF4 or DoRA layer
 TARGETS = {  # the issue's targets
     "full_vs_bare": 1.05,  # ftune full tok/s >= 1.05x the bare loop's
     "lora_vs_full": 1.4,  # ftune LoRA tok/s >= 1.4x ftune full's
@@ -386,6 +392,13 @@ def main(argv: list[str] | None = None) -> None:
         "--only", nargs="*", default=None, help="config names to run, e.g. full-fp32 lora-bf16"
     )
     parser.add_argument("--impl", nargs="*", default=["bare", "ftune"], help="bare and/or ftune")
+    parser.add_argument(
+        "--methods",
+        nargs="*",
+        default=["full", "lora"],
+        choices=list(RECIPE),
+        help="fine-tuning methods (default: full lora; qlora and dora run the recipe only)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="run every pair this many times")
     parser.add_argument(
         "--threads", type=int, default=None, help="OMP_NUM_THREADS of the runs (default: torch's)"
@@ -404,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     ensure_model(args.ftune_home)
     configs = [
         (method, dtype, compiled)
-        for method in ("full", "lora")
+        for method in args.methods
         for dtype in ("fp32", "bf16")
         for compiled in ((False,) if args.quick else (False, True))
     ]
@@ -415,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
             for impl in args.impl:
                 warmup = args.warmup if args.warmup is not None else (3 if compiled else 1)
                 r = Result(impl, method, dtype, compiled, steps=steps, warmup=min(warmup, steps - 1))
-                if args.only and r.name not in args.only:
+                if (args.only and r.name not in args.only) or (impl == "bare" and method in NO_BARE):
                     continue
                 (run_bare if impl == "bare" else run_recipe)(r, args.ftune_home, args.threads)
                 print(
