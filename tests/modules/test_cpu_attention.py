@@ -107,3 +107,14 @@ def test_attention_module_takes_the_blocked_path_only_for_long_cpu_sequences(mon
     for seq in (2 * CPU_QUERY_BLOCK - 1, 2 * CPU_QUERY_BLOCK):
         attn(torch.randn(1, seq, 32), input_pos=torch.arange(seq)[None])
     assert calls == [2 * CPU_QUERY_BLOCK]
+
+
+@pytest.mark.slow  # first compile: tens of seconds
+def test_causal_blocks_compile_to_the_same_result() -> None:
+    q, k, v, o_proj = inputs(torch.float32)
+    eager = cpu_attention(q, k, v, None, gqa=True, o_proj=o_proj)
+    compiled = torch.compile(cpu_attention, fullgraph=True)(q, k, v, None, gqa=True, o_proj=o_proj)
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(compiled.square().sum(), (q, k, v))
+    for g, w in zip(grads, torch.autograd.grad(eager.square().sum(), (q, k, v))):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
