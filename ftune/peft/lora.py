@@ -94,14 +94,20 @@ class LoRALinear(nn.Module):
         return out.view(base.shape)
 
     def _merged_path(self, x: torch.Tensor) -> bool:
-        """Whether `_MergedLoRALinear` computes this forward: fp32, dense, frozen base, no dropout.
+        """Whether `_MergedLoRALinear` computes this forward: fp32, dense, frozen base, no dropout,
+        and enough tokens.
 
         fp32 only: in bf16 the small update s·B·A would be rounded to the base weight's precision
-        (8 bits) when merged, and early in training vanish from the forward altogether.
+        (8 bits) when merged, and early in training vanish from the forward altogether. Merging
+        costs out·in·r multiply-adds whatever the batch, the adapter GEMMs it replaces n·(in +
+        out)·r for n tokens: it pays from n >= in·out / (in + out) (419 for 576 x 1536).
         """
         frozen = not self.weight.requires_grad and (self.bias is None or not self.bias.requires_grad)
+        tokens = x.numel() // self.in_features
+        break_even = self.in_features * self.out_features // (self.in_features + self.out_features)
         return (
-            frozen
+            tokens >= break_even
+            and frozen
             and x.dtype == torch.float32
             and self.weight.dtype == torch.float32
             and not is_nf4(self.weight)

@@ -74,31 +74,31 @@ def test_backward_computes_no_base_weight_gradient() -> None:
     base, layer = make_layer()
     with torch.no_grad():
         layer.lora_b.weight.normal_()
-    x = torch.randn(8, 24, requires_grad=True)
+    x = torch.randn(16, 24, requires_grad=True)  # enough tokens for the merged path
     out = layer(x)
     with RecordShapes() as rec:
         out.square().sum().backward()
     assert base.weight.grad is None and base.bias.grad is None
     assert layer.lora_a.weight.grad is not None and layer.lora_b.weight.grad is not None
-    # No backward reduction produces the bias's shape, and no matmul over the 8 tokens produces
+    # No backward reduction produces the bias's shape, and no matmul over the 16 tokens produces
     # the weight's: their gradients are skipped, not computed and dropped.
     assert not [s for op, s in rec.shapes if op.startswith("aten.sum") and s == (40,)]
     with RecordMatmuls() as mm:
         layer(x).square().sum().backward()
     products = sorted((inputs[0][-1], output) for _, inputs, output in mm.calls)  # (inner dim, output)
-    assert (8, (40, 24)) not in products, products
+    assert (16, (40, 24)) not in products, products
     # fp32 takes the merged path: forward W + s·B·A (inner dim 4), then one GEMM; backward the
     # merge again, dx through it, and the two adapter gradients (through B, of A; through A, of B).
     assert products == sorted(
         [
             (4, (40, 24)),
-            (24, (8, 40)),
+            (24, (16, 40)),
             (4, (40, 24)),
-            (40, (8, 24)),
-            (40, (8, 4)),
-            (8, (24, 4)),
-            (24, (8, 4)),
-            (8, (40, 4)),
+            (40, (16, 24)),
+            (40, (16, 4)),
+            (16, (24, 4)),
+            (24, (16, 4)),
+            (16, (40, 4)),
         ]
     ), products
 
@@ -113,7 +113,7 @@ def test_merged_path_equals_the_formula_with_gradients() -> None:
     _, layer = make_layer()
     with torch.no_grad():
         layer.lora_b.weight.normal_()
-    x = torch.randn(2, 7, 24, requires_grad=True)
+    x = torch.randn(2, 8, 24, requires_grad=True)
     assert layer._merged_path(x)
     params = (x, layer.lora_a.weight, layer.lora_b.weight)
     got = layer(x)
@@ -131,9 +131,11 @@ def test_merged_path_equals_the_formula_with_gradients() -> None:
 
 def test_merged_path_only_where_exact_enough() -> None:
     _, layer = make_layer(dropout=0.1)
-    x = torch.randn(3, 24)
+    x = torch.randn(16, 24)
     assert not layer.train()._merged_path(x)  # dropout applies to the adapter input only
     assert layer.eval()._merged_path(x)
+    # Merging costs 24·40·r, the adapter GEMMs n·(24 + 40)·r: below 15 tokens they are cheaper.
+    assert not layer._merged_path(x[:14]) and layer._merged_path(x[:15])
     bf16 = LoRALinear(nn.Linear(24, 40, dtype=torch.bfloat16), rank=4, alpha=8.0)
     assert not bf16._merged_path(x.bfloat16())  # s·B·A would be rounded to W's 8-bit mantissa
     layer.weight.requires_grad_(True)
