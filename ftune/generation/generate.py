@@ -40,10 +40,45 @@ def _free_caches(model: nn.Module) -> None:
         model.reset_caches()
 
 
+# A prompt prefix shared by every row (a system prompt, a few-shot preamble) is prefilled once
+# when it is at least this long; shorter ones are not worth a separate forward pass.
+MIN_SHARED_PREFIX = 16
+
+
+def _fill_shared_prefix(model: nn.Module, ids: list[list[int]], total: int, slots: torch.Tensor) -> int:
+    """Prefill the prefix every prompt shares once, and copy its cache to every row.
+
+    Evaluation prompts usually share a system prompt; without this, a batch of b prompts computes
+    it b times. The prefix stops one token short of the shortest prompt, so every row still has
+    a token whose logits start its answer.
+
+    Returns:
+        The shared length p (rows' caches hold positions 0..p-1), or 0 when the prefix is shorter
+        than ``MIN_SHARED_PREFIX`` or the model cannot copy its caches (no caches set up then).
+    """
+    shared = 0
+    for column in zip(*ids):
+        if any(t != column[0] for t in column):
+            break
+        shared += 1
+    shared = min(shared, min(len(p) for p in ids) - 1)
+    if shared < MIN_SHARED_PREFIX or not callable(getattr(model, "repeat_caches", None)):
+        return 0
+    device = slots.device
+    model.setup_caches(1, total)
+    prefix = torch.tensor([ids[0][:shared]], dtype=torch.long, device=device)  # (1, p)
+    positions = torch.arange(shared, device=device)[None]  # (1, p)
+    mask = slots[None, None, :] <= positions[:, :, None]  # (1, p, total)
+    fill = model.hidden if callable(getattr(model, "hidden", None)) else model
+    fill(prefix, input_pos=positions, mask=mask)  # only the caches are wanted
+    model.repeat_caches(len(ids))
+    return shared
+
+
 def _prefill_last_logits(
-    model: nn.Module, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor
+    model: nn.Module, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, last: torch.Tensor
 ) -> torch.Tensor:
-    """Logits (b, vocab) at each row's last prompt token, filling the caches with the whole prompt.
+    """Logits (b, vocab) at index ``last[i]`` of row i, filling the caches with all of `tokens`.
 
     Only those positions are projected to the vocabulary when the model can say so (ftune's
     decoders have ``hidden`` and ``project``): the other prompt positions' logits are never used,
@@ -52,8 +87,8 @@ def _prefill_last_logits(
     rows = torch.arange(tokens.shape[0], device=tokens.device)
     if callable(getattr(model, "hidden", None)) and callable(getattr(model, "project", None)):
         hidden = model.hidden(tokens, input_pos=positions, mask=mask)  # (b, s, dim)
-        return model.project(hidden[rows, lengths - 1])
-    return model(tokens, input_pos=positions, mask=mask)[rows, lengths - 1]  # (b, s, vocab) -> (b, vocab)
+        return model.project(hidden[rows, last])
+    return model(tokens, input_pos=positions, mask=mask)[rows, last]  # (b, s, vocab) -> (b, vocab)
 
 
 @torch.no_grad()
@@ -113,20 +148,22 @@ def generate_batch(
             f"tokens, more than the model's max_seq_len ({model_max}); shorten the prompt or lower "
             "max_new_tokens."
         )
-    tokens = torch.full((batch, longest), pad_id, dtype=torch.long, device=device)
-    for i, p in enumerate(ids):
-        tokens[i, : len(p)] = torch.tensor(p, dtype=torch.long)
     lengths = torch.tensor([len(p) for p in ids], dtype=torch.long, device=device)
     generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
     stops = set(stop_tokens or ())
     slots = torch.arange(total, device=device)
 
-    model.setup_caches(batch, total)
     try:
-        # Prefill: row i's prompt token t sits at position t, cache slot t.
-        positions = torch.arange(longest, device=device).expand(batch, -1)  # (b, s)
+        shared = _fill_shared_prefix(model, ids, total, slots) if batch > 1 else 0
+        if not shared:
+            model.setup_caches(batch, total)
+        # Prefill the rest of each prompt: row i's token t sits at position t, cache slot t.
+        tokens = torch.full((batch, longest - shared), pad_id, dtype=torch.long, device=device)
+        for i, p in enumerate(ids):
+            tokens[i, : len(p) - shared] = torch.tensor(p[shared:], dtype=torch.long)
+        positions = shared + torch.arange(longest - shared, device=device).expand(batch, -1)  # (b, s)
         mask = slots[None, None, :] <= positions[:, :, None]  # (b, s, total)
-        last = _prefill_last_logits(model, tokens, positions, mask, lengths)  # (b, vocab)
+        last = _prefill_last_logits(model, tokens, positions, mask, lengths - shared - 1)  # (b, vocab)
         position = lengths.clone()  # (b,) where each row's next fed token goes
         out: list[list[int]] = [[] for _ in ids]
         done = [False] * batch

@@ -40,6 +40,20 @@ class KVCache(nn.Module):
         self.k_cache.zero_()
         self.v_cache.zero_()
 
+    def repeat_rows(self, batch_size: int) -> None:
+        """Turn a one-row cache into `batch_size` copies of that row (a shared prompt prefix).
+
+        Raises:
+            ValueError: if the cache does not hold exactly one row.
+        """
+        if self.batch_size != 1:
+            raise ValueError(
+                f"KVCache.repeat_rows: the cache holds {self.batch_size} rows; it needs exactly 1."
+            )
+        self.k_cache = self.k_cache.expand(batch_size, -1, -1, -1).clone()
+        self.v_cache = self.v_cache.expand(batch_size, -1, -1, -1).clone()
+        self.batch_size = batch_size
+
     def update(
         self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -147,6 +147,11 @@ class TransformerDecoder(nn.Module):
                 batch_size, max_seq_len or self.max_seq_len, dtype or weight.dtype, weight.device
             )
 
+    def repeat_caches(self, batch_size: int) -> None:
+        """Copy the single row of every layer's cache to `batch_size` rows (see `KVCache.repeat_rows`)."""
+        for layer in self.layers:
+            layer.attn.kv_cache.repeat_rows(batch_size)
+
     def reset_caches(self) -> None:
         """Zero every KV cache (keeps them allocated)."""
         for layer in self.layers:

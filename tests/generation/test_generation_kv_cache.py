@@ -128,3 +128,19 @@ def test_prefill_projects_only_each_rows_last_prompt_token(model: TransformerDec
     out = generate_batch(model, prompts, max_new_tokens=3)
     assert shapes[0] == (2, model.output_weight.shape[1])  # prefill: 2 rows, not 2 x 5 positions
     assert out == [greedy_by_recomputing(model, p, 3) for p in prompts]
+
+
+def test_shared_prompt_prefix_is_prefilled_once(model: TransformerDecoder, monkeypatch) -> None:
+    system = [(7 * i + 3) % 50 + 1 for i in range(20)]  # 20 tokens every prompt starts with
+    prompts = [system + [55, 56], system + [57], system + [58, 59, 60]]
+    shapes = []
+    hidden = model.hidden
+    monkeypatch.setattr(model, "hidden", lambda t, **kw: shapes.append(tuple(t.shape)) or hidden(t, **kw))
+    out = generate_batch(model, prompts, max_new_tokens=4)
+    # The prefix once for one row (it stops a token short of the shortest prompt), then the rest,
+    # then one token a row per decoding step.
+    assert shapes == [(1, 20), (3, 3), (3, 1), (3, 1), (3, 1)]
+    assert out == [greedy_by_recomputing(model, p, 4) for p in prompts]
+    shapes.clear()
+    generate_batch(model, [system[:10] + [60], system[:10] + [61]], max_new_tokens=1)
+    assert shapes == [(2, 11)]  # a shorter shared prefix is not worth a separate pass
