@@ -103,8 +103,8 @@ def merged_state_dict(
 ) -> dict[str, torch.Tensor]:
     """Fold the adapters of a LoRA/DoRA state dict into the base weights; `state` is not modified.
 
-    Same numerics as `LoRALinear.merged_weight` / `DoRALinear.merged_weight` (ftune.peft), which
-    need the model; a checkpointer holds only the state dict:
+    The formulas of `LoRALinear.merged_weight` / `DoRALinear.merged_weight` (ftune.peft's
+    `merge_lora` and `rescale_rows`), applied to a state dict, since a checkpointer has no model:
     LoRA `W + s·B·A`, DoRA `m · (W + s·B·A) / ‖W + s·B·A‖` (row norms), with s = alpha / rank.
 
     Args:
@@ -116,6 +116,8 @@ def merged_state_dict(
         The base keys only, adapted layers' `weight` replaced by new merged tensors.
     """
     from ftune.peft.adapter_state import is_adapter_key
+    from ftune.peft.dora import rescale_rows
+    from ftune.peft.lora import merge_lora
 
     alpha = float(adapter_config["lora_alpha"] if "peft_type" in adapter_config else adapter_config["alpha"])
     merged = {k: v for k, v in state.items() if not is_adapter_key(k)}
@@ -126,10 +128,9 @@ def merged_state_dict(
         a, b = state[key], state[f"{module}.lora_b.weight"]
         weight = state[f"{module}.weight"]
         with torch.no_grad():
-            combined = weight + (alpha / a.shape[0]) * (b @ a).to(weight.dtype)
+            combined = merge_lora(weight, a, b, alpha / a.shape[0])
             magnitude = state.get(f"{module}.magnitude")
             if magnitude is not None:
-                norm = torch.linalg.vector_norm(combined, dim=1)
-                combined = combined * (magnitude.to(combined.dtype) / norm).unsqueeze(1)
+                combined = rescale_rows(combined, magnitude)
         merged[f"{module}.weight"] = combined
     return merged

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from ftune.peft.lora import LoRALinear
-from ftune.peft.nf4 import dequantize, frozen_linear
+from ftune.peft.nf4 import frozen_linear
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +41,7 @@ class DoRALinear(LoRALinear):
     @torch.no_grad()
     def weight_norm(self) -> torch.Tensor:
         """‖W + s·B·A‖ per output row, shape [out_features], detached (no gradient)."""
-        weight = dequantize(self.weight)
-        delta = self.lora_b.weight @ self.lora_a.weight
-        return torch.linalg.vector_norm(weight + self.scale * delta.to(weight.dtype), dim=1)
+        return torch.linalg.vector_norm(super().merged_weight(), dim=1)
 
     @torch.no_grad()
     def reset_magnitude(self) -> None:
@@ -73,9 +71,7 @@ class DoRALinear(LoRALinear):
     @torch.no_grad()
     def merged_weight(self) -> torch.Tensor:
         """m · (W + s·B·A) / ‖W + s·B·A‖ as a new dense tensor [out_features, in_features]."""
-        combined = super().merged_weight()
-        norm = torch.linalg.vector_norm(combined, dim=1)
-        return combined * (self.magnitude.to(combined.dtype) / norm).unsqueeze(1)
+        return rescale_rows(super().merged_weight(), self.magnitude)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
         # Children (lora_a / lora_b) load after this call, so only note here what the state dict holds
@@ -84,6 +80,12 @@ class DoRALinear(LoRALinear):
             prefix + "weight" in state_dict and prefix + "magnitude" not in state_dict
         )
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
+
+
+def rescale_rows(combined: torch.Tensor, magnitude: torch.Tensor) -> torch.Tensor:
+    """``m · V / ‖V‖`` with the norm per output row: DoRA's merge of ``V = W + s·B·A`` [out, in]."""
+    norm = torch.linalg.vector_norm(combined, dim=1)
+    return combined * (magnitude.to(combined.dtype) / norm).unsqueeze(1)
 
 
 def _reset_magnitude_if_absent(module: DoRALinear, incompatible_keys) -> None:

@@ -117,9 +117,7 @@ class LoRALinear(nn.Module):
     @torch.no_grad()
     def merged_weight(self) -> torch.Tensor:
         """W + (alpha/rank)·B·A as a new dense tensor [out_features, in_features] in the base dtype."""
-        weight = dequantize(self.weight)
-        delta = self.lora_b.weight @ self.lora_a.weight
-        return weight + self.scale * delta.to(weight.dtype)
+        return merge_lora(dequantize(self.weight), self.lora_a.weight, self.lora_b.weight, self.scale)
 
     def extra_repr(self) -> str:
         return (
@@ -127,6 +125,18 @@ class LoRALinear(nn.Module):
             f"alpha={self.alpha:g}, dropout={self.dropout_p:g}, bias={self.bias is not None}, "
             f"quantized={self.quantized}"
         )
+
+
+def merge_lora(
+    weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """``W + scale·B·A`` as a new tensor in W's dtype: the one merge formula of modules and state dicts.
+
+    Args:
+        weight: dense base weight [out, in]. lora_a: A [rank, in]. lora_b: B [out, rank].
+        scale: alpha / rank.
+    """
+    return weight + scale * (lora_b @ lora_a).to(weight.dtype)
 
 
 class _MergedLoRALinear(torch.autograd.Function):
