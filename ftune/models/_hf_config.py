@@ -115,15 +115,20 @@ def _check_supported_options(config: dict[str, Any], model_type: str) -> None:
             f"Unsupported config.json partial_rotary_factor={params['partial_rotary_factor']}: ftune rotates the "
             "whole head (1.0)."
         )
-    window = config.get("sliding_window")
-    uses_window = config.get("use_sliding_window", model_type == "mistral")
-    if uses_window and window is not None and window < config.get("max_position_embeddings", 0):
+    window = _sliding_window(config)
+    if model_type != "mistral" and window is not None and window < config.get("max_position_embeddings", 0):
         logger.warning(
             "config.json sets sliding_window=%s; ftune attends over the full causal context, which matches "
             "only for sequences of at most %s tokens.",
             window,
             window,
         )
+
+
+def _sliding_window(config: dict[str, Any]) -> int | None:
+    """The attention window config.json sets (Mistral: on unless use_sliding_window is false)."""
+    uses_window = config.get("use_sliding_window", config.get("model_type") == "mistral")
+    return config.get("sliding_window") if uses_window else None
 
 
 def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
@@ -145,6 +150,8 @@ def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
         kwargs["rope_base"] = float(theta)
     if "rms_norm_eps" in config:
         kwargs["norm_eps"] = float(config["rms_norm_eps"])
+    if family == "mistral":
+        kwargs["sliding_window"] = _sliding_window(config)
     if family in _SCALED:
         for arg, key in (
             ("scale_factor", "factor"),

@@ -31,6 +31,7 @@ def llama_style_decoder(
     tie_word_embeddings: bool,
     qkv_bias: bool = False,
     rope_scaling: Llama3RopeScaling | None = None,
+    sliding_window: int | None = None,
 ) -> TransformerDecoder:
     """Build a pre-norm GQA + SwiGLU + RMSNorm + RoPE decoder.
 
@@ -49,6 +50,7 @@ def llama_style_decoder(
         tie_word_embeddings: reuse the embedding matrix as output projection (no `output` module).
         qkv_bias: give q/k/v projections a bias (Qwen2).
         rope_scaling: Llama-3.1 frequency scaling, or None.
+        sliding_window: attention window in positions (Mistral v0.1), or None for full causal.
 
     Returns:
         The decoder, with freshly initialised weights on the current default device/dtype.
@@ -80,6 +82,7 @@ def llama_style_decoder(
             num_kv_heads=num_kv_heads,
             head_dim=head_dim,
             rope=rope,
+            sliding_window=sliding_window,
         )
         mlp = SwiGLU(
             gate_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),

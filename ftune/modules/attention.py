@@ -25,6 +25,8 @@ class GroupedQueryAttention(nn.Module):
         num_kv_heads: key/value heads; must divide num_heads.
         head_dim: per-head feature size.
         rope: rotary embedding applied to queries and keys (may be shared by all layers).
+        sliding_window: attend only to the last `sliding_window` positions, the query's own
+            included (Mistral); None = the whole causal context.
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class GroupedQueryAttention(nn.Module):
         num_kv_heads: int,
         head_dim: int,
         rope: RotaryEmbedding,
+        sliding_window: int | None = None,
     ) -> None:
         super().__init__()
         if num_heads % num_kv_heads:
@@ -50,6 +53,7 @@ class GroupedQueryAttention(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.rope = rope
+        self.sliding_window = sliding_window
         self.kv_cache: KVCache | None = None
 
     def setup_cache(
@@ -81,13 +85,20 @@ class GroupedQueryAttention(nn.Module):
         is_causal = False
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)  # (b, h_kv, max_seq_len, d)
+            cache_pos = torch.arange(k.shape[2], device=x.device)
             if mask is None:
-                cache_pos = torch.arange(k.shape[2], device=x.device)
                 mask = cache_pos[None, None, :] <= input_pos[:, :, None]  # (b or 1, s, max_seq_len)
-        elif x.device.type == "cpu" and s >= 2 * CPU_QUERY_BLOCK:
+            if self.sliding_window is not None and k.shape[2] > self.sliding_window:
+                mask = mask & (input_pos[:, :, None] - cache_pos[None, None, :] < self.sliding_window)
+        elif self.sliding_window is not None and s > self.sliding_window:
+            # Positions, not indices: packed documents restart theirs, and never see each other anyway.
+            near = input_pos[:, :, None] - input_pos[:, None, :] < self.sliding_window  # (b or 1, s, s)
+            causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+            mask = (causal if mask is None else mask) & near
+        if self.kv_cache is None and x.device.type == "cpu" and s >= 2 * CPU_QUERY_BLOCK:
             # CPU kernels compute every (query, key) pair: skip the blocks the mask excludes.
             return cpu_attention(q, k, v, mask, gqa=self.num_kv_heads != self.num_heads, o_proj=self.o_proj)
-        elif mask is None:
+        if self.kv_cache is None and mask is None:
             # Fast path: lets SDPA pick the flash / memory-efficient kernels with no mask tensor.
             is_causal = True
         attn_mask = mask[:, None] if mask is not None else None  # (b, 1, s, s_kv): broadcast over heads

@@ -65,3 +65,31 @@ def test_rope_scaling_is_active_in_llama3_1(tmp_path: Path) -> None:
     with torch.no_grad():
         diff = (load_hf(tmp_path / "scaled")(tokens) - load_hf(tmp_path / "plain")(tokens)).abs().max()
     assert diff > 1e-3
+
+
+@pytest.mark.parametrize("seq_len", [40, 160])  # 160: also through the CPU block-skipping attention
+def test_mistral_sliding_window_matches_transformers(seq_len: int, tmp_path: Path) -> None:
+    hf = build_tiny_hf("mistral", sliding_window=6, max_position_embeddings=256)
+    hf.save_pretrained(tmp_path)
+    model = load_hf(tmp_path)
+    assert {layer.attn.sliding_window for layer in model.layers} == {6}
+    tokens = torch.randint(0, 128, (2, seq_len), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = hf(tokens).logits
+        got = model(tokens)
+        full_context = build_tiny_hf("mistral", max_position_embeddings=256)(tokens).logits
+    assert (got - expected).abs().max().item() <= 1e-4
+    assert (full_context - expected).abs().max().item() > 1e-2  # the window changes the result
+
+
+def test_mistral_sliding_window_with_kv_cache(tmp_path: Path) -> None:
+    from ftune.generation import generate
+
+    build_tiny_hf("mistral", sliding_window=6, max_position_embeddings=256).save_pretrained(tmp_path)
+    model = load_hf(tmp_path)
+    prompt = list(range(3, 23))  # longer than the window
+    tokens = list(prompt)
+    with torch.no_grad():
+        for _ in range(8):
+            tokens.append(int(model(torch.tensor([tokens]))[0, -1].argmax()))
+    assert generate(model, prompt, max_new_tokens=8) == tokens[len(prompt) :]

@@ -104,9 +104,24 @@ def test_unsupported_configs_raise() -> None:
         model_from_hf_config({**BASE, "model_type": "llama", "num_key_value_heads": 3})
 
 
-def test_mistral_sliding_window_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+def test_sliding_window_is_modelled_for_mistral_and_reported_elsewhere(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with caplog.at_level(logging.WARNING):
-        model_from_hf_config({**BASE, "model_type": "mistral", "sliding_window": 16}, device="meta")
+        _, mistral = model_from_hf_config(
+            {**BASE, "model_type": "mistral", "sliding_window": 16}, device="meta"
+        )
+        _, off = model_from_hf_config(
+            {**BASE, "model_type": "mistral", "sliding_window": 16, "use_sliding_window": False},
+            device="meta",
+        )
+    assert {layer.attn.sliding_window for layer in mistral.layers} == {16}
+    assert {layer.attn.sliding_window for layer in off.layers} == {None}
+    assert "sliding_window" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        model_from_hf_config(
+            {**BASE, "model_type": "qwen2", "sliding_window": 16, "use_sliding_window": True}, device="meta"
+        )
     assert "sliding_window=16" in caplog.text
 
 

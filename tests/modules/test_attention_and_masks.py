@@ -76,3 +76,17 @@ def test_linears_are_reachable_by_hf_names() -> None:
     }
     with pytest.raises(ValueError, match=r"num_heads \(4\) must be a multiple of num_kv_heads \(3\)"):
         make_attention(4, 3)
+
+
+def test_sliding_window_within_packed_documents() -> None:
+    windowed, plain = make_attention(4, 2), make_attention(4, 2)
+    windowed.sliding_window = 3
+    ids = torch.tensor([[0] * 6 + [1] * 5])
+    pos = torch.cat([torch.arange(6), torch.arange(5)])[None]  # positions restart per document
+    index = torch.arange(11)
+    near = (index[:, None] - index[None, :] < 3)[None]  # within a document: index gap == position gap
+    x = torch.randn(1, 11, 32)
+    got = windowed(x, input_pos=pos, mask=document_causal_mask(ids))
+    want = plain(x, input_pos=pos, mask=document_causal_mask(ids) & near)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got, plain(x, input_pos=pos, mask=document_causal_mask(ids)))

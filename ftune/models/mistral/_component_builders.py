@@ -1,7 +1,7 @@
 """Mistral component builder: the architecture, with sizes as arguments.
 
-Mistral 7B (Mistral AI, 2023): GQA, 32k vocabulary. Sliding-window attention is not modelled:
-attention is full causal, which equals the sliding window for sequences up to the window (4096).
+Mistral 7B (Mistral AI, 2023): GQA, 32k vocabulary, sliding-window attention (v0.1: each position
+attends to the 4096 positions up to and including itself; later versions attend to all).
 """
 
 from ftune.models._llama_style import llama_style_decoder
@@ -21,6 +21,7 @@ def mistral(
     rope_base: float = 10_000.0,
     norm_eps: float = 1e-5,
     tie_word_embeddings: bool = False,
+    sliding_window: int | None = None,
 ) -> TransformerDecoder:
     """Build a Mistral decoder. Argument <- HF config.json key in brackets.
 
@@ -36,6 +37,8 @@ def mistral(
         rope_base: RoPE theta [rope_theta].
         norm_eps: RMSNorm epsilon [rms_norm_eps].
         tie_word_embeddings: output projection reuses the embeddings [tie_word_embeddings].
+        sliding_window: positions each query attends to, its own included [sliding_window];
+            None = the whole causal context.
 
     Returns:
         The model with freshly initialised weights, on the current default device and dtype.
@@ -56,4 +59,5 @@ def mistral(
         rope_base=rope_base,
         norm_eps=norm_eps,
         tie_word_embeddings=tie_word_embeddings,
+        sliding_window=sliding_window,
     )

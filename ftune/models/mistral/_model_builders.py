@@ -14,4 +14,5 @@ def mistral_7b() -> TransformerDecoder:
         embed_dim=4096,
         intermediate_dim=14_336,
         max_seq_len=32_768,
+        sliding_window=4096,
     )
