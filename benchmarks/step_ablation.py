@@ -83,17 +83,12 @@ def no_fp32_attention_backward():
 @contextmanager
 def no_lean_backward():
     from ftune.modules import RMSNorm, SwiGLU
-    from ftune.modules.rms_norm import rms_norm
 
-    forwards = RMSNorm.forward, SwiGLU.forward
-    RMSNorm.forward = lambda self, x: rms_norm(x, self.weight, self.eps)[0]
-    SwiGLU.forward = lambda self, x: self.down_proj(
-        torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x)
-    )
+    RMSNorm.lean_backward = SwiGLU.lean_backward = False
     try:
         yield
     finally:
-        RMSNorm.forward, SwiGLU.forward = forwards
+        RMSNorm.lean_backward = SwiGLU.lean_backward = True
 
 
 def _former_lora_forward(self: LoRALinear, x: torch.Tensor) -> torch.Tensor:

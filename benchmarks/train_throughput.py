@@ -226,16 +226,12 @@ def plain_model_modules() -> None:
 
     Attention becomes one ``F.scaled_dot_product_attention(is_causal=True)`` call per layer (no
     CPU block skipping), and RMSNorm and SwiGLU are left to autograd (which saves more for
-    backward). Also used by ``step_ablation.py``.
+    backward).
     """
-    import torch.nn.functional as F
-
     from ftune.modules import RMSNorm, SwiGLU, attention
-    from ftune.modules.rms_norm import rms_norm
 
     attention.CPU_QUERY_BLOCK = 1 << 30  # never reached: SDPA over the whole sequence
-    RMSNorm.forward = lambda self, x: rms_norm(x, self.weight, self.eps)[0]
-    SwiGLU.forward = lambda self, x: self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    RMSNorm.lean_backward = SwiGLU.lean_backward = False
 
 
 def bare_child(spec: dict) -> None:

@@ -19,6 +19,10 @@ class SwiGLU(nn.Module):
         down_proj: hidden_dim -> embed_dim.
     """
 
+    #: Save only gate and up for backward (`_SiluMul`); False leaves the product to autograd
+    #: (benchmarks switch it off to measure what it saves).
+    lean_backward: bool = True
+
     def __init__(self, *, gate_proj: nn.Module, up_proj: nn.Module, down_proj: nn.Module) -> None:
         super().__init__()
         self.gate_proj = gate_proj
@@ -29,7 +33,7 @@ class SwiGLU(nn.Module):
         """(..., embed_dim) -> (..., embed_dim)."""
         gate, up = self.gate_proj(x), self.up_proj(x)  # (..., hidden_dim) each
         needs_grad = torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)
-        if needs_grad and not torch.compiler.is_compiling():
+        if needs_grad and self.lean_backward and not torch.compiler.is_compiling():
             return self.down_proj(_SiluMul.apply(gate, up))
         return self.down_proj(F.silu(gate) * up)
 

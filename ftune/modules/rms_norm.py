@@ -18,6 +18,10 @@ class RMSNorm(nn.Module):
         eps: added to the mean square for numerical stability.
     """
 
+    #: Save only the input and rstd for backward (`_RMSNormFunction`); False leaves the forward to
+    #: autograd (benchmarks switch it off to measure what it saves).
+    lean_backward: bool = True
+
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.eps = eps
@@ -30,7 +34,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise `x` of shape (..., dim); returns the same shape and dtype."""
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        if needs_grad and not torch.compiler.is_compiling():
+        if needs_grad and self.lean_backward and not torch.compiler.is_compiling():
             return _RMSNormFunction.apply(x, self.weight, self.eps)
         return rms_norm(x, self.weight, self.eps)[0]
 

@@ -76,3 +76,15 @@ def test_no_autograd_function_when_nothing_needs_a_gradient() -> None:
     assert norm(x).grad_fn is None
     with torch.no_grad():
         assert RMSNorm(8)(x.requires_grad_()).grad_fn is None
+
+
+def test_lean_backward_switch_leaves_the_forward_to_autograd(monkeypatch) -> None:
+    norm = RMSNorm(16)
+    mlp = SwiGLU(gate_proj=nn.Linear(16, 48), up_proj=nn.Linear(16, 48), down_proj=nn.Linear(48, 16))
+    x = torch.randn(4, 16, requires_grad=True)
+    lean = saved_bytes(lambda: norm(x)), saved_bytes(lambda: mlp(x))
+    monkeypatch.setattr(RMSNorm, "lean_backward", False)
+    monkeypatch.setattr(SwiGLU, "lean_backward", False)
+    plain = saved_bytes(lambda: norm(x)), saved_bytes(lambda: mlp(x))
+    assert plain[0] == saved_bytes(lambda: rms_norm(x, norm.weight, norm.eps)[0]) > lean[0]
+    assert plain[1] - lean[1] == 4 * 48 * 4  # silu(gate) kept again
