@@ -82,7 +82,6 @@ class GroupedQueryAttention(nn.Module):
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (b, h_kv, s, d)
         q, k = self.rope(q, k, input_pos)
 
-        is_causal = False
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)  # (b, h_kv, max_seq_len, d)
             cache_pos = torch.arange(k.shape[2], device=x.device)
@@ -98,13 +97,16 @@ class GroupedQueryAttention(nn.Module):
         if self.kv_cache is None and x.device.type == "cpu" and s >= 2 * CPU_QUERY_BLOCK:
             # CPU kernels compute every (query, key) pair: skip the blocks the mask excludes.
             return cpu_attention(q, k, v, mask, gqa=self.num_kv_heads != self.num_heads, o_proj=self.o_proj)
-        if self.kv_cache is None and mask is None:
-            # Fast path: lets SDPA pick the flash / memory-efficient kernels with no mask tensor.
-            is_causal = True
+        # No mask left means plain causal (with a cache there always is one): is_causal lets SDPA pick
+        # the flash / memory-efficient kernels with no mask tensor.
         attn_mask = mask[:, None] if mask is not None else None  # (b, 1, s, s_kv): broadcast over heads
-
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, enable_gqa=self.num_kv_heads != self.num_heads
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            is_causal=mask is None,
+            enable_gqa=self.num_kv_heads != self.num_heads,
         )  # (b, h, s, d)
         out = out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim)  # (b, s, h * d)
         return self.o_proj(out)
