@@ -88,7 +88,6 @@ class Recipe:
     default_config: str
     methods: tuple[str, ...]  # config methods it accepts, e.g. ("lora", "qlora", "dora")
     features: dict[str, str] = field(default_factory=dict)
-    settings: str = ""  # dotted path of the typed settings class its configs are checked against
     extra_configs: tuple[str, ...] = ()
 
     @property
@@ -109,7 +108,6 @@ _RECIPES = [
         "smollm2/135M_full",
         ("full",),
         {**_SFT_COMMON, **_NOT_LORA, **_SINGLE, **_NO_QAT, **_OPT_BWD},
-        settings="ftune.training.settings.FullSettings",
     ),
     Recipe(
         "lora_finetune_single_device",
@@ -118,7 +116,6 @@ _RECIPES = [
         "smollm2/135M_lora",
         ("lora", "qlora", "dora"),
         {**_SFT_COMMON, **_LORA, **_SINGLE, **_NO_QAT, **_OPT_BWD},
-        settings="ftune.training.settings.LoRASettings",
     ),
     Recipe(
         "full_finetune_distributed",
@@ -127,7 +124,6 @@ _RECIPES = [
         "smollm2/135M_full",
         ("full",),
         {**_SFT_COMMON, **_NOT_LORA, **_DIST, **_NO_QAT, **_NO_OPT_BWD_DIST},
-        settings="ftune.training.settings.FullSettings",
     ),
     Recipe(
         "lora_finetune_distributed",
@@ -145,7 +141,6 @@ _RECIPES = [
             **_NO_QAT,
             **_NO_OPT_BWD_DIST,
         },
-        settings="ftune.training.settings.LoRASettings",
     ),
     Recipe(
         "qat_distributed",
@@ -154,7 +149,6 @@ _RECIPES = [
         "smollm2/135M_qat_full",
         ("qat_full",),
         {**_SFT_COMMON, **_NOT_LORA, **_DIST, "qat": YES, **_NO_OPT_BWD_DIST},
-        settings="ftune.training.settings.QATSettings",
     ),
     Recipe(
         "generate",
@@ -163,7 +157,6 @@ _RECIPES = [
         "generation",
         ("generation",),
         {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES},
-        settings="ftune.training.settings.GenerateSettings",
     ),
     Recipe(
         "quantize",
@@ -172,7 +165,6 @@ _RECIPES = [
         "quantization",
         ("quantization",),
         {"quantization": YES, "qat": YES},
-        settings="ftune.training.settings.QuantizeSettings",
     ),
     Recipe(
         "eval",
@@ -181,7 +173,6 @@ _RECIPES = [
         "eval",
         ("eval",),
         {"kv_cache": YES, "lora": YES, "quantization": YES},
-        settings="ftune.training.settings.EvalSettings",
     ),
     Recipe(
         "dist_check",
@@ -190,7 +181,6 @@ _RECIPES = [
         "dist_check",
         ("dist_check",),
         {"fsdp2": na("a launch check: it shards nothing")},
-        settings="ftune.training.settings.DistCheckSettings",
     ),
 ]
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RECIPES}

@@ -14,9 +14,12 @@ from ftune import config
 from ftune.training.distributed import default_backend, init_distributed
 from ftune.training.settings import DistCheckSettings
 
+# The settings this recipe reads; `ftune run/validate/--help` read them from here.
+SETTINGS = DistCheckSettings
+
 
 def main(cfg: config.Config) -> None:
-    s = cfg.settings(DistCheckSettings)
+    s = cfg.settings(SETTINGS)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     backend = s.backend or default_backend(device)
     info = init_distributed(device, backend)

@@ -26,8 +26,12 @@ from ftune.generation.model_loading import load_inference_model
 ANSWER_MARGIN = 4
 
 
+# The settings this recipe reads; `ftune run/validate/--help` read them from here.
+SETTINGS = training.EvalSettings
+
+
 def main(cfg: config.Config) -> None:
-    s = cfg.settings(training.EvalSettings)
+    s = cfg.settings(SETTINGS)
     if not s.text_files and s.heldout_file is None:
         raise ValueError(
             "nothing to evaluate: text_files is empty and heldout_file is null. Set text_files=[path/to/a.txt] "

@@ -18,9 +18,12 @@ from ftune.generation import generate
 from ftune.generation.model_loading import load_inference_model
 from ftune.generation.streaming import TextStreamer
 
+# The settings this recipe reads; `ftune run/validate/--help` read them from here.
+SETTINGS = training.GenerateSettings
+
 
 def main(cfg: config.Config) -> None:
-    s = cfg.settings(training.GenerateSettings)
+    s = cfg.settings(SETTINGS)
     if s.prompt is None:
         raise ValueError(
             'prompt is not set: pass it on the command line, e.g. prompt="Tell me a joke.", or in the config.'

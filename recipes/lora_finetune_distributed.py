@@ -5,11 +5,17 @@ lora_finetune_single_device plus the lines tagged # [dist] (tests/recipes/test_s
 checks it); step folders hold the adapters in PEFT's format, written by rank 0.
 """
 
+import torch
+
 from ftune import checkpointing, config, data, training  # [lora]
+
+# The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
+# (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
+SETTINGS = training.LoRASettings  # [lora]
 
 
 def main(cfg: config.Config) -> None:
-    s = cfg.settings(training.LoRASettings)  # [lora]
+    s = cfg.settings(SETTINGS)
     training.seed_everything(s.seed)
     device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
     info = training.init_distributed(device)  # [dist]
@@ -43,9 +49,8 @@ def main(cfg: config.Config) -> None:
     loss_fn = config.instantiate(cfg.loss)
     if s.compile:
         loss_fn = training.compile_loss(loss_fn)
-    optimizer = training.build_optimizer(
-        cfg.optimizer, training.trainable_params(model), in_backward=s.optimizer_in_backward
-    )
+    params = training.trainable_params(model)
+    optimizer = training.build_optimizer(cfg.optimizer, params, in_backward=s.optimizer_in_backward)
     steps = training.total_steps(
         max_steps=s.max_steps,
         epochs=s.epochs,
@@ -72,17 +77,22 @@ def main(cfg: config.Config) -> None:
     with training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile") as profiler:
         while step < steps:
             for micro_batches in training.accumulate(loader, s.grad_accum_steps):
-                stats = training.train_step(
-                    model,
-                    loss_fn,
-                    micro_batches,
-                    optimizer,
-                    step=step + 1,
-                    device=device,
-                    scheduler=scheduler,
-                    clip_grad_norm=s.clip_grad_norm,
-                )
+                # The training step. StepLoss normalises by the step's labelled tokens (all
+                # micro-batches, all ranks) and refuses a non-finite loss or gradient norm.
+                step_loss = training.StepLoss(micro_batches, optimizer, step=step + 1, device=device)
+                for batch in micro_batches:
+                    loss_sum, _ = training.batch_loss(model, loss_fn, batch, device=device)
+                    step_loss.scaled(loss_sum).backward()
+                grad_norm = None
+                if s.clip_grad_norm is not None:
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad_norm)
+                stats = step_loss.finish(grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if scheduler is not None:
+                    scheduler.step()
                 step += 1
+
                 report.step(step, stats, training.count_tokens(micro_batches))
                 profiler.step()
                 if val_loader is not None and training.every(step, s.run_val_every_n_steps):

@@ -24,8 +24,12 @@ def _megabytes(paths: list[Path]) -> float:
     return sum(p.stat().st_size for p in paths) / 1e6
 
 
+# The settings this recipe reads; `ftune run/validate/--help` read them from here.
+SETTINGS = training.QuantizeSettings
+
+
 def main(cfg: config.Config) -> None:
-    s = cfg.settings(training.QuantizeSettings)
+    s = cfg.settings(SETTINGS)
     device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()

@@ -17,6 +17,7 @@ from ftune import registry, registry_docs
 from ftune.cli.run import split_args
 from ftune.cli.validate import validate
 from ftune.config.instantiate import resolve
+from ftune.config.recipe_file import recipe_settings
 from ftune.config.settings import describe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +70,7 @@ def lookup(tree: dict, dotted: str):
 
 
 def settings_class(recipe: str) -> type:
-    return resolve(registry.RECIPES[recipe].settings)
+    return recipe_settings(registry.RECIPES[recipe].file)
 
 
 # --- (a) the generated index -------------------------------------------------------------------------

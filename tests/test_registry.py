@@ -5,7 +5,7 @@ import pytest
 
 from ftune import registry
 from ftune.config import load_config
-from ftune.config.instantiate import resolve
+from ftune.config.recipe_file import recipe_settings
 from ftune.config.settings import collect_problems
 
 CONFIGS_DIR = registry.configs_dir()
@@ -23,15 +23,14 @@ def test_every_recipe_has_a_file_a_default_config_and_settings():
     for recipe in registry.RECIPES.values():
         assert recipe.file.is_file(), recipe.file
         assert recipe.default_config in recipe.configs, recipe.name
-        assert resolve(recipe.settings)
+        assert recipe_settings(recipe.file)
 
 
-def test_every_recipe_reads_its_registered_settings_class():
+def test_every_recipe_reads_the_settings_it_declares():
     for recipe in registry.RECIPES.values():
-        cls = recipe.settings.rsplit(".", 1)[1]
-        assert re.search(
-            rf"cfg\.settings\({cls}\)|cfg\.settings\(training\.{cls}\)", recipe.file.read_text()
-        ), f"{recipe.file.name} must read its settings with cfg.settings({cls}) (registry.py says so)"
+        assert "s = cfg.settings(SETTINGS)" in recipe.file.read_text(), (
+            f"{recipe.file.name} must read its settings with cfg.settings(SETTINGS), the class it declares"
+        )
 
 
 def test_features_are_known_and_sibling_gaps_have_reasons():
@@ -58,7 +57,7 @@ def test_every_shipped_config_validates(name):
     recipe = registry.recipe_for_config(name)
     assert recipe is not None, name
     cfg = load_config(name)
-    assert collect_problems(cfg, resolve(recipe.settings)) == []
+    assert collect_problems(cfg, recipe_settings(recipe.file)) == []
 
 
 def test_shipped_fine_tuning_configs_match_their_generator():

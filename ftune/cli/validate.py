@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ftune import registry
 from ftune.config.checks import check_component
 from ftune.config.errors import ConfigError, did_you_mean
-from ftune.config.instantiate import resolve
 from ftune.config.loading import load_config
+from ftune.config.recipe_file import recipe_settings
 from ftune.config.run import report
 from ftune.config.settings import collect_problems
 
@@ -24,21 +25,28 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None) 
         ConfigError: listing every problem.
     """
     cfg = load_config(config, overrides)
-    if recipe_name is not None:
+    if recipe_name is not None and recipe_name.endswith(".py"):
+        file: Path | None = Path(recipe_name)  # a copied recipe: checked against its own SETTINGS
+    elif recipe_name is not None:
         recipe = registry.RECIPES.get(recipe_name)
         if recipe is None:
             raise ConfigError(
-                [f"--recipe {recipe_name!r}: no such recipe.{did_you_mean(recipe_name, registry.RECIPES)}"]
+                [
+                    f"--recipe {recipe_name!r}: no such recipe.{did_you_mean(recipe_name, registry.RECIPES)} "
+                    "Give a shipped recipe's name or the path of a recipe file (.py)."
+                ]
             )
+        file = recipe.file
     else:
         recipe = registry.recipe_for_config(config)
-    if recipe is None:
+        file = recipe.file if recipe else None
+    if file is None:
         problems = check_component(cfg.to_dict(), "config")
     else:
-        problems = collect_problems(cfg, resolve(recipe.settings))
+        problems = collect_problems(cfg, recipe_settings(file))
     if problems:
         raise ConfigError(problems, cfg.source)
-    return recipe.name if recipe else ""
+    return file.stem if file else ""
 
 
 def main(argv: list[str]) -> int:
@@ -50,7 +58,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("config", help="shipped config name (see `ftune ls`) or path to a .yaml file")
     parser.add_argument("overrides", nargs="*", help="key=value, a.b=value, ~key")
     parser.add_argument(
-        "--recipe", help="check against this recipe's settings (default: from the config's name)"
+        "--recipe",
+        help="check against this recipe's settings: a shipped recipe's name or a recipe file such as "
+        "./my_recipe.py (default: the shipped recipe of the config's method)",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)

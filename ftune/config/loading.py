@@ -27,19 +27,36 @@ if not OmegaConf.has_resolver("ftune_home"):
 class Config:
     """A loaded config: the OmegaConf tree, the file it came from, and the keys set on the command line.
 
-    Attribute access returns the node under that key (``cfg.model``), or None when the key is absent,
-    so optional components read naturally: ``config.instantiate(cfg.dataset_val)``.
+    Attribute access is strict: ``cfg.model`` returns the node under that key; a key the YAML does
+    not set is None only if the recipe's settings class (see :meth:`settings`) declares it as an
+    optional section (``cfg.dataset_val``) and its default if it declares it as a field. Any other
+    key is a ConfigError with a did-you-mean, never a silent None.
     """
 
     def __init__(self, node: DictConfig, source: str | None = None, overridden: set[str] | None = None):
         object.__setattr__(self, "node", node)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "overridden", set(overridden or ()))
+        object.__setattr__(self, "declared", None)  # set by settings(): {key: value when absent}
 
     def __getattr__(self, key: str) -> Any:
         if key.startswith("__"):
             raise AttributeError(key)
-        return self.node.get(key)
+        if key in self.node:
+            return self.node[key]
+        declared = object.__getattribute__(self, "declared")
+        if declared is not None and key in declared:
+            return declared[key]
+        known = sorted(set(self.node) | set(declared or ()))
+        by = "the config or the recipe's settings" if declared is not None else "the config"
+        raise ConfigError(
+            [
+                f"{key}: read by the recipe but not declared by {by}.{did_you_mean(key, known)} "
+                f"Declared keys: {', '.join(known)}. Fix the name in the recipe, or declare the key "
+                "(a field of the recipe's SETTINGS class, or a section in the YAML)."
+            ],
+            self.source,
+        )
 
     def __contains__(self, key: str) -> bool:
         return key in self.node
@@ -59,10 +76,16 @@ class Config:
         return OmegaConf.to_yaml(self.node, resolve=True)
 
     def settings(self, cls: type) -> Any:
-        """Read the recipe-level scalars into the typed dataclass `cls` (see `ftune.config.settings`)."""
-        from ftune.config.settings import read_settings
+        """Read the recipe-level scalars into the typed dataclass `cls` (see `ftune.config.settings`).
 
-        return read_settings(self, cls)
+        From then on, attribute access also accepts the keys `cls` declares but the YAML leaves out
+        (optional sections read as None, fields as their default).
+        """
+        from ftune.config.settings import absent_values, read_settings
+
+        settings = read_settings(self, cls)
+        object.__setattr__(self, "declared", absent_values(cls))
+        return settings
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:

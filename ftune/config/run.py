@@ -86,19 +86,23 @@ def default_config_for(recipe_file: str | None) -> str | None:
     return recipe.default_config if recipe else None
 
 
-def recipe_help(recipe_file: str | None) -> str:
-    """`<recipe> --help`: usage, the recipe's docstring summary and every setting with its default and help."""
+def recipe_help(module: Any) -> str:
+    """`<recipe> --help`: usage, what the recipe does, and every setting of its SETTINGS with default and help."""
     from ftune import registry
-    from ftune.config.instantiate import resolve
+    from ftune.config.recipe_file import settings_of
     from ftune.config.settings import describe
 
+    recipe_file = getattr(module, "__file__", None)
     name = Path(recipe_file).stem if recipe_file else "recipe"
     lines = [f"usage: ftune run {name} [--config <name|path>] [key=value ...] [--debug]"]
+    cls = settings_of(module)
     recipe = registry.RECIPES.get(name)
-    if recipe is None:
-        return lines[0]
-    cls = resolve(recipe.settings)
-    lines += ["", recipe.description, "", f"default config: {recipe.default_config}", "", "settings:"]
+    if recipe is not None and recipe.file.resolve() == Path(recipe_file).resolve():
+        lines += ["", recipe.description, "", f"default config: {recipe.default_config}"]
+    else:
+        summary = (module.__doc__ or "").strip().splitlines()
+        lines += ["", summary[0] if summary else f"a recipe file ({recipe_file})"]
+    lines += ["", "settings:"]
     rows = describe(cls)
     width = max(len(f"{k}: {t}") for k, t, _, _ in rows)
     lines += [f"  {f'{k}: {t}'.ljust(width)}  default {d!r}. {h}" for k, t, d, h in rows]
@@ -111,7 +115,10 @@ def run(main: Callable[[Config], Any], argv: list[str] | None = None) -> None:
     """Load the config named on the command line and call ``main(cfg)``; exit 1 on a user error."""
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:
-        print(recipe_help(getattr(sys.modules.get(main.__module__), "__file__", None)))
+        try:
+            print(recipe_help(sys.modules[main.__module__]))
+        except ConfigError as e:
+            sys.exit(report(e, argv))
         return
     try:
         config, overrides = parse_recipe_args(argv)

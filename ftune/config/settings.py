@@ -34,6 +34,20 @@ class Settings:
     # Keyword arguments the recipe passes at run time, per section (not required in the YAML).
     RUNTIME: ClassVar[dict[str, tuple[str, ...]]] = {}
 
+    def problems(self) -> list[str]:
+        """Problems with values that have the right types but do not make sense together; none by default.
+
+        Each line names the key, what was given, what is accepted and how to fix it.
+        """
+        return []
+
+
+def absent_values(cls: type) -> dict[str, Any]:
+    """What reading each declared key gives when the YAML leaves it out: sections None, fields their default."""
+    values: dict[str, Any] = dict.fromkeys(cls.COMPONENTS)  # type: ignore[attr-defined]
+    values.update({key: default for key, _, default, _ in describe(cls)})
+    return values
+
 
 def describe(cls: type) -> list[tuple[str, str, Any, str]]:
     """(key, type, default, help) for every field of a settings class, for docs and `--help`."""
@@ -92,7 +106,13 @@ def collect_problems(cfg: Any, cls: type) -> list[str]:
             problems.append(
                 f"{key}: required section is missing; add `{key}: {{_component_: ...}}` to the YAML."
             )
+    if not problems:
+        problems.extend(f"{p} ({cfg.where(p.split(':')[0])})" for p in _build(cls, data).problems())
     return problems
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
 
 def read_settings(cfg: Any, cls: type) -> Any:
@@ -100,5 +120,4 @@ def read_settings(cfg: Any, cls: type) -> Any:
     problems = collect_problems(cfg, cls)
     if problems:
         raise ConfigError(problems, cfg.source)
-    data = cfg.to_dict()
-    return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+    return _build(cls, cfg.to_dict())

@@ -2,6 +2,7 @@
 
 from ftune.peft.apply import trainable_params
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
+from ftune.training.batch_loss import batch_loss
 from ftune.training.compile import compile_loss, compile_model
 from ftune.training.device import default_dtype, get_device, get_dtype
 from ftune.training.distributed import DistInfo, destroy_distributed, init_distributed
@@ -40,7 +41,7 @@ from ftune.training.settings import (
     QATSettings,
     QuantizeSettings,
 )
-from ftune.training.step import NonFiniteError, StepStats, accumulate, eval_loss, train_step
+from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, eval_loss
 from ftune.training.throughput import Throughput
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "QuantizeSettings",
     "Reporter",
     "StdoutLogger",
+    "StepLoss",
     "StepStats",
     "TensorBoardLogger",
     "Throughput",
@@ -67,6 +69,7 @@ __all__ = [
     "accumulate",
     "apply_activation_checkpointing",
     "apply_peft",
+    "batch_loss",
     "build_collate",
     "build_model",
     "build_optimizer",
@@ -97,7 +100,6 @@ __all__ = [
     "set_rng_state",
     "snapshot",
     "total_steps",
-    "train_step",
     "trainable_params",
     "validation_loader",
 ]

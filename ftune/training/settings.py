@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from ftune.config.settings import Settings, setting
+from ftune.training.optimizer_in_backward import check_optimizer_in_backward
 
 
 @dataclass
@@ -60,6 +61,33 @@ class FullSettings(Settings):
         False, "distributed only: keep sharded params and optimizer state on CPU"
     )
 
+    def problems(self) -> list[str]:
+        """Counts that make no sense (zero or negative) and settings that cannot work together."""
+        out = [
+            f"{key}: must be >= 1{' or null' if nullable else ''}, got {value!r}. {fix}"
+            for key, value, nullable, fix in (
+                ("epochs", self.epochs, False, "Use max_steps to stop inside the first epoch."),
+                ("max_steps", self.max_steps, True, "null runs every epoch."),
+                ("batch_size", self.batch_size, False, ""),
+                ("grad_accum_steps", self.grad_accum_steps, False, "1 means no accumulation."),
+                ("save_every_n_steps", self.save_every_n_steps, True, "null saves only at the end."),
+                ("run_val_every_n_steps", self.run_val_every_n_steps, True, "null turns validation off."),
+                ("max_val_batches", self.max_val_batches, True, "null reads every batch."),
+                ("log_every_n_steps", self.log_every_n_steps, False, ""),
+            )
+            if (value is not None or not nullable) and (value is None or value < 1)
+        ]
+        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
+            out.append(f"clip_grad_norm: must be > 0 or null (no clipping), got {self.clip_grad_norm!r}.")
+        if self.optimizer_in_backward:
+            try:
+                check_optimizer_in_backward(
+                    grad_accum_steps=self.grad_accum_steps, clip_grad_norm=self.clip_grad_norm
+                )
+            except ValueError as e:
+                out.append(f"optimizer_in_backward: {e}")
+        return out
+
 
 @dataclass
 class LoRASettings(FullSettings):
@@ -77,6 +105,15 @@ class QATSettings(FullSettings):
     fake_quant_after_n_steps: int | None = setting(
         None, "keep fake quantization off until this step (null: on from the start)"
     )
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.fake_quant_after_n_steps is not None and self.fake_quant_after_n_steps < 0:
+            out.append(
+                f"fake_quant_after_n_steps: must be >= 0 or null (on from the start), "
+                f"got {self.fake_quant_after_n_steps!r}."
+            )
+        return out
 
 
 _MODEL = "model"  # optional in generate/quantize/eval: the architecture is read from config.json without it

@@ -1,10 +1,9 @@
-"""One optimizer step with token-normalised gradient accumulation, clipping and a non-finite guard.
+"""The parts of a training step that must behave the same in every recipe.
 
-Every recipe calls these the same way::
-
-    for step, micro_batches in enumerate(training.accumulate(loader, s.grad_accum_steps), start=1):
-        stats = training.train_step(model, loss_fn, micro_batches, optimizer, step=step, device=device,
-                                    scheduler=scheduler, clip_grad_norm=s.clip_grad_norm)
+The step itself (forward, backward, clipping, optimizer and scheduler) is written in each recipe,
+where people change it. What is easy to get subtly wrong lives here and is called the same way
+everywhere: grouping micro-batches (:func:`accumulate`), token-normalised accumulation and the
+non-finite guard (:class:`StepLoss`), and the validation loss (:func:`eval_loss`).
 """
 
 import logging
@@ -48,7 +47,7 @@ class NonFiniteError(RuntimeError):
     """The loss or the gradient norm was NaN or infinite; the optimizer step was not taken.
 
     Attributes:
-        step: the step the caller passed to ``train_step``.
+        step: the number of the step that failed.
         loss: the step's loss.
         grad_norm: the pre-clip gradient norm, or None if it was not computed.
     """
@@ -72,100 +71,93 @@ def _as_float(value: Any) -> float:
     return float(value)
 
 
-def _trainable(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+class StepLoss:
+    """Token-normalised loss of one optimizer step, and the non-finite guard that ends it.
 
+    The recipe writes the step itself (forward, backward, clipping, optimizer and scheduler); this
+    object holds what is easy to get subtly wrong. It counts the labelled (shifted) tokens of every
+    micro-batch of the step first, over all ranks, so that each micro-batch backpropagates
+    ``loss_sum / total_tokens``: the step's gradient is then that of the mean loss over all its
+    tokens, whatever the split into micro-batches and however unequal their token counts (a mean
+    of per-batch means is not). ::
 
-def train_step(
-    model: nn.Module,
-    loss_fn: LossFn,
-    micro_batches: list[Batch],
-    optimizer: torch.optim.Optimizer,
-    *,
-    step: int,
-    device: torch.device,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    clip_grad_norm: float | None = None,
-) -> StepStats:
-    """Forward and backward every micro-batch, then clip, check, and step the optimizer and scheduler.
-
-    Gradients are token-normalised: the non-ignored (shifted) labels of all micro-batches are
-    counted first, and each micro-batch backpropagates ``loss_sum / total_tokens``. The step's
-    gradient is then that of the mean loss over all its tokens, whatever the split into
-    micro-batches and however unequal their token counts (a mean of per-batch means is not).
+        step_loss = training.StepLoss(micro_batches, optimizer, step=step, device=device)
+        for batch in micro_batches:
+            loss_sum, _ = training.batch_loss(model, loss_fn, batch, device=device)
+            step_loss.scaled(loss_sum).backward()
+        stats = step_loss.finish(grad_norm)  # raises NonFiniteError (gradients cleared) if not finite
+        optimizer.step()
 
     Args:
-        model: in train mode; has ``hidden(tokens, *, input_pos, mask)`` and ``output_weight``.
-        loss_fn: ``loss_fn(weight, hidden, shifted_labels) -> (loss_sum, num_tokens)``.
-        micro_batches: collated batches (``tokens``, ``labels``, optionally ``input_pos`` and
-            ``document_ids``) whose gradients make up this step.
-        optimizer: a ``torch.optim.Optimizer``, or an ``OptimizerInBackward``.
-        step: the number of this step, used in error messages.
-        device: where the model lives; batches are moved there.
-        scheduler: stepped once after the optimizer.
-        clip_grad_norm: clip the total gradient norm to this value; None disables clipping.
-
-    Returns:
-        The step's :class:`StepStats`.
+        micro_batches: the collated batches of this step (``tokens``, ``labels``, optionally
+            ``input_pos`` and ``document_ids``).
+        optimizer: the step's optimizer (read for its learning rate; cleared on a non-finite step).
+            With an ``OptimizerInBackward`` the weights change during backward, so the loss is
+            checked before each backward instead of after.
+        step: the number of this step, used in messages.
+        device: where the model lives.
 
     Raises:
-        NonFiniteError: if the loss or the gradient norm is not finite. The optimizer is not
-            stepped and the gradients are cleared, so the weights stay those of the last good step.
-        ValueError: if ``micro_batches`` is empty, ``clip_grad_norm`` is not positive, or the
-            optimizer is an ``OptimizerInBackward`` and there is accumulation or clipping.
+        ValueError: if ``micro_batches`` is empty, or several micro-batches meet an optimizer that
+            steps inside backward.
     """
-    if not micro_batches:
-        raise ValueError(f"train_step(step={step}) got no micro-batches; pass a non-empty list.")
-    if clip_grad_norm is not None and not clip_grad_norm > 0:
-        raise ValueError(f"clip_grad_norm must be > 0 or null (no clipping), got {clip_grad_norm}.")
-    in_backward = isinstance(optimizer, OptimizerInBackward)
-    if in_backward:
-        check_optimizer_in_backward(grad_accum_steps=len(micro_batches), clip_grad_norm=clip_grad_norm)
 
-    labels = []
-    for batch in micro_batches:
-        check_batch(batch)
-        document_ids = batch["document_ids"].to(device) if "document_ids" in batch else None
-        labels.append(shift_labels(batch["labels"].to(device, non_blocking=True), document_ids))
-    # One sync for the whole step: the normaliser must be known before the first backward. With
-    # several ranks it is the global count, and FSDP sums (not averages) the gradients, so the
-    # step's gradient is that of the mean over every token of the global batch.
-    local = sum((y != IGNORE_INDEX).sum() for y in labels)
-    num_tokens = int(all_reduce_sum(torch.as_tensor(local, dtype=torch.int64, device=device)).item())
-    if num_tokens == 0:
-        logger.warning("Step %d has no labelled tokens; its gradient is zero.", step)
-    denominator = max(num_tokens, 1)
-    # FSDP averages gradients over ranks; scaling by the world size turns that average into the
-    # sum of the ranks' shares of the global token mean (see ftune/training/fsdp.py).
-    scale = world_size()
+    def __init__(
+        self, micro_batches: list[Batch], optimizer: torch.optim.Optimizer, *, step: int, device: torch.device
+    ) -> None:
+        if not micro_batches:
+            raise ValueError(f"StepLoss(step={step}) got no micro-batches; pass a non-empty list.")
+        self.optimizer, self.step, self.device = optimizer, step, device
+        self.in_backward = isinstance(optimizer, OptimizerInBackward)
+        if self.in_backward:
+            check_optimizer_in_backward(grad_accum_steps=len(micro_batches), clip_grad_norm=None)
+        local = torch.zeros((), dtype=torch.int64, device=device)
+        for batch in micro_batches:
+            check_batch(batch)
+            document_ids = batch["document_ids"].to(device) if "document_ids" in batch else None
+            labels = shift_labels(batch["labels"].to(device, non_blocking=True), document_ids)
+            local += (labels != IGNORE_INDEX).sum()
+        # One sync for the whole step: the normaliser must be known before the first backward. With
+        # several ranks it is the global count, and FSDP sums (not averages) the gradients, so the
+        # step's gradient is that of the mean over every token of the global batch.
+        self.num_tokens = int(all_reduce_sum(local).item())
+        if self.num_tokens == 0:
+            logger.warning("Step %d has no labelled tokens; its gradient is zero.", step)
+        self._denominator = max(self.num_tokens, 1)
+        # FSDP averages gradients over ranks; scaling by the world size turns that average into the
+        # sum of the ranks' shares of the global token mean (see ftune/training/fsdp.py).
+        self._scale = world_size() / self._denominator
+        self._total = torch.zeros((), dtype=torch.float32, device=device)
 
-    try:
-        loss_total = torch.zeros((), dtype=torch.float32, device=device)
-        for batch, shifted in zip(micro_batches, labels):
-            loss_sum, _ = batch_loss(model, loss_fn, batch, device=device, shifted_labels=shifted)
-            if in_backward and not math.isfinite(loss_sum.item()):
-                # The hooks update the weights during backward: check before it, not after.
-                raise NonFiniteError(step, loss_sum.item() / denominator, None)
-            (loss_sum * scale / denominator).backward()
-            loss_total += loss_sum.detach()
-        loss = all_reduce_sum(loss_total).item() / denominator
+    def scaled(self, loss_sum: torch.Tensor) -> torch.Tensor:
+        """Record a micro-batch's summed loss; return the tensor to call ``.backward()`` on."""
+        if self.in_backward and not math.isfinite(loss_sum.item()):
+            # The hooks update the weights during backward: check before it, not after.
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteError(self.step, loss_sum.item() / self._denominator, None)
+        self._total += loss_sum.detach().float()
+        return loss_sum * self._scale
 
-        grad_norm = None
-        if clip_grad_norm is not None:
-            # Returns the total norm before clipping, which is what is worth logging.
-            grad_norm = _as_float(torch.nn.utils.clip_grad_norm_(_trainable(optimizer), clip_grad_norm))
-        if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
-            raise NonFiniteError(step, loss, grad_norm)
-    except BaseException:
-        optimizer.zero_grad(set_to_none=True)  # a caller that skips the step must not inherit these
-        raise
+    def finish(self, grad_norm: torch.Tensor | float | None = None) -> StepStats:
+        """The step's mean loss over every rank; raise before the optimizer steps if anything is not finite.
 
-    lr = _as_float(optimizer.param_groups[0]["lr"])
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    if scheduler is not None:
-        scheduler.step()
-    return StepStats(loss=loss, num_tokens=num_tokens, grad_norm=grad_norm, lr=lr)
+        Args:
+            grad_norm: the pre-clip total gradient norm (what ``clip_grad_norm_`` returns), or None.
+
+        Returns:
+            The step's :class:`StepStats` (the learning rate is the one the optimizer is about to use).
+
+        Raises:
+            NonFiniteError: if the loss or the gradient norm is NaN or infinite. The gradients are
+                cleared first, so a caller that skips the step inherits nothing.
+        """
+        loss = all_reduce_sum(self._total).item() / self._denominator
+        norm = None if grad_norm is None else _as_float(grad_norm)
+        if not math.isfinite(loss) or (norm is not None and not math.isfinite(norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteError(self.step, loss, norm)
+        lr = _as_float(self.optimizer.param_groups[0]["lr"])
+        return StepStats(loss=loss, num_tokens=self.num_tokens, grad_norm=norm, lr=lr)
 
 
 def accumulate(

@@ -5,12 +5,12 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from recipe_step import train_step
 
 from ftune.models.llama3 import llama3
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.batch_loss import batch_loss
 from ftune.training.loss import ChunkedCrossEntropyLoss
-from ftune.training.step import train_step
 
 CPU = torch.device("cpu")
 
