@@ -124,3 +124,55 @@ def test_nested_component_needing_runtime_args_must_be_partial():
     assert check_component(mix, "dataset") == []
     # At the top level the recipe passes the tokenizer: no problem.
     assert check_component({"_component_": "ftune.datasets.alpaca_dataset"}, "dataset") == []
+
+
+def test_attribute_access_is_strict(tmp_path):
+    cfg = load(tmp_path, MODEL + "batch_size: 8\n")
+    assert cfg.model["dim"] == 8
+    with pytest.raises(ConfigError, match=r"dataset_val: read by the recipe but not declared by the config"):
+        cfg.dataset_val  # noqa: B018 - before settings() nothing says the section is optional
+    cfg.settings(DemoSettings)
+    assert cfg.dataset_val is None  # a declared optional section the YAML leaves out
+    assert cfg.max_steps is None and cfg.lr_warmup == 0.0  # declared fields read as their defaults
+    with pytest.raises(ConfigError, match=r"dataset_vall: .* Did you mean 'dataset_val'\?"):
+        cfg.dataset_vall  # noqa: B018
+    with pytest.raises(ConfigError, match=r"batch_sizes: .* Did you mean 'batch_size'\?"):
+        cfg.batch_sizes  # noqa: B018
+
+
+@dataclass
+class CheckedSettings(DemoSettings):
+    def problems(self) -> list[str]:
+        return [f"batch_size: must be >= 1, got {self.batch_size}."] if self.batch_size < 1 else []
+
+
+def test_settings_problems_are_reported_with_their_source(tmp_path):
+    with pytest.raises(ConfigError, match=r"batch_size: must be >= 1, got 0. \(set on the command line\)"):
+        load(tmp_path, MODEL, ["batch_size=0"]).settings(CheckedSettings)
+    assert load(tmp_path, MODEL, ["batch_size=2"]).settings(CheckedSettings).batch_size == 2
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("epochs=-1", "epochs: must be >= 1, got -1"),
+        ("save_every_n_steps=0", "save_every_n_steps: must be >= 1 or null, got 0"),
+        ("grad_accum_steps=0", "grad_accum_steps: must be >= 1, got 0"),
+        ("clip_grad_norm=0.0", "clip_grad_norm: must be > 0 or null"),
+    ],
+)
+def test_training_settings_reject_counts_that_make_no_sense(override, message):
+    from ftune.training import FullSettings
+
+    with pytest.raises(ConfigError, match=message):
+        load_config("smollm2/135M_full", [override]).settings(FullSettings)
+
+
+def test_optimizer_in_backward_conflicts_are_config_errors():
+    from ftune.training import FullSettings
+
+    overrides = ["optimizer_in_backward=true", "grad_accum_steps=2", "clip_grad_norm=null"]
+    with pytest.raises(
+        ConfigError, match="optimizer_in_backward: optimizer_in_backward needs grad_accum_steps=1"
+    ):
+        load_config("smollm2/135M_full", overrides).settings(FullSettings)

@@ -1,23 +1,35 @@
-"""No drift, by construction: sibling recipes equal their parent once their tagged lines are removed."""
+"""No drift, by construction: sibling recipes are their parent plus tagged lines, and those lines are approved.
+
+Two checks per sibling recipe:
+- with its tagged lines (``# [lora]``, ``# [dist]``, ``# [qat]``, ``# [full]``) removed, it equals the
+  parent with its tagged lines removed: an untagged difference is drift;
+- its whole diff against the parent equals the checked-in tests/recipes/approved/<recipe>.diff: adding,
+  changing or moving a tagged line fails until that file is updated in the same commit, so a reviewer
+  sees every change to what a sibling does differently. To approve a deliberate change, run
+  ``python tests/recipes/test_skeleton.py --approve`` and commit the updated .diff files.
+"""
 
 import difflib
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from ftune import registry
 
-TAG = re.compile(r"#\s*\[(full|lora|qat|single|dist)\]")
+TAG = re.compile(r"#\s*\[(full|lora|qat|dist)\]")
 PARENT = "full_finetune_single_device"
+APPROVED = Path(__file__).resolve().parent / "approved"
 # The tags each recipe may use: what makes it differ from the parent.
 ALLOWED = {
-    "full_finetune_single_device": {"full", "single"},
-    "lora_finetune_single_device": {"lora", "single"},
+    "full_finetune_single_device": {"full"},
+    "lora_finetune_single_device": {"lora"},
     "full_finetune_distributed": {"full", "dist"},
     "lora_finetune_distributed": {"lora", "dist"},
     "qat_distributed": {"qat", "dist"},
 }
+SIBLINGS = sorted(set(ALLOWED) - {PARENT})
 
 
 def body(path: Path) -> str:
@@ -28,16 +40,27 @@ def skeleton(path: Path) -> list[str]:
     return [line for line in body(path).splitlines() if not TAG.search(line)]
 
 
+def sibling_diff(recipe: str) -> str:
+    """The sibling's body against the parent's, with context, hunk positions left out (the parent may grow)."""
+    lines = difflib.unified_diff(
+        body(registry.RECIPES[PARENT].file).splitlines(),
+        body(registry.RECIPES[recipe].file).splitlines(),
+        f"recipes/{PARENT}.py",
+        f"recipes/{recipe}.py",
+        lineterm="",
+        n=2,
+    )
+    return "\n".join("@@" if line.startswith("@@") else line for line in lines) + "\n"
+
+
 def test_every_training_recipe_is_covered():
     training = {n for n, r in registry.RECIPES.items() if {"full", "lora", "qat_full"} & set(r.methods)}
     assert training == set(ALLOWED)
 
 
-@pytest.mark.parametrize("recipe", sorted(set(ALLOWED) - {PARENT}))
+@pytest.mark.parametrize("recipe", SIBLINGS)
 def test_recipe_matches_skeleton(recipe):
     path = registry.RECIPES[recipe].file
-    if not path.is_file():
-        pytest.skip(f"{recipe} not written yet")
     diff = "\n".join(
         difflib.unified_diff(
             skeleton(registry.RECIPES[PARENT].file), skeleton(path), PARENT, recipe, lineterm=""
@@ -50,12 +73,44 @@ def test_recipe_matches_skeleton(recipe):
     )
 
 
+@pytest.mark.parametrize("recipe", SIBLINGS)
+def test_sibling_diff_is_approved(recipe):
+    approved = APPROVED / f"{recipe}.diff"
+    assert approved.is_file(), f"no approved diff for {recipe}: run python {__file__} --approve"
+    got = sibling_diff(recipe)
+    change = "\n".join(difflib.unified_diff(approved.read_text().splitlines(), got.splitlines(), lineterm=""))
+    assert got == approved.read_text(), (
+        f"{recipe}'s tagged lines changed against tests/recipes/approved/{recipe}.diff. If the change is "
+        f"deliberate, run `python tests/recipes/test_skeleton.py --approve` and commit the .diff files "
+        f"with it. Change to the approved diff:\n{change}"
+    )
+
+
 @pytest.mark.parametrize("recipe", sorted(ALLOWED))
 def test_recipe_uses_only_its_own_tags(recipe):
-    path = registry.RECIPES[recipe].file
-    if not path.is_file():
-        pytest.skip(f"{recipe} not written yet")
-    used = set(TAG.findall(body(path)))
+    used = set(TAG.findall(body(registry.RECIPES[recipe].file)))
     assert used <= ALLOWED[recipe], (
         f"{recipe} uses tags {sorted(used - ALLOWED[recipe])} that belong to other recipes"
     )
+    assert used, f"{recipe} has no tagged line: every recipe of the family tags what makes it itself"
+
+
+def test_the_unit_tests_step_is_the_recipes_step():
+    """tests/training/recipe_step.py drives the step helpers with the recipe's own lines."""
+    copy = (Path(__file__).parents[1] / "training" / "recipe_step.py").read_text()
+    start = copy.index("    step_loss = ")
+    copied = [line.strip() for line in copy[start : copy.index("    return stats")].splitlines()]
+    recipe = [line.strip() for line in body(registry.RECIPES[PARENT].file).splitlines()]
+    recipe = [
+        re.sub(r"\bs\.clip_grad_norm\b", "clip_grad_norm", line).replace("step + 1", "step")
+        for line in recipe
+    ]
+    first = recipe.index(copied[0])
+    assert recipe[first : first + len(copied)] == copied
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--approve"]:
+    APPROVED.mkdir(exist_ok=True)
+    for name in SIBLINGS:
+        (APPROVED / f"{name}.diff").write_text(sibling_diff(name))
+        print(f"approved {APPROVED.name}/{name}.diff")
