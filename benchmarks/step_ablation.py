@@ -2,7 +2,7 @@
 
     python benchmarks/step_ablation.py --method full --dtype fp32 [--rounds 3] [--threads 1]
 
-Runs ``ftune.training.train_step`` on SmolLM2-135M-Instruct with the benchmark's batch (demo
+Runs the recipes' training step (forward, backward, clipping, AdamW) on SmolLM2-135M-Instruct with the benchmark's batch (demo
 dataset packed into 4 x 512 tokens, ChunkedCrossEntropyLoss(8), AdamW, clipping at 1.0), and
 switches the optimizations off one at a time:
 
@@ -163,7 +163,11 @@ def main() -> None:
             for name in variants[variant]:
                 stack.enter_context(switches[name]())
             wall, cpu = time.perf_counter(), time.process_time()
-            training.train_step(model, loss_fn, [batch], optimizer, step=i, device=CPU, clip_grad_norm=1.0)
+            step_loss = training.StepLoss([batch], optimizer, step=i, device=CPU)
+            step_loss.scaled(batch_loss(model, loss_fn, batch, device=CPU)[0]).backward()
+            step_loss.finish(torch.nn.utils.clip_grad_norm_(training.trainable_params(model), 1.0))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
             return time.perf_counter() - wall, time.process_time() - cpu
 
     memory = {}

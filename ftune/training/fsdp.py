@@ -3,7 +3,7 @@
 The step's loss is normalised by the token count of the whole global batch (all ranks, all
 micro-batches), so each rank's gradient is its share of the global mean and the ranks'
 gradients must be summed. FSDP2 averages them (and gloo cannot run the pre-multiplied sum
-that changing FSDP's divide factor needs), so `train_step` scales each rank's loss by the world
+that changing FSDP's divide factor needs), so `StepLoss.scaled` scales each rank's loss by the world
 size instead: the average of the scaled gradients is exactly the sum.
 """
 

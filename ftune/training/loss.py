@@ -5,7 +5,7 @@ Every loss here is called the same way by the training step::
     loss_sum, num_tokens = loss_fn(model.output_weight, hidden, shifted_labels)
 
 and returns the *sum* over non-ignored tokens (fp32) and their count, so the caller can
-normalise by the token count of the whole optimizer step (see ``ftune.training.train_step``).
+normalise by the token count of the whole optimizer step (see ``ftune.training.StepLoss``).
 """
 
 import torch

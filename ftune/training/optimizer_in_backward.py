@@ -14,7 +14,7 @@ from torch import nn
 def check_optimizer_in_backward(*, grad_accum_steps: int, clip_grad_norm: float | None) -> None:
     """Raise if a setting is incompatible with stepping the optimizer during backward.
 
-    Call it while validating settings, before building anything; ``train_step`` calls it too.
+    The settings classes call it (ftune.training.settings), so a conflict is a config error before anything is built; ``StepLoss`` checks accumulation again.
 
     Args:
         grad_accum_steps: micro-batches per optimizer step.

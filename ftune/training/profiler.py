@@ -14,7 +14,7 @@ Recipe::
 
     with config.instantiate(cfg.profiler) as prof:
         for ...:
-            stats = training.train_step(...)
+            ...  # the training step
             prof.step()
 """
 

@@ -204,7 +204,7 @@ def eval_loss(
 
     Args:
         model: the model being trained.
-        loss_fn: the training loss (same call as in ``train_step``).
+        loss_fn: the training loss (the same call as in the recipes' step).
         batches: a dataloader or iterable of collated batches.
         device: where the model lives.
         max_batches: stop after this many batches; None reads them all.
