@@ -96,9 +96,17 @@ class StatefulDataLoader:
         if self.batches_consumed >= n:  # a state saved by an older loader at an epoch's very end
             self.epoch, self.batches_consumed = self.epoch + 1, 0
         remaining = self._epoch_batches(self.epoch)[self.batches_consumed :]
-        # torch's DataLoader only runs the workers here; the order comes from our batch list
+        # torch's DataLoader only runs the workers here; the order comes from our batch list. Its
+        # iterator draws the workers' base seed from `generator`: our own, seeded by (seed, epoch),
+        # never the global RNG, so that starting an iterator (as a resumed run does mid-epoch)
+        # leaves the global RNG (dropout) exactly where the restored state put it.
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         loader = torch.utils.data.DataLoader(
-            self.dataset, batch_sampler=remaining, collate_fn=self.collate_fn, num_workers=self.num_workers
+            self.dataset,
+            batch_sampler=remaining,
+            collate_fn=self.collate_fn,
+            num_workers=self.num_workers,
+            generator=generator,
         )
         for batch in loader:
             # count before handing the batch out: state_dict() taken after receiving it includes it
