@@ -74,8 +74,9 @@ def main(cfg: config.Config) -> None:
         run = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loader": loader}
         training.save_checkpoint(ckpt, step, **run)  # [full]
 
-    with training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile") as profiler:
-        while step < steps:
+    profile = training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile")
+    with profile as profiler, training.StopOnSignal() as stop:  # SIGTERM / Ctrl-C: save, then stop
+        while step < steps and not stop.stopped:
             for micro_batches in training.accumulate(loader, s.grad_accum_steps):
                 # The training step. StepLoss normalises by the step's labelled tokens (all
                 # micro-batches, all ranks) and refuses a non-finite loss or gradient norm.
@@ -100,13 +101,14 @@ def main(cfg: config.Config) -> None:
                         model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
                     )
                     report.log(step, {"val_loss": val})
-                if step == steps:
+                if step == steps or stop.check():
                     break
                 if training.every(step, s.save_every_n_steps):
                     save(step)
     save(step)
     report.close()
     training.destroy_distributed()  # [dist]
+    stop.exit_if_stopped(step, s.output_dir)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from ftune.training.settings import (
     QATSettings,
     QuantizeSettings,
 )
+from ftune.training.signals import StopOnSignal
 from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, eval_loss
 from ftune.training.throughput import Throughput
 
@@ -62,6 +63,7 @@ __all__ = [
     "Reporter",
     "StdoutLogger",
     "StepLoss",
+    "StopOnSignal",
     "StepStats",
     "TensorBoardLogger",
     "Throughput",
