@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ftune import config
-from ftune.training.distributed import default_backend, init_distributed
+from ftune.runtime.distributed import default_backend, init_distributed
 from ftune.training.settings import DistCheckSettings
 
 

@@ -30,7 +30,7 @@ from ftune.checkpointing.model_fit import load_into
 from ftune.checkpointing.native import QUANTIZED_FILE
 from ftune.checkpointing.readers import read_json
 from ftune.config import instantiate
-from ftune.training.device import default_dtype
+from ftune.runtime.device import default_dtype
 
 if TYPE_CHECKING:
     from ftune.checkpointing import Checkpointer, Loaded

@@ -1,10 +1,11 @@
 """The training loop's primitives: every recipe calls these the same way."""
 
 from ftune.peft.apply import trainable_params
+from ftune.runtime.device import default_dtype, get_device, get_dtype
+from ftune.runtime.distributed import DistInfo, destroy_distributed, init_distributed
+from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.compile import compile_loss, compile_model
-from ftune.training.device import default_dtype, get_device, get_dtype
-from ftune.training.distributed import DistInfo, destroy_distributed, init_distributed
 from ftune.training.fsdp import is_sharded, shard_model
 from ftune.training.loop import (
     Reporter,
@@ -31,7 +32,6 @@ from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
 from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
-from ftune.training.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.training.settings import (
     EvalSettings,
     FullSettings,

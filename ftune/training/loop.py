@@ -11,10 +11,9 @@ import torch
 
 from ftune.config import instantiate
 from ftune.data.collate import padded_collate_sft
-from ftune.training.fsdp import world_size
+from ftune.runtime.rank import is_rank_zero, world_size
 from ftune.training.memory import peak_memory_gib
 from ftune.training.progress import ProgressBar
-from ftune.training.rank import is_rank_zero
 from ftune.training.throughput import Throughput
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from torch import nn
 
 from ftune.checkpointing.model_fit import load_into
 from ftune.config import instantiate
-from ftune.training.device import default_dtype
+from ftune.runtime.device import default_dtype
 
 
 def _cast(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
