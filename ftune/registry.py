@@ -163,7 +163,7 @@ _RECIPES = [
         "generation",
         ("generation",),
         {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES},
-        settings="ftune.training.settings.GenerateSettings",
+        settings="ftune.generation.settings.GenerateSettings",
     ),
     Recipe(
         "quantize",
@@ -172,7 +172,7 @@ _RECIPES = [
         "quantization",
         ("quantization",),
         {"quantization": YES, "qat": YES},
-        settings="ftune.training.settings.QuantizeSettings",
+        settings="ftune.quantization.settings.QuantizeSettings",
     ),
     Recipe(
         "eval",
@@ -181,7 +181,7 @@ _RECIPES = [
         "eval",
         ("eval",),
         {"kv_cache": YES, "lora": YES, "quantization": YES},
-        settings="ftune.training.settings.EvalSettings",
+        settings="ftune.evaluation.settings.EvalSettings",
     ),
     Recipe(
         "dist_check",
@@ -190,7 +190,7 @@ _RECIPES = [
         "dist_check",
         ("dist_check",),
         {"fsdp2": na("a launch check: it shards nothing")},
-        settings="ftune.training.settings.DistCheckSettings",
+        settings="ftune.runtime.settings.DistCheckSettings",
     ),
 ]
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RECIPES}

@@ -11,8 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ftune import config
-from ftune.runtime.distributed import default_backend, init_distributed
-from ftune.training.settings import DistCheckSettings
+from ftune.runtime import DistCheckSettings, default_backend, init_distributed
 
 
 def main(cfg: config.Config) -> None:

@@ -15,9 +15,10 @@ quantized. Results are printed as a table and, with `output_file`, written as JS
 import time
 from pathlib import Path
 
-from ftune import checkpointing, config, evaluation, training
+from ftune import checkpointing, config, evaluation, runtime
 from ftune.checkpointing import atomic
 from ftune.datasets.demo import HELDOUT_FILE, write_demo_data
+from ftune.evaluation import EvalSettings
 from ftune.evaluation.chat_samples import read_chat_samples
 from ftune.generation.model_loading import load_inference_model
 
@@ -27,7 +28,7 @@ ANSWER_MARGIN = 4
 
 
 def main(cfg: config.Config) -> None:
-    s = cfg.settings(training.EvalSettings)
+    s = cfg.settings(EvalSettings)
     if not s.text_files and s.heldout_file is None:
         raise ValueError(
             "nothing to evaluate: text_files is empty and heldout_file is null. Set text_files=[path/to/a.txt] "
@@ -35,7 +36,7 @@ def main(cfg: config.Config) -> None:
         )
     if missing := [f for f in s.text_files if not Path(f).expanduser().is_file()]:
         raise FileNotFoundError(f"text_files: {missing} do not exist; pass readable text files.")
-    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
+    device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     ckpt = config.instantiate(cfg.checkpointer)
     model = load_inference_model(
         ckpt,

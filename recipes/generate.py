@@ -12,20 +12,20 @@ with `quantized_checkpoint`.
 import sys
 import time
 
-from ftune import checkpointing, config, training
+from ftune import checkpointing, config, runtime
 from ftune.data.messages import Message
-from ftune.generation import generate
+from ftune.generation import GenerateSettings, generate
 from ftune.generation.model_loading import load_inference_model
 from ftune.generation.streaming import TextStreamer
 
 
 def main(cfg: config.Config) -> None:
-    s = cfg.settings(training.GenerateSettings)
+    s = cfg.settings(GenerateSettings)
     if s.prompt is None:
         raise ValueError(
             'prompt is not set: pass it on the command line, e.g. prompt="Tell me a joke.", or in the config.'
         )
-    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
+    device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     model = load_inference_model(
         config.instantiate(cfg.checkpointer),
         model=cfg.model,

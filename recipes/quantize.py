@@ -11,11 +11,11 @@ merged into the weights first. The output folder is a native quantized checkpoin
 import time
 from pathlib import Path
 
-from ftune import checkpointing, config, training
+from ftune import checkpointing, config, runtime
 from ftune.checkpointing import atomic
 from ftune.checkpointing.native import FORMAT_VERSION, META_FILE, QUANTIZED_FILE
 from ftune.generation.model_loading import HF_CONFIG_FILE, build_float_model, read_hf_config
-from ftune.quantization import save_quantized
+from ftune.quantization import QuantizeSettings, save_quantized
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 
@@ -25,8 +25,8 @@ def _megabytes(paths: list[Path]) -> float:
 
 
 def main(cfg: config.Config) -> None:
-    s = cfg.settings(training.QuantizeSettings)
-    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
+    s = cfg.settings(QuantizeSettings)
+    device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()
     model = build_float_model(

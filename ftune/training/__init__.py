@@ -32,14 +32,7 @@ from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
 from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
-from ftune.training.settings import (
-    EvalSettings,
-    FullSettings,
-    GenerateSettings,
-    LoRASettings,
-    QATSettings,
-    QuantizeSettings,
-)
+from ftune.training.settings import FullSettings, LoRASettings, QATSettings
 from ftune.training.step import NonFiniteError, StepStats, accumulate, eval_loss, train_step
 from ftune.training.throughput import Throughput
 
@@ -47,9 +40,7 @@ __all__ = [
     "ChunkedCrossEntropyLoss",
     "CrossEntropyLoss",
     "DiskLogger",
-    "EvalSettings",
     "FullSettings",
-    "GenerateSettings",
     "LoRASettings",
     "MetricLogger",
     "NonFiniteError",
@@ -57,7 +48,6 @@ __all__ = [
     "Profiler",
     "ProgressBar",
     "QATSettings",
-    "QuantizeSettings",
     "Reporter",
     "StdoutLogger",
     "StepStats",
