@@ -1,22 +1,15 @@
 """The training loop's primitives: every recipe calls these the same way."""
 
+from ftune.data.collate import build_collate
+from ftune.data.loader import validation_loader
 from ftune.peft.apply import trainable_params
 from ftune.runtime.device import default_dtype, get_device, get_dtype
 from ftune.runtime.distributed import DistInfo, destroy_distributed, init_distributed
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
+from ftune.training.cadence import every, every_after, total_steps
 from ftune.training.compile import compile_loss, compile_model
 from ftune.training.fsdp import is_sharded, shard_model
-from ftune.training.loop import (
-    Reporter,
-    build_collate,
-    build_optimizer,
-    count_tokens,
-    every,
-    every_after,
-    total_steps,
-    validation_loader,
-)
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 from ftune.training.memory import peak_memory_gib, reset_peak_memory
 from ftune.training.metric_logging import (
@@ -27,9 +20,11 @@ from ftune.training.metric_logging import (
     WandBLogger,
 )
 from ftune.training.model_setup import apply_peft, build_model
+from ftune.training.optimizer import build_optimizer
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
+from ftune.training.reporter import Reporter, count_tokens
 from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
 from ftune.training.settings import FullSettings, LoRASettings, QATSettings
