@@ -20,7 +20,6 @@ from ftune.checkpointing import atomic
 from ftune.datasets.demo import HELDOUT_FILE, write_demo_data
 from ftune.evaluation import EvalSettings
 from ftune.evaluation.chat_samples import read_chat_samples
-from ftune.generation.model_loading import load_inference_model
 
 # A longer answer than the longest reference cannot match it; the margin covers the stop token
 # and whitespace the comparison ignores.
@@ -38,7 +37,7 @@ def main(cfg: config.Config) -> None:
         raise FileNotFoundError(f"text_files: {missing} do not exist; pass readable text files.")
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     ckpt = config.instantiate(cfg.checkpointer)
-    model = load_inference_model(
+    model = checkpointing.load_inference_model(
         ckpt,
         model=cfg.model,
         adapter_dir=s.adapter_dir,

@@ -15,7 +15,6 @@ import time
 from ftune import checkpointing, config, runtime
 from ftune.data.messages import Message
 from ftune.generation import GenerateSettings, generate
-from ftune.generation.model_loading import load_inference_model
 from ftune.generation.streaming import TextStreamer
 
 
@@ -26,7 +25,7 @@ def main(cfg: config.Config) -> None:
             'prompt is not set: pass it on the command line, e.g. prompt="Tell me a joke.", or in the config.'
         )
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
-    model = load_inference_model(
+    model = checkpointing.load_inference_model(
         config.instantiate(cfg.checkpointer),
         model=cfg.model,
         adapter_dir=s.adapter_dir,

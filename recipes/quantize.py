@@ -14,7 +14,6 @@ from pathlib import Path
 from ftune import checkpointing, config, runtime
 from ftune.checkpointing import atomic
 from ftune.checkpointing.native import FORMAT_VERSION, META_FILE, QUANTIZED_FILE
-from ftune.generation.model_loading import HF_CONFIG_FILE, build_float_model, read_hf_config
 from ftune.quantization import QuantizeSettings, save_quantized
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
@@ -29,7 +28,7 @@ def main(cfg: config.Config) -> None:
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()
-    model = build_float_model(
+    model = checkpointing.build_float_model(
         loaded,
         checkpoint_dir=ckpt.checkpoint_dir,
         model=cfg.model,
@@ -48,7 +47,7 @@ def main(cfg: config.Config) -> None:
     quantize_seconds = time.perf_counter() - start
 
     out = Path(s.output_dir)
-    hf_config = read_hf_config(ckpt.checkpoint_dir)
+    hf_config = checkpointing.read_hf_config(ckpt.checkpoint_dir)
     metadata = {
         "family": loaded.family,
         **({"hf_config": hf_config} if hf_config is not None else {}),
@@ -59,7 +58,7 @@ def main(cfg: config.Config) -> None:
     }
     path = save_quantized(model, out / QUANTIZED_FILE, metadata)
     if hf_config is not None:
-        atomic.write_json(hf_config, out / HF_CONFIG_FILE)
+        atomic.write_json(hf_config, out / checkpointing.HF_CONFIG_FILE)
     for name in checkpointing.SIDE_FILES:  # tokenizer files: the folder is self-contained
         if (ckpt.checkpoint_dir / name).is_file():
             atomic.copy_file(ckpt.checkpoint_dir / name, out / name)

@@ -1,5 +1,6 @@
 """The training loop's primitives: every recipe calls these the same way."""
 
+from ftune.checkpointing.model_build import build_model
 from ftune.data.collate import build_collate
 from ftune.data.loader import validation_loader
 from ftune.peft.apply import trainable_params
@@ -19,9 +20,9 @@ from ftune.training.metric_logging import (
     TensorBoardLogger,
     WandBLogger,
 )
-from ftune.training.model_setup import apply_peft, build_model
 from ftune.training.optimizer import build_optimizer
 from ftune.training.optimizer_in_backward import OptimizerInBackward
+from ftune.training.peft_setup import apply_peft
 from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
