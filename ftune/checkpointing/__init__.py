@@ -36,7 +36,7 @@ from ftune.checkpointing.model_build import (
     read_hf_config,
 )
 from ftune.checkpointing.model_fit import check_fits, check_tokenizer_fits, load_into, split_adapter
-from ftune.checkpointing.native import NativeCheckpointer
+from ftune.checkpointing.native import NativeCheckpointer, write_native
 from ftune.checkpointing.recipe_state import (
     check_weights_only_safe,
     load_recipe_state,
@@ -78,4 +78,5 @@ __all__ = [
     "merge_adapter_folder",
     "meta_model",
     "read_hf_config",
+    "write_native",
 ]
