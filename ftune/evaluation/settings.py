@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
 
-from ftune.config.settings import Settings, setting
+from ftune.checkpointing.settings import InferenceModelSettings
+from ftune.config.settings import setting
 
 
 @dataclass
-class EvalSettings(Settings):
+class EvalSettings(InferenceModelSettings):
     """The eval recipe: perplexity on text files, exact match on held-out chat records."""
-
-    # `model` is optional: without it the architecture is read from the checkpoint's config.json.
-    COMPONENTS: ClassVar[dict[str, bool]] = {"checkpointer": True, "tokenizer": True, "model": False}
 
     text_files: list[str] = setting([], "text files for perplexity, one document each")
     heldout_file: str | None = setting(
@@ -21,10 +18,6 @@ class EvalSettings(Settings):
     )
     demo_data_if_missing: bool = setting(
         True, "when heldout_file is a missing heldout.jsonl, write the demo data (as training does) first"
-    )
-    adapter_dir: str | None = setting(None, "a LoRA/DoRA step folder (PEFT format) merged into the model")
-    quantized_checkpoint: str | None = setting(
-        None, "the quantize recipe's output folder (used instead of the checkpointer)"
     )
     max_seq_len: int = setting(512, "perplexity: rolling-window length in tokens")
     stride: int | None = setting(
@@ -37,7 +30,3 @@ class EvalSettings(Settings):
     limit: int | None = setting(None, "evaluate at most this many held-out records (null: all)")
     show_examples: int = setting(3, "print this many held-out predictions next to their references")
     output_file: str | None = setting(None, "also write the results as JSON here")
-    device: str = setting("cpu", "cpu, cuda, mps or auto")
-    dtype: Literal["fp32", "bf16", "fp16"] = setting(
-        "fp32", "compute dtype (a quantized checkpoint keeps its own)"
-    )
