@@ -1,4 +1,10 @@
-"""The training loop's primitives: every recipe calls these the same way."""
+"""The training loop's primitives: every recipe calls these the same way.
+
+A few names live elsewhere and are re-exported here, so the training recipes read them from one
+namespace: device, dtype, seeding and the process group (`ftune.runtime`, shared with inference),
+`build_model` (`ftune.checkpointing`, which owns checkpoint -> model), `build_collate` and
+`validation_loader` (`ftune.data`), `trainable_params` (`ftune.peft`).
+"""
 
 from ftune.checkpointing.model_build import build_model
 from ftune.data.collate import build_collate
