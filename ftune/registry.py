@@ -185,28 +185,22 @@ _RECIPES = [
 ]
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RECIPES}
 
-# Every shipped config and its method. A test checks this equals the YAML files under recipes/configs/.
-_SFT_MODELS = [
-    "llama2/7B",
-    "llama3/8B",
-    "llama3_1/8B",
-    "llama3_2/1B",
-    "llama3_2/3B",
-    "qwen2_5/0.5B",
-    "qwen2_5/1.5B",
-    "mistral/7B",
-    "smollm2/135M",
-    "smollm2/360M",
-]
-_QAT_MODELS = ["llama3/8B", "llama3_1/8B", "llama3_2/3B", "qwen2_5/1.5B", "smollm2/135M"]
-CONFIGS: dict[str, str] = {
-    **{f"{m}_{method}": method for m in _SFT_MODELS for method in ("full", "lora", "qlora", "dora")},
-    **{f"{m}_qat_full": "qat_full" for m in _QAT_MODELS},
-    "generation": "generation",
-    "quantization": "quantization",
-    "eval": "eval",
-    "dist_check": "dist_check",
-}
+
+def method_of_name(stem: str) -> str | None:
+    """The method a config file name ends with (``135M_qlora`` -> "qlora", ``eval`` -> "eval"), or None."""
+    methods = {m for r in _RECIPES for m in r.methods}
+    for method in sorted(methods, key=len, reverse=True):  # qat_full before full
+        if stem == method or stem.endswith("_" + method):
+            return method
+    return None
+
+
+def _shipped_configs() -> dict[str, str | None]:
+    # The YAML files are the one list: scripts/make_configs.py writes the fine-tuning ones, the
+    # rest are written by hand. A file whose name ends in no recipe's method maps to None (a test fails).
+    root = configs_dir()
+    names = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+    return {name: method_of_name(Path(name).name) for name in names}
 
 
 def recipes_dir() -> Path:
@@ -221,6 +215,10 @@ def configs_dir() -> Path:
     return recipes_dir() / "configs"
 
 
+# Every shipped config name (e.g. "smollm2/135M_lora") and its method, read from recipes/configs/.
+CONFIGS: dict[str, str | None] = _shipped_configs()
+
+
 def config_path(name: str) -> Path | None:
     """The YAML file of a shipped config name, or None."""
     if name not in CONFIGS:
@@ -232,19 +230,11 @@ def all_config_names() -> list[str]:
     return sorted(CONFIGS)
 
 
-def recipe_for(name: str) -> Recipe | None:
-    return RECIPES.get(name)
-
-
 def method_of(config: str) -> str | None:
     """The method of a config name or file (``smollm2/135M_lora`` or ``my_135M_lora.yaml`` -> "lora")."""
     if config in CONFIGS:
         return CONFIGS[config]
-    stem = Path(config).stem
-    for method in sorted(set(CONFIGS.values()), key=len, reverse=True):
-        if stem == method or stem.endswith("_" + method):
-            return method
-    return None
+    return method_of_name(Path(config).stem)
 
 
 def recipe_for_config(config: str) -> Recipe | None:

@@ -11,8 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ftune import config
-from ftune.training.distributed import default_backend, init_distributed
-from ftune.training.settings import DistCheckSettings
+from ftune.runtime import DistCheckSettings, default_backend, init_distributed
 
 # The settings this recipe reads; `ftune run/validate/--help` read them from here.
 SETTINGS = DistCheckSettings

@@ -15,11 +15,11 @@ quantized. Results are printed as a table and, with `output_file`, written as JS
 import time
 from pathlib import Path
 
-from ftune import checkpointing, config, evaluation, training
+from ftune import checkpointing, config, evaluation, runtime
 from ftune.checkpointing import atomic
 from ftune.datasets.demo import HELDOUT_FILE, write_demo_data
+from ftune.evaluation import EvalSettings
 from ftune.evaluation.chat_samples import read_chat_samples
-from ftune.generation.model_loading import load_inference_model
 
 # A longer answer than the longest reference cannot match it; the margin covers the stop token
 # and whitespace the comparison ignores.
@@ -27,7 +27,7 @@ ANSWER_MARGIN = 4
 
 
 # The settings this recipe reads; `ftune run/validate/--help` read them from here.
-SETTINGS = training.EvalSettings
+SETTINGS = EvalSettings
 
 
 def main(cfg: config.Config) -> None:
@@ -39,9 +39,9 @@ def main(cfg: config.Config) -> None:
         )
     if missing := [f for f in s.text_files if not Path(f).expanduser().is_file()]:
         raise FileNotFoundError(f"text_files: {missing} do not exist; pass readable text files.")
-    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
+    device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     ckpt = config.instantiate(cfg.checkpointer)
-    model = load_inference_model(
+    model = checkpointing.load_inference_model(
         ckpt,
         model=cfg.model,
         adapter_dir=s.adapter_dir,

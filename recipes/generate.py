@@ -12,14 +12,13 @@ with `quantized_checkpoint`.
 import sys
 import time
 
-from ftune import checkpointing, config, training
+from ftune import checkpointing, config, runtime
 from ftune.data.messages import Message
-from ftune.generation import generate
-from ftune.generation.model_loading import load_inference_model
+from ftune.generation import GenerateSettings, generate
 from ftune.generation.streaming import TextStreamer
 
 # The settings this recipe reads; `ftune run/validate/--help` read them from here.
-SETTINGS = training.GenerateSettings
+SETTINGS = GenerateSettings
 
 
 def main(cfg: config.Config) -> None:
@@ -28,8 +27,8 @@ def main(cfg: config.Config) -> None:
         raise ValueError(
             'prompt is not set: pass it on the command line, e.g. prompt="Tell me a joke.", or in the config.'
         )
-    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
-    model = load_inference_model(
+    device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
+    model = checkpointing.load_inference_model(
         config.instantiate(cfg.checkpointer),
         model=cfg.model,
         adapter_dir=s.adapter_dir,

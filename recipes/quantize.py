@@ -11,11 +11,9 @@ merged into the weights first. The output folder is a native quantized checkpoin
 import time
 from pathlib import Path
 
-from ftune import checkpointing, config, training
+from ftune import checkpointing, config, runtime
 from ftune.checkpointing import atomic
-from ftune.checkpointing.native import FORMAT_VERSION, META_FILE, QUANTIZED_FILE
-from ftune.generation.model_loading import HF_CONFIG_FILE, build_float_model, read_hf_config
-from ftune.quantization import save_quantized
+from ftune.quantization import QuantizeSettings
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 
@@ -25,15 +23,15 @@ def _megabytes(paths: list[Path]) -> float:
 
 
 # The settings this recipe reads; `ftune run/validate/--help` read them from here.
-SETTINGS = training.QuantizeSettings
+SETTINGS = QuantizeSettings
 
 
 def main(cfg: config.Config) -> None:
     s = cfg.settings(SETTINGS)
-    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
+    device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()
-    model = build_float_model(
+    model = checkpointing.build_float_model(
         loaded,
         checkpoint_dir=ckpt.checkpoint_dir,
         model=cfg.model,
@@ -52,29 +50,22 @@ def main(cfg: config.Config) -> None:
     quantize_seconds = time.perf_counter() - start
 
     out = Path(s.output_dir)
-    hf_config = read_hf_config(ckpt.checkpoint_dir)
-    metadata = {
-        "family": loaded.family,
-        **({"hf_config": hf_config} if hf_config is not None else {}),
-        "quantizer": quantizer.spec(),
-        "qat": s.qat,
-        "source": str(ckpt.checkpoint_dir),
-        "adapter_dir": s.adapter_dir,
-    }
-    path = save_quantized(model, out / QUANTIZED_FILE, metadata)
-    if hf_config is not None:
-        atomic.write_json(hf_config, out / HF_CONFIG_FILE)
     for name in checkpointing.SIDE_FILES:  # tokenizer files: the folder is self-contained
         if (ckpt.checkpoint_dir / name).is_file():
             atomic.copy_file(ckpt.checkpoint_dir / name, out / name)
-    # Last: ftune_meta.json makes the folder a NativeCheckpointer folder too.
-    native = {
-        "format": "ftune",
-        "version": FORMAT_VERSION,
-        "family": loaded.family,
-        "weights": QUANTIZED_FILE,
-    }
-    atomic.write_json(native, out / META_FILE)
+    # A native folder (model.pt, config.json, ftune_meta.json last): NativeCheckpointer reads it too.
+    path = checkpointing.write_native(
+        out,
+        model.state_dict(),
+        loaded.family,
+        hf_config=checkpointing.read_hf_config(ckpt.checkpoint_dir),
+        metadata={
+            "quantizer": quantizer.spec(),
+            "qat": s.qat,
+            "source": str(ckpt.checkpoint_dir),
+            "adapter_dir": s.adapter_dir,
+        },
+    )
     total_seconds = time.perf_counter() - start
 
     source = [p for p in ckpt.checkpoint_dir.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file()]

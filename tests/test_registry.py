@@ -12,11 +12,14 @@ CONFIGS_DIR = registry.configs_dir()
 SHIPPED = sorted(str(p.relative_to(CONFIGS_DIR).with_suffix("")) for p in CONFIGS_DIR.rglob("*.yaml"))
 
 
-def test_every_yaml_is_registered_and_every_entry_has_a_file():
-    assert set(SHIPPED) == set(registry.CONFIGS), (
-        f"unregistered YAMLs: {sorted(set(SHIPPED) - set(registry.CONFIGS))}; "
-        f"registry entries without a file: {sorted(set(registry.CONFIGS) - set(SHIPPED))}"
-    )
+def test_the_registry_lists_exactly_the_shipped_yaml_files_each_with_its_method():
+    assert sorted(registry.CONFIGS) == SHIPPED
+    no_method = [name for name, method in registry.CONFIGS.items() if method is None]
+    assert not no_method, f"config names that end in no recipe's method: {no_method}"
+    assert registry.CONFIGS["smollm2/135M_qat_full"] == "qat_full"
+    assert registry.CONFIGS["smollm2/135M_qlora"] == "qlora"
+    assert registry.method_of("my_copy_135M_dora.yaml") == "dora"
+    assert registry.method_of("notes.yaml") is None
 
 
 def test_every_recipe_has_a_file_a_default_config_and_settings():

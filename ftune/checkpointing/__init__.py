@@ -2,7 +2,8 @@
 
 ckpt = HFCheckpointer(checkpoint_dir, output_dir, resume_from_checkpoint="auto")
 loaded = ckpt.load()                         # Loaded(model, adapter, recipe_state, family, step_dir)
-load_into(model, loaded)                     # strict; adapters may be absent on a fresh LoRA run
+model = build_model(cfg.model, loaded.model, device=device, dtype=dtype)   # meta build, weights assigned
+model = load_inference_model(ckpt, adapter_dir=..., device=..., dtype=...)  # generate/eval: merged or quantized
 ckpt.save(step, model.state_dict(), recipe_state=..., adapter_config=...)   # -> output_dir/step_<N>/
 """
 
@@ -20,9 +21,22 @@ from ftune.checkpointing.atomic import (
     write_json,
 )
 from ftune.checkpointing.hf import HFCheckpointer
+from ftune.checkpointing.inference import (
+    build_float_model,
+    load_inference_model,
+    load_quantized_model,
+    merge_adapter_folder,
+)
 from ftune.checkpointing.meta import MetaCheckpointer
+from ftune.checkpointing.model_build import (
+    HF_CONFIG_FILE,
+    build_model,
+    cast_floating,
+    meta_model,
+    read_hf_config,
+)
 from ftune.checkpointing.model_fit import check_fits, check_tokenizer_fits, load_into, split_adapter
-from ftune.checkpointing.native import NativeCheckpointer
+from ftune.checkpointing.native import NativeCheckpointer, write_native
 from ftune.checkpointing.recipe_state import (
     check_weights_only_safe,
     load_recipe_state,
@@ -32,6 +46,7 @@ from ftune.checkpointing.recipe_state import (
 
 __all__ = [
     "COMPLETE_MARKER",
+    "HF_CONFIG_FILE",
     "SIDE_FILES",
     "Checkpointer",
     "HFCheckpointer",
@@ -55,4 +70,13 @@ __all__ = [
     "to_weights_only_safe",
     "torch_save",
     "write_json",
+    "build_float_model",
+    "build_model",
+    "cast_floating",
+    "load_inference_model",
+    "load_quantized_model",
+    "merge_adapter_folder",
+    "meta_model",
+    "read_hf_config",
+    "write_native",
 ]

@@ -33,6 +33,8 @@ from ftune.checkpointing.gguf_tokenizer import (
     special_token_ids,
     tokenizer_configs,
 )
+from ftune.models._meta_keys import from_meta_qk
+from ftune.modules.rope import Llama3RopeScaling
 
 logger = logging.getLogger(__name__)
 
@@ -231,10 +233,8 @@ LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_po
 
 
 def llama3_rope_factors(theta: float, head_dim: int, factor: float, **constants: float) -> torch.Tensor:
-    """Per-frequency divisors of Llama-3 RoPE scaling, as llama.cpp stores them in `rope_freqs.weight`.
-
-    Fast frequencies (wavelength < context / high_freq_factor) keep 1, slow ones (wavelength >
-    context / low_freq_factor) are divided by `factor`, and the band between interpolates.
+    """Per-frequency divisors of Llama-3 RoPE scaling, as llama.cpp stores them in `rope_freqs.weight`:
+    each unscaled inverse frequency over the one `ftune.modules.Llama3RopeScaling` gives.
 
     Args:
         theta: RoPE base.
@@ -246,10 +246,11 @@ def llama3_rope_factors(theta: float, head_dim: int, factor: float, **constants:
         float32 [head_dim // 2].
     """
     low, high, context = (float(constants[k]) for k in LLAMA3_ROPE)
-    wavelen = 2 * torch.pi * theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    smooth = (context / wavelen - low) / (high - low)
-    divisor = torch.where(wavelen > context / low, factor, 1 / ((1 - smooth) / factor + smooth))
-    return torch.where(wavelen < context / high, 1.0, divisor).float()
+    scaling = Llama3RopeScaling(
+        factor, low_freq_factor=low, high_freq_factor=high, original_max_seq_len=context
+    )
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    return (inv_freq / scaling.apply(inv_freq)).float()
 
 
 def _llama3_rope_scaling(
@@ -330,29 +331,6 @@ def dequantize(data: np.ndarray, qtype: GGMLType) -> torch.Tensor:
     return torch.from_numpy(values)
 
 
-def permute_qk(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """HF q/k row order -> llama.cpp's, as llama.cpp's `convert_hf_to_gguf.py` writes it.
-
-    HF rotates pairs (i, i + head_dim/2) of each head ("rotate_half"); llama.cpp's RoPE rotates
-    adjacent pairs (2i, 2i+1). The converter interleaves the two halves of every head's rows:
-    rows [0, 1, .., h/2-1, h/2, .., h-1] are stored as [0, h/2, 1, h/2+1, ...].
-
-    Args:
-        weight: [num_heads * head_dim, in_features] (or [num_heads * head_dim] for a bias).
-        num_heads: heads of this projection (the kv heads for k).
-    """
-    head_dim = weight.shape[0] // num_heads
-    split = weight.reshape(num_heads, 2, head_dim // 2, *weight.shape[1:])
-    return split.transpose(1, 2).reshape(weight.shape)
-
-
-def unpermute_qk(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """llama.cpp q/k row order -> HF's; the inverse of `permute_qk`."""
-    head_dim = weight.shape[0] // num_heads
-    split = weight.reshape(num_heads, head_dim // 2, 2, *weight.shape[1:])
-    return split.transpose(1, 2).reshape(weight.shape)
-
-
 def hf_key(name: str, *, source: str | os.PathLike) -> str:
     """HF key of a GGUF tensor name, e.g. 'blk.3.attn_q.weight' -> 'model.layers.3.self_attn.q_proj.weight'."""
     if name in _GLOBAL_NAMES:
@@ -382,7 +360,7 @@ def read_state_dict(
             raise ValueError(f"{source}: tensor {name!r} dequantized to {tuple(value.shape)}, not {shape}.")
         kind = name.split(".")[2] if name.startswith("blk.") else None
         if kind in heads:
-            value = unpermute_qk(value, heads[kind])
+            value = from_meta_qk(value, heads[kind])  # llama.cpp keeps Meta's interleaved q/k rows
         state_dict[key] = value.to(dtype).contiguous()
     layers = config["num_hidden_layers"]
     expected = {f"model.layers.{i}.{v}.weight" for i in range(layers) for v in _LAYER_NAMES.values()}

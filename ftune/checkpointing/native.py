@@ -17,6 +17,7 @@ import torch
 
 from ftune.checkpointing import atomic
 from ftune.checkpointing._checkpointer import Checkpointer, StateDict
+from ftune.checkpointing.model_build import HF_CONFIG_FILE, read_hf_config
 from ftune.checkpointing.readers import read_json, read_safetensors, require_file
 
 META_FILE = "ftune_meta.json"
@@ -40,20 +41,33 @@ class _StateOnly:
 
 
 def write_native(
-    folder: Path, state: StateDict, family: str, *, hf_config: dict[str, Any] | None = None
-) -> None:
-    """Write `state` (ftune names) and `ftune_meta.json` into `folder`, each file atomically.
+    folder: Path,
+    state: StateDict,
+    family: str,
+    *,
+    hf_config: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write a native folder: the weights, `config.json` when given, then `ftune_meta.json`, each atomically.
+
+    The metadata file goes last: until it exists the folder is not a native checkpoint.
 
     Args:
-        folder: destination folder.
-        state: model weights; plain tensors go to safetensors, quantized ones to `model.pt`.
+        folder: destination folder (created if missing).
+        state: model weights (ftune names); plain tensors go to safetensors, quantized ones to `model.pt`.
         family: recorded in the metadata.
-        hf_config: the model's config.json, stored in a quantized file's metadata so that
-            `ftune.quantization.load_quantized(path)` can rebuild the model alone.
+        hf_config: the model's config.json: written beside the weights, and stored in a quantized
+            file's metadata so that `ftune.quantization.load_quantized(path)` can rebuild the model alone.
+        metadata: more JSON-serializable facts for a quantized file's metadata (e.g. the quantizer spec).
+
+    Returns:
+        The weights file written.
 
     Raises:
-        ValueError: a quantized tensor type that would not load with weights_only=True.
+        ValueError: a quantized tensor type that would not load with weights_only=True, or metadata
+            that is not JSON-serializable.
     """
+    folder.mkdir(parents=True, exist_ok=True)
     if all(_is_plain(t) for t in state.values()):
         weights = SAFETENSORS_FILE
         atomic.save_safetensors(state, folder / weights)
@@ -61,11 +75,18 @@ def write_native(
         from ftune.quantization import save_quantized
 
         weights = QUANTIZED_FILE
-        metadata = {"family": family, **({"hf_config": hf_config} if hf_config is not None else {})}
+        facts = {
+            "family": family,
+            **({"hf_config": hf_config} if hf_config is not None else {}),
+            **(metadata or {}),
+        }
         with atomic.atomic_path(folder / weights) as tmp:
-            save_quantized(_StateOnly({k: v.detach() for k, v in state.items()}), tmp, metadata)
+            save_quantized(_StateOnly({k: v.detach() for k, v in state.items()}), tmp, facts)
+    if hf_config is not None:
+        atomic.write_json(hf_config, folder / HF_CONFIG_FILE)
     meta = {"format": "ftune", "version": FORMAT_VERSION, "family": family, "weights": weights}
     atomic.write_json(meta, folder / META_FILE)
+    return folder / weights
 
 
 def read_native_meta(folder: Path) -> dict:
@@ -130,8 +151,4 @@ class NativeCheckpointer(Checkpointer):
         return read_native(folder)
 
     def _write_model(self, folder: Path, state: StateDict, family: str) -> None:
-        config = self.checkpoint_dir / "config.json"
-        hf_config = read_json(config) if config.is_file() else None
-        write_native(folder, state, family, hf_config=hf_config)
-        if hf_config is not None:
-            atomic.write_json(hf_config, folder / "config.json")
+        write_native(folder, state, family, hf_config=read_hf_config(self.checkpoint_dir))

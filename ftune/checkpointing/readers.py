@@ -77,15 +77,6 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ValueError(f"cannot parse {str(path)!r} as JSON ({_first_line(e)}). {_FIX}") from None
 
 
-def safetensors_keys(path: Path) -> list[str]:
-    """The tensor names stored in a safetensors file, in file order, without reading the data."""
-    try:
-        with safe_open(path, framework="pt") as f:
-            return list(f.keys())
-    except Exception as e:  # safetensors raises its own error types, Rust panics included
-        raise ValueError(f"cannot read checkpoint file {str(path)!r} ({_first_line(e)}). {_FIX}") from None
-
-
 def read_safetensors(path: Path) -> StateDict:
     """Load every tensor of a safetensors file; the file is memory-mapped, not read whole.
 

@@ -72,7 +72,7 @@ def check_weights_only_safe(obj: Any, where: str = "recipe_state") -> None:
         return
     hint = (
         " Convert NumPy values with ftune.checkpointing.to_weights_only_safe(...) and RNG states with "
-        "ftune.training.get_rng_state()."
+        "ftune.runtime.get_rng_state()."
         if type(obj).__module__.startswith("numpy")
         else " Store its state_dict() or plain numbers/lists/tensors instead."
     )
@@ -87,7 +87,7 @@ def save_recipe_state(state: dict[str, Any], folder: str | os.PathLike) -> Path:
 
     Args:
         state: e.g. {"step": int, "epoch": int, "optimizer": optimizer.state_dict(),
-            "lr_scheduler": scheduler.state_dict(), "rng": ftune.training.get_rng_state(),
+            "lr_scheduler": scheduler.state_dict(), "rng": ftune.runtime.get_rng_state(),
             "dataloader": sampler.state_dict()}.
         folder: the step folder.
 

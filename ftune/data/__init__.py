@@ -2,11 +2,12 @@
 
 from ftune.data.collate import (
     CROSS_ENTROPY_IGNORE_IDX,
+    build_collate,
     padded_collate_packed,
     padded_collate_preference,
     padded_collate_sft,
 )
-from ftune.data.loader import StatefulDataLoader, build_dataloader
+from ftune.data.loader import StatefulDataLoader, build_dataloader, validation_loader
 from ftune.data.messages import Message
 from ftune.data.packing import PackedDataset, pack_sequences
 from ftune.data.sampler import epoch_batches
@@ -28,10 +29,12 @@ __all__ = [
     "PackedDataset",
     "ShareGPTToMessages",
     "StatefulDataLoader",
+    "build_collate",
     "build_dataloader",
     "epoch_batches",
     "pack_sequences",
     "padded_collate_packed",
     "padded_collate_preference",
     "padded_collate_sft",
+    "validation_loader",
 ]

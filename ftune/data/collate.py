@@ -8,9 +8,12 @@ A batch is {"tokens": [b, s] long, "labels": [b, s] long} plus, for packed data,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
+
+from ftune.config import instantiate
 
 CROSS_ENTROPY_IGNORE_IDX = -100
 
@@ -120,3 +123,11 @@ def padded_collate_preference(
     rows = [{"tokens": item["chosen_tokens"], "labels": item["chosen_labels"]} for item in batch]
     rows += [{"tokens": item["rejected_tokens"], "labels": item["rejected_labels"]} for item in batch]
     return padded_collate_sft(rows, pad_id, ignore_idx, pad_to_multiple_of)
+
+
+def build_collate(node: Any, pad_id: int) -> Any:
+    """The collate function: the config's ``collate_fn`` (a `_partial_` component taking the batch),
+    or right padding with the tokenizer's pad id (packed samples are stacked as they are)."""
+    if node is None:
+        return partial(padded_collate_sft, pad_id=pad_id)
+    return instantiate(node, _path="collate_fn")

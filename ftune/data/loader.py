@@ -187,3 +187,10 @@ def build_dataloader(
         world_size=world_size,
         num_workers=num_workers,
     )
+
+
+def validation_loader(dataset: Any, *, batch_size: int, collate_fn: Any) -> Any:
+    """A plain, unshuffled loader for validation: every evaluation reads the same first batches."""
+    if dataset is None:
+        return None
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)

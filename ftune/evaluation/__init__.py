@@ -10,8 +10,10 @@ from ftune.evaluation.perplexity import (
     rolling_token_logprobs,
     rolling_windows,
 )
+from ftune.evaluation.settings import EvalSettings
 
 __all__ = [
+    "EvalSettings",
     "ExactMatchResult",
     "PerplexityResult",
     "Window",

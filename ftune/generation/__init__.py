@@ -2,5 +2,6 @@
 
 from ftune.generation.generate import generate, generate_batch
 from ftune.generation.sampling import check_sampling_args, sample
+from ftune.generation.settings import GenerateSettings
 
-__all__ = ["check_sampling_args", "generate", "generate_batch", "sample"]
+__all__ = ["GenerateSettings", "check_sampling_args", "generate", "generate_batch", "sample"]

@@ -16,7 +16,7 @@ from ftune.models._hf_config import (
     family_from_hf_config,
     model_from_hf_config,
 )
-from ftune.models._load_hf import load_hf, safetensors_files
+from ftune.models._load_hf import load_hf
 
 FAMILIES: tuple[str, ...] = ("llama2", "llama3", "llama3_1", "llama3_2", "qwen2_5", "mistral", "smollm2")
 
@@ -40,5 +40,4 @@ __all__ = [
     "family_from_hf_config",
     "load_hf",
     "model_from_hf_config",
-    "safetensors_files",
 ]

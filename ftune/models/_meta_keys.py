@@ -29,18 +29,24 @@ META_IGNORED: frozenset[str] = frozenset({"rope.freqs"})
 
 
 def from_meta_qk(w: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Reorder the rows of a Meta wq/wk (num_heads * head_dim, in) into the rotate_half layout."""
-    rows, cols = w.shape
-    head_dim = rows // num_heads
-    # Row 2i+j of a head (pair i, member j) moves to row j * head_dim/2 + i.
-    return w.view(num_heads, head_dim // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
+    """Reorder the rows of a q/k projection from the interleaved RoPE layout into rotate_half's.
+
+    Meta's checkpoints and llama.cpp's GGUF files both store each head's rows so that RoPE rotates
+    adjacent pairs (2i, 2i+1); ftune and HF rotate (i, i + head_dim/2). Row 2i+j of a head (pair i,
+    member j) moves to row j * head_dim/2 + i.
+
+    Args:
+        w: [num_heads * head_dim, ...] (a weight [rows, in_features], or a bias [rows]).
+        num_heads: heads of this projection (the kv heads for k).
+    """
+    head_dim = w.shape[0] // num_heads
+    return w.reshape(num_heads, head_dim // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
 def to_meta_qk(w: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Inverse of `from_meta_qk`."""
-    rows, cols = w.shape
-    head_dim = rows // num_heads
-    return w.view(num_heads, 2, head_dim // 2, cols).transpose(1, 2).reshape(rows, cols)
+    """Inverse of `from_meta_qk`: rotate_half's row order -> the interleaved one (Meta, llama.cpp)."""
+    head_dim = w.shape[0] // num_heads
+    return w.reshape(num_heads, 2, head_dim // 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
 def _check_heads(sd: StateDict, key: str, num_heads: int, family: str) -> None:

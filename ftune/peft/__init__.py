@@ -1,11 +1,10 @@
-"""Parameter-efficient fine-tuning: LoRA, DoRA and QLoRA layer swaps, adapter state dicts, merging,
+"""Parameter-efficient fine-tuning: LoRA, DoRA and QLoRA layer swaps, adapter state dicts,
 and conversion to / from Hugging Face PEFT's adapter format."""
 
 from ftune.peft.adapter_state import ADAPTER_SUFFIXES, adapter_layers, adapter_state_dict, is_adapter_key
 from ftune.peft.apply import LORA_TARGETS, apply_lora, trainable_params
 from ftune.peft.dora import DoRALinear
 from ftune.peft.lora import LoRALinear
-from ftune.peft.merge import merge_adapters, merged_state_dict
 from ftune.peft.peft_format import from_peft, peft_adapter_config, to_peft
 
 __all__ = [
@@ -18,8 +17,6 @@ __all__ = [
     "apply_lora",
     "from_peft",
     "is_adapter_key",
-    "merge_adapters",
-    "merged_state_dict",
     "peft_adapter_config",
     "to_peft",
     "trainable_params",

@@ -19,11 +19,13 @@ from ftune.quantization.quantizers import (  # noqa: E402
     enable_fake_quant,
     quantizer_from_spec,
 )
+from ftune.quantization.settings import QuantizeSettings  # noqa: E402
 from ftune.quantization.targets import DECODER_LINEARS  # noqa: E402
 
 __all__ = [
     "DECODER_LINEARS",
     "QUANTIZERS",
+    "QuantizeSettings",
     "Int4WeightOnly",
     "Int8DynActInt4Weight",
     "Int8WeightOnly",

@@ -1,22 +1,23 @@
-"""The training loop's primitives: every recipe calls these the same way."""
+"""The training loop's primitives: every recipe calls these the same way.
 
+A few names live elsewhere and are re-exported here, so the training recipes read them from one
+namespace: device, dtype, seeding and the process group (`ftune.runtime`, shared with inference),
+`build_model` (`ftune.checkpointing`, which owns checkpoint -> model), `build_collate` and
+`validation_loader` (`ftune.data`), `trainable_params` (`ftune.peft`).
+"""
+
+from ftune.checkpointing.model_build import build_model
+from ftune.data.collate import build_collate
+from ftune.data.loader import validation_loader
 from ftune.peft.apply import trainable_params
+from ftune.runtime.device import default_dtype, get_device, get_dtype
+from ftune.runtime.distributed import DistInfo, destroy_distributed, init_distributed
+from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.batch_loss import batch_loss
+from ftune.training.cadence import every, every_after, total_steps
 from ftune.training.compile import compile_loss, compile_model
-from ftune.training.device import default_dtype, get_device, get_dtype
-from ftune.training.distributed import DistInfo, destroy_distributed, init_distributed
 from ftune.training.fsdp import is_sharded, shard_model
-from ftune.training.loop import (
-    Reporter,
-    build_collate,
-    build_optimizer,
-    count_tokens,
-    every,
-    every_after,
-    total_steps,
-    validation_loader,
-)
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 from ftune.training.memory import peak_memory_gib, reset_peak_memory
 from ftune.training.metric_logging import (
@@ -26,21 +27,15 @@ from ftune.training.metric_logging import (
     TensorBoardLogger,
     WandBLogger,
 )
-from ftune.training.model_setup import apply_peft, build_model
+from ftune.training.optimizer import build_optimizer
 from ftune.training.optimizer_in_backward import OptimizerInBackward
+from ftune.training.peft_setup import apply_peft
 from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
+from ftune.training.reporter import Reporter, count_tokens
 from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
-from ftune.training.seed import get_rng_state, seed_everything, set_rng_state
-from ftune.training.settings import (
-    EvalSettings,
-    FullSettings,
-    GenerateSettings,
-    LoRASettings,
-    QATSettings,
-    QuantizeSettings,
-)
+from ftune.training.settings import FullSettings, LoRASettings, QATSettings
 from ftune.training.signals import StopOnSignal
 from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, eval_loss
 from ftune.training.throughput import Throughput
@@ -49,9 +44,7 @@ __all__ = [
     "ChunkedCrossEntropyLoss",
     "CrossEntropyLoss",
     "DiskLogger",
-    "EvalSettings",
     "FullSettings",
-    "GenerateSettings",
     "LoRASettings",
     "MetricLogger",
     "NonFiniteError",
@@ -59,7 +52,6 @@ __all__ = [
     "Profiler",
     "ProgressBar",
     "QATSettings",
-    "QuantizeSettings",
     "Reporter",
     "StdoutLogger",
     "StepLoss",

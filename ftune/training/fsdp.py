@@ -20,15 +20,12 @@ from torch.distributed.fsdp import (
     register_fsdp_forward_method,
 )
 
+from ftune.runtime.rank import world_size
+
 
 def is_sharded(model: nn.Module) -> bool:
     """True when `model` was sharded with `shard_model` (FSDP2)."""
     return isinstance(model, FSDPModule)
-
-
-def world_size() -> int:
-    """Ranks in the default process group (1 without one)."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def shard_model(

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import torch
 
-from ftune.training.rank import is_rank_zero
+from ftune.runtime.rank import is_rank_zero
 
 logger = logging.getLogger(__name__)
 

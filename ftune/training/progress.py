@@ -2,7 +2,7 @@
 
 from tqdm.auto import tqdm
 
-from ftune.training.rank import is_rank_zero
+from ftune.runtime.rank import is_rank_zero
 
 
 class ProgressBar:

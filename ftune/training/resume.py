@@ -19,10 +19,10 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from ftune.checkpointing.dcp import full_state_dict
-from ftune.training.fsdp import is_sharded, world_size
+from ftune.runtime.rank import is_rank_zero, world_size
+from ftune.runtime.seed import get_rng_state, set_rng_state
+from ftune.training.fsdp import is_sharded
 from ftune.training.optimizer_in_backward import OptimizerInBackward
-from ftune.training.rank import is_rank_zero
-from ftune.training.seed import get_rng_state, set_rng_state
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 

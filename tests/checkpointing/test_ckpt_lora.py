@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from ftune.checkpointing import HFCheckpointer, load_into
 from ftune.models import CONVERTERS
-from ftune.peft import adapter_state_dict, apply_lora, merged_state_dict
+from ftune.peft import adapter_layers, adapter_state_dict, apply_lora
 
 TARGETS = ["q_proj", "v_proj", "down_proj", "output"]
 SETTINGS = {"rank": 4, "alpha": 8.0, "dropout": 0.0}
@@ -98,7 +98,10 @@ def test_merged_model_is_written_too_when_asked(tmp_path: Path, tokens: torch.Te
     assert shards == sorted(p.name for p in src.glob("model-*.safetensors"))
     assert (merged / "model.safetensors.index.json").is_file() and (merged / "tokenizer.json").is_file()
     written = {k: v for name in shards for k, v in load_file(merged / name).items()}
-    assert_same_tensors(written, CONVERTERS["llama3"].ftune_to_hf(merged_state_dict(model)))
+    # Expected: each adapted layer's own merged_weight() in place of its base weight.
+    expected_state = {k: v for k, v in model.state_dict().items() if k not in adapter_state_dict(model)}
+    expected_state.update({f"{fqn}.weight": m.merged_weight() for fqn, m in adapter_layers(model).items()})
+    assert_same_tensors(written, CONVERTERS["llama3"].ftune_to_hf(expected_state))
 
     # Resuming still uses base + adapter (not the merged weights) ...
     loaded = HFCheckpointer(src, tmp_path / "out", resume_from_checkpoint="auto").load()

@@ -13,7 +13,7 @@ from ftune.checkpointing.recipe_state import (
     save_recipe_state,
     to_weights_only_safe,
 )
-from ftune.training.seed import get_rng_state, set_rng_state
+from ftune.runtime.seed import get_rng_state, set_rng_state
 
 
 def _draws() -> tuple:

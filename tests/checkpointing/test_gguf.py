@@ -21,13 +21,8 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
-from ftune.checkpointing.gguf import (
-    convert_gguf,
-    dequantize,
-    hf_key,
-    permute_qk,
-    unpermute_qk,
-)
+from ftune.checkpointing.gguf import convert_gguf, dequantize, hf_key
+from ftune.models._meta_keys import from_meta_qk, to_meta_qk  # llama.cpp keeps Meta's q/k row order
 
 Q = gguf.GGMLQuantizationType
 
@@ -129,8 +124,8 @@ def _llama_cpp_order(num_heads: int, head_dim: int) -> list[int]:
 
 def test_permute_interleaves_the_halves_of_each_head() -> None:
     rows = torch.arange(8.0).unsqueeze(1)  # 2 heads of dim 4, rows labelled by their HF index
-    assert permute_qk(rows, 2).squeeze(1).tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
-    assert unpermute_qk(torch.tensor([[0.0], [2], [1], [3], [4], [6], [5], [7]]), 2).squeeze(
+    assert to_meta_qk(rows, 2).squeeze(1).tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
+    assert from_meta_qk(torch.tensor([[0.0], [2], [1], [3], [4], [6], [5], [7]]), 2).squeeze(
         1
     ).tolist() == list(range(8))
 
@@ -138,9 +133,9 @@ def test_permute_interleaves_the_halves_of_each_head() -> None:
 @pytest.mark.parametrize("num_heads, head_dim", [(1, 2), (3, 8), (4, 64)])
 def test_unpermute_inverts_permute(num_heads: int, head_dim: int) -> None:
     w = torch.randn(num_heads * head_dim, 5, generator=torch.Generator().manual_seed(num_heads))
-    assert torch.equal(permute_qk(w, num_heads), w[_llama_cpp_order(num_heads, head_dim)])
-    assert torch.equal(unpermute_qk(permute_qk(w, num_heads), num_heads), w)
-    assert torch.equal(permute_qk(unpermute_qk(w, num_heads), num_heads), w)
+    assert torch.equal(to_meta_qk(w, num_heads), w[_llama_cpp_order(num_heads, head_dim)])
+    assert torch.equal(from_meta_qk(to_meta_qk(w, num_heads), num_heads), w)
+    assert torch.equal(to_meta_qk(from_meta_qk(w, num_heads), num_heads), w)
 
 
 def test_tensor_names_map_to_hf_keys() -> None:

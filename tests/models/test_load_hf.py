@@ -145,7 +145,7 @@ def test_sharded_checkpoint_with_head_dim_loads_in_bf16(tmp_path: Path) -> None:
 
 
 def test_load_hf_errors(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"No config.json in .*: load_hf needs an HF model folder"):
+    with pytest.raises(FileNotFoundError, match=r"config.json' is missing, so the model family is unknown"):
         load_hf(tmp_path)
     hf = build_tiny_hf("smollm2")
     hf.save_pretrained(tmp_path)
@@ -153,16 +153,19 @@ def test_load_hf_errors(tmp_path: Path) -> None:
 
     (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
     with pytest.raises(
-        ValueError, match=r"the weights do not match its config.json \(smollm2\): missing \['layers.2"
+        ValueError, match=r"9 tensor\(s\) of the model are missing from the checkpoint: layers.2"
     ):
         load_hf(tmp_path)
 
     (tmp_path / "config.json").write_text(json.dumps({**config, "intermediate_size": 100}))
     with pytest.raises(
-        ValueError, match=r"tensor layers.0.mlp.gate_proj.weight has shape \(96, 64\), config.json"
+        ValueError,
+        match=r"layers.0.mlp.gate_proj.weight: checkpoint has shape \(96, 64\), model expects \(100, 64\)",
     ):
         load_hf(tmp_path)
 
     (tmp_path / "model.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match=r"No safetensors weights in .* \(found \['config.json'"):
+    with pytest.raises(
+        FileNotFoundError, match=r"no Hugging Face weights in .* the folder holds \['config.json'"
+    ):
         load_hf(tmp_path)

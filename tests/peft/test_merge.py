@@ -3,23 +3,29 @@ import torch
 from conftest import ALL_TARGETS
 from torch import nn
 
-from ftune.peft import LoRALinear, adapter_state_dict, apply_lora, merge_adapters, merged_state_dict
+from ftune.checkpointing.adapter import merged_state_dict
+from ftune.peft import LoRALinear, adapter_state_dict, apply_lora
 
 
 @pytest.mark.parametrize("use_dora", [False, True])
 @pytest.mark.parametrize("tied", [False, True])
 def test_merge_gives_adapted_logits(toy_model, tokens, perturb, use_dora: bool, tied: bool) -> None:
+    # The state-dict merge (checkpointers, inference) loaded into a plain model computes what the
+    # adapted model computes, and each merged weight is the layer's own merged_weight().
     model = toy_model(tied=tied)
     targets = [t for t in ALL_TARGETS if not (tied and t == "output")]
     apply_lora(model, targets=targets, rank=4, alpha=8.0, use_dora=use_dora)
     perturb(model)
     adapted = model(tokens)
     assert (adapted - toy_model(tied=tied)(tokens)).abs().max() > 1e-2  # the adapters do something
-    merge_adapters(model)
-    assert not any(isinstance(m, LoRALinear) for m in model.modules())
-    assert type(model.layers[0].attn.k_proj) is nn.Linear and model.layers[0].attn.k_proj.bias is not None
-    assert set(model.state_dict()) == set(toy_model(tied=tied).state_dict())
-    torch.testing.assert_close(model(tokens), adapted, rtol=1e-5, atol=1e-5)
+    state = merged_state_dict(model.state_dict(), {"alpha": 8.0})
+    for fqn, layer in ((f, m) for f, m in model.named_modules() if isinstance(m, LoRALinear)):
+        assert torch.equal(state[f"{fqn}.weight"], layer.merged_weight()), fqn
+    plain = toy_model(tied=tied, seed=3)
+    assert set(state) == set(plain.state_dict())
+    plain.load_state_dict(state)
+    assert type(plain.layers[0].attn.k_proj) is nn.Linear and plain.layers[0].attn.k_proj.bias is not None
+    torch.testing.assert_close(plain(tokens), adapted, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("use_dora", [False, True])
@@ -31,7 +37,7 @@ def test_merged_state_dict_is_base_format_and_does_not_mutate(
     perturb(model)
     adapted = model(tokens)
     adapters_before = {k: v.clone() for k, v in adapter_state_dict(model).items()}
-    state = merged_state_dict(model)
+    state = merged_state_dict(model.state_dict(), {"alpha": 8.0})
     fresh = toy_model(seed=3)
     assert list(state) == list(fresh.state_dict())
     fresh.load_state_dict(state)

@@ -17,18 +17,14 @@ from tiny_checkpoint import tiny_overrides
 from ftune import registry
 from ftune.checkpointing import NativeCheckpointer
 from ftune.checkpointing.adapter import load_adapter
+from ftune.checkpointing.inference import load_quantized_model, merge_adapter_folder, quantized_file
+from ftune.checkpointing.model_build import meta_model
 from ftune.config import load_config
 from ftune.data.messages import Message
 from ftune.datasets.demo import write_demo_data
 from ftune.evaluation import exact_match, perplexity
 from ftune.evaluation.chat_samples import read_chat_samples
 from ftune.generation import generate
-from ftune.generation.model_loading import (
-    load_quantized_model,
-    merge_adapter_folder,
-    meta_model,
-    quantized_file,
-)
 from ftune.generation.streaming import TextStreamer
 from ftune.models import load_hf
 from ftune.models.smollm2 import smollm2_tokenizer

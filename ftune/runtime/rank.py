@@ -1,4 +1,4 @@
-"""Which process this is in a (possibly) distributed run, for "only rank 0 logs" decisions."""
+"""Which process this is in a (possibly) distributed run, and how many there are: "only rank 0 logs"."""
 
 import os
 
@@ -15,3 +15,8 @@ def get_rank() -> int:
 def is_rank_zero() -> bool:
     """True on the process that logs, prints progress and writes metrics."""
     return get_rank() == 0
+
+
+def world_size() -> int:
+    """Ranks in the default process group (1 without one)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1

@@ -74,7 +74,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     if missing:
         raise KeyError(
             f"RNG state is missing {missing}; it has {sorted(state)}. "
-            "Pass the dict returned by ftune.training.get_rng_state()."
+            "Pass the dict returned by ftune.runtime.get_rng_state()."
         )
     torch.set_rng_state(state["torch"])
     version, internal, gauss_next = state["python"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ftune.training.seed import get_rng_state, seed_everything, set_rng_state
+from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 
 
 def _draw() -> tuple:

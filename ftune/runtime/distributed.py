@@ -18,10 +18,6 @@ class DistInfo:
     world_size: int
     local_rank: int
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
 
 # Whether init_distributed created the process group (and so destroy_distributed may end it). A
 # caller that set up its own group, e.g. a test driver running several recipes, keeps it.

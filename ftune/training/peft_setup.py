@@ -1,8 +1,4 @@
-"""Build the model a recipe trains: on the meta device, then weights assigned straight from the checkpoint.
-
-Building on the meta device allocates nothing, and loading with ``assign=True`` hands the
-checkpoint's (memory-mapped) tensors to the model, so an 8B model never exists twice in memory.
-"""
+"""Swap a config's adapters (LoRA, DoRA, QLoRA) into a loaded model, and load saved adapter weights on resume."""
 
 from __future__ import annotations
 
@@ -13,37 +9,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from ftune.checkpointing.model_fit import load_into
+from ftune.checkpointing.model_build import cast_floating
 from ftune.config import instantiate
-from ftune.training.device import default_dtype
-
-
-def _cast(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    # Only floating tensors take the training dtype; a same-dtype .to() is free (no copy).
-    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
-
-
-def build_model(
-    node: Any, state: Mapping[str, torch.Tensor], *, device: torch.device, dtype: torch.dtype
-) -> nn.Module:
-    """Instantiate the config's model on the meta device and load `state` into it, strictly.
-
-    Args:
-        node: the config's ``model`` section (a `_component_` builder).
-        state: the model weights in ftune names (``Loaded.model`` from a checkpointer).
-        device: where the model trains.
-        dtype: the parameter dtype (floating tensors of `state` are cast to it).
-
-    Returns:
-        The loaded model on `device`, in train mode.
-
-    Raises:
-        ValueError: when the checkpoint does not fit the model (names the tensors and shapes).
-    """
-    with default_dtype(dtype), torch.device("meta"):
-        model = instantiate(node, _path="model")
-    load_into(model, _cast(state, dtype))
-    return model.to(device).train()
 
 
 def apply_peft(
@@ -67,7 +34,7 @@ def apply_peft(
     """
     instantiate(node, model, _path="peft")
     if adapter is not None:
-        result = model.load_state_dict(_cast(adapter, dtype), strict=False)
+        result = model.load_state_dict(cast_floating(adapter, dtype), strict=False)
         expected = {k for k in model.state_dict() if ".lora_" in k or k.endswith(".magnitude")}
         missing = sorted(expected - set(adapter))
         if result.unexpected_keys or missing:

@@ -26,52 +26,16 @@ import torch
 from torch import nn
 
 from ftune.checkpointing.adapter import ADAPTER_CONFIG_FILE, has_adapter, load_adapter, merged_state_dict
-from ftune.checkpointing.model_fit import load_into
+from ftune.checkpointing.model_build import build_model, meta_model, read_hf_config
 from ftune.checkpointing.native import QUANTIZED_FILE
 from ftune.checkpointing.readers import read_json
-from ftune.config import instantiate
-from ftune.training.device import default_dtype
 
 if TYPE_CHECKING:
     from ftune.checkpointing import Checkpointer, Loaded
 
 logger = logging.getLogger(__name__)
 
-HF_CONFIG_FILE = "config.json"
 StateDict = dict[str, torch.Tensor]
-
-
-def read_hf_config(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The parsed `config.json` of `folder`, or None when there is none."""
-    path = Path(folder) / HF_CONFIG_FILE
-    return read_json(path) if path.is_file() else None
-
-
-def meta_model(checkpoint_dir: str | os.PathLike, model: Any = None, *, dtype: torch.dtype) -> nn.Module:
-    """The model architecture on the meta device (no memory), ready for `load_into`.
-
-    Args:
-        checkpoint_dir: the folder the weights come from; its `config.json` sizes the model when
-            `model` is None.
-        model: the config's `model` section (a `_component_` builder), or None.
-        dtype: parameter dtype.
-
-    Raises:
-        ValueError: no `model` section and no config.json in `checkpoint_dir`.
-    """
-    if model is not None:
-        with default_dtype(dtype), torch.device("meta"):
-            return instantiate(model, _path="model")
-    config = read_hf_config(checkpoint_dir)
-    if config is None:
-        raise ValueError(
-            f"checkpoint folder {str(checkpoint_dir)!r} has no {HF_CONFIG_FILE}, so the model architecture is "
-            "unknown. Add a model section to the config (e.g. model=ftune.models.llama3.llama3_8b), or point "
-            "checkpointer.checkpoint_dir at a Hugging Face folder."
-        )
-    from ftune.models import model_from_hf_config
-
-    return model_from_hf_config(config, dtype=dtype, device="meta")[1]
 
 
 def _check_adapter_fits(
@@ -168,16 +132,15 @@ def build_float_model(
         dtype: parameter dtype.
 
     Raises:
-        ValueError / FileNotFoundError: see `meta_model`, `merge_adapter_folder`, `load_into`.
+        ValueError / FileNotFoundError: see `build_model` and `merge_adapter_folder`.
     """
     state = loaded.model
     if adapter_dir is None and loaded.adapter is not None:
         adapter_dir = loaded.step_dir
     if adapter_dir is not None:
         state = merge_adapter_folder(state, adapter_dir, family=loaded.family)
-    net = meta_model(checkpoint_dir, model, dtype=dtype)
-    load_into(net, {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()})
-    return net.to(device).eval().requires_grad_(False)
+    net = build_model(model, state, device=device, dtype=dtype, checkpoint_dir=checkpoint_dir)
+    return net.eval().requires_grad_(False)
 
 
 def quantized_file(path: str | os.PathLike) -> Path:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ftune.training.device import default_dtype, get_device, get_dtype
+from ftune.runtime.device import default_dtype, get_device, get_dtype
 
 
 def test_cpu_and_auto():

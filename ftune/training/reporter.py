@@ -1,57 +1,19 @@
-"""Run-level pieces of the training loop that every recipe shares: step budget, cadence, collate, reporting."""
+"""What a training run reports each step: loss, lr, tokens/s and peak memory, to the metric logger and the bar."""
 
 from __future__ import annotations
 
 import logging
-import math
-from functools import partial
 from typing import Any
 
 import torch
 
-from ftune.config import instantiate
-from ftune.data.collate import padded_collate_sft
-from ftune.training.fsdp import world_size
+from ftune.runtime.rank import is_rank_zero, world_size
+from ftune.training.cadence import every
 from ftune.training.memory import peak_memory_gib
 from ftune.training.progress import ProgressBar
-from ftune.training.rank import is_rank_zero
 from ftune.training.throughput import Throughput
 
 logger = logging.getLogger(__name__)
-
-
-def total_steps(*, max_steps: int | None, epochs: int, batches_per_epoch: int, grad_accum_steps: int) -> int:
-    """Optimizer steps in the run: `max_steps` when set, else every batch of `epochs` epochs.
-
-    Raises:
-        ValueError: when the run would have no step (names the settings that make it so).
-    """
-    per_epoch = math.ceil(batches_per_epoch / grad_accum_steps)
-    steps = max_steps if max_steps is not None else epochs * per_epoch
-    if steps < 1 or per_epoch < 1:
-        raise ValueError(
-            f"the run has no optimizer step: max_steps={max_steps}, epochs={epochs}, "
-            f"{batches_per_epoch} batches per epoch. Use a larger dataset, a smaller batch_size, or max_steps >= 1."
-        )
-    return steps
-
-
-def every(step: int, n: int | None) -> bool:
-    """True when a `*_every_n_steps` setting of `n` fires at `step` (None: never)."""
-    return n is not None and n > 0 and step % n == 0
-
-
-def every_after(step: int, n: int | None) -> bool:
-    """True once `step` steps are done and `n` is reached: ``fake_quant_after_n_steps`` (None: from the start)."""
-    return n is None or step >= n
-
-
-def build_collate(node: Any, pad_id: int) -> Any:
-    """The collate function: the config's ``collate_fn`` (a `_partial_` component taking the batch),
-    or right padding with the tokenizer's pad id (packed samples are stacked as they are)."""
-    if node is None:
-        return partial(padded_collate_sft, pad_id=pad_id)
-    return instantiate(node, _path="collate_fn")
 
 
 def count_tokens(micro_batches: list[dict[str, torch.Tensor]]) -> int:
@@ -123,27 +85,3 @@ class Reporter:
         self.bar.close()
         if self.metric_logger is not None:
             self.metric_logger.close()
-
-
-def build_optimizer(
-    node: Any, params: list[torch.nn.Parameter], *, in_backward: bool
-) -> torch.optim.Optimizer:
-    """The config's optimizer over `params`, or one optimizer per parameter stepped inside backward."""
-    if not in_backward:
-        return instantiate(node, params, _path="optimizer")
-    if world_size() > 1:
-        raise ValueError(
-            "optimizer_in_backward=True is not supported with several ranks: FSDP reduces the gradients "
-            "after backward, so stepping inside backward would use unreduced gradients. Set "
-            "optimizer_in_backward=false (or run the single-device recipe)."
-        )
-    from ftune.training.optimizer_in_backward import OptimizerInBackward
-
-    return OptimizerInBackward(params, lambda group: instantiate(node, group, _path="optimizer"))
-
-
-def validation_loader(dataset: Any, *, batch_size: int, collate_fn: Any) -> Any:
-    """A plain, unshuffled loader for validation: every evaluation reads the same first batches."""
-    if dataset is None:
-        return None
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)

@@ -1,0 +1,98 @@
+"""Checkpoint weights -> model: the one place a model is built and its weights loaded.
+
+Training, generate, eval, quantize and `ftune.models.load_hf` all build their model here: the
+architecture on the meta device (no memory, no init), then the checkpoint's tensors assigned
+into it (memory-mapped ones stay mapped), so an 8B model never exists twice in memory. The
+architecture comes from the config's `model` section, else from the checkpoint's config.json.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ftune.checkpointing.model_fit import load_into
+from ftune.checkpointing.readers import read_json
+from ftune.config import instantiate
+from ftune.runtime.device import default_dtype
+
+HF_CONFIG_FILE = "config.json"
+
+
+def cast_floating(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """`state` with its floating tensors in `dtype`; integer tensors (and quantized ones) unchanged.
+
+    A same-dtype `.to()` returns the tensor itself, so weights already in `dtype` are not copied
+    (a memory-mapped tensor stays mapped).
+    """
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+
+
+def read_hf_config(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The parsed `config.json` of `folder`, or None when there is none."""
+    path = Path(folder) / HF_CONFIG_FILE
+    return read_json(path) if path.is_file() else None
+
+
+def meta_model(
+    checkpoint_dir: str | os.PathLike | None, model: Any = None, *, dtype: torch.dtype
+) -> nn.Module:
+    """The model architecture on the meta device (no memory), ready for `load_into`.
+
+    Args:
+        checkpoint_dir: the folder the weights come from; its `config.json` sizes the model when
+            `model` is None.
+        model: the config's `model` section (a `_component_` builder), or None.
+        dtype: parameter dtype.
+
+    Raises:
+        ValueError: no `model` section and no config.json in `checkpoint_dir`.
+    """
+    if model is not None:
+        with default_dtype(dtype), torch.device("meta"):
+            return instantiate(model, _path="model")
+    config = read_hf_config(checkpoint_dir) if checkpoint_dir is not None else None
+    if config is None:
+        raise ValueError(
+            f"checkpoint folder {str(checkpoint_dir)!r} has no {HF_CONFIG_FILE}, so the model architecture is "
+            "unknown. Add a model section to the config (e.g. model=ftune.models.llama3.llama3_8b), or point "
+            "checkpointer.checkpoint_dir at a Hugging Face folder."
+        )
+    from ftune.models import model_from_hf_config
+
+    return model_from_hf_config(config, dtype=dtype, device="meta")[1]
+
+
+def build_model(
+    model: Any,
+    state: Mapping[str, torch.Tensor],
+    *,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    checkpoint_dir: str | os.PathLike | None = None,
+) -> nn.Module:
+    """Build the model on the meta device and load `state` into it, strictly.
+
+    Args:
+        model: the config's ``model`` section (a `_component_` builder), or None to size the model
+            from `checkpoint_dir`'s config.json.
+        state: the model weights in ftune names (``Loaded.model`` from a checkpointer).
+        device: where the model lives.
+        dtype: the parameter dtype (floating tensors of `state` are cast to it).
+        checkpoint_dir: the checkpoint folder, read only when `model` is None.
+
+    Returns:
+        The loaded model on `device` (in train mode, as every new module; inference calls `.eval()`).
+
+    Raises:
+        ValueError: the checkpoint does not fit the model (names the tensors and shapes), or the
+            architecture is unknown (see `meta_model`).
+    """
+    net = meta_model(checkpoint_dir, model, dtype=dtype)
+    load_into(net, cast_floating(state, dtype))
+    return net.to(device)
