@@ -17,6 +17,7 @@ from ftune.training.loop import (
     validation_loader,
 )
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
+from ftune.training.low_precision_optim import AdamWBf16State, optimizer_state_bytes
 from ftune.training.memory import peak_memory_gib, reset_peak_memory
 from ftune.training.metric_logging import (
     DiskLogger,
@@ -44,6 +45,8 @@ from ftune.training.step import NonFiniteError, StepStats, accumulate, eval_loss
 from ftune.training.throughput import Throughput
 
 __all__ = [
+    "AdamWBf16State",
+    "optimizer_state_bytes",
     "ChunkedCrossEntropyLoss",
     "CrossEntropyLoss",
     "DiskLogger",
