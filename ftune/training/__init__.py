@@ -2,6 +2,7 @@
 
 from ftune.peft.apply import trainable_params
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
+from ftune.training.activation_offloading import apply_activation_offloading
 from ftune.training.compile import compile_loss, compile_model
 from ftune.training.device import default_dtype, get_device, get_dtype
 from ftune.training.distributed import DistInfo, destroy_distributed, init_distributed
@@ -69,6 +70,7 @@ __all__ = [
     "WandBLogger",
     "accumulate",
     "apply_activation_checkpointing",
+    "apply_activation_offloading",
     "apply_peft",
     "build_collate",
     "build_model",
