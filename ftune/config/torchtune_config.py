@@ -350,8 +350,12 @@ def _check_features(c: _Converter) -> None:
     features = registry.RECIPES[c.recipe].features
     for key, feature in used:
         support = features.get(feature, registry.na("not declared"))
-        if support != registry.YES:
-            c.note(key, "unsupported", f"{feature} in {c.recipe}: {support.removeprefix('n/a: ')}")
+        if support != registry.YES:  # the key's entry turns unsupported (each key has one entry)
+            i = next(i for i, r in enumerate(c.report) if r.key == key)
+            reason = (
+                f"{feature} in {c.recipe}: {support.removeprefix('n/a: ')} (was mapped: {c.report[i].detail})"
+            )
+            c.report[i] = KeyReport(key, "unsupported", reason)
 
 
 def _substitute(node: Any, pattern: str, value: str) -> Any:

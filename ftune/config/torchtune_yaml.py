@@ -17,12 +17,14 @@ def load_torchtune_yaml(text: str) -> dict[str, Any]:
     return data
 
 
-def leaf_keys(tt: dict[str, Any], prefix: str = "") -> list[str]:
-    """Every key of a torchtune config as a dotted path (the report has one entry for each)."""
+def leaf_keys(tt: dict[str, Any]) -> list[str]:
+    """Every key the report covers: top-level keys, and the keys of each top-level section (dotted).
+
+    A section's argument is one key even when its value is a mapping (checkpoint_files can be one).
+    """
     keys = []
     for key, value in tt.items():
-        path = f"{prefix}{key}"
-        keys += leaf_keys(value, path + ".") if isinstance(value, dict) else [path]
+        keys += [f"{key}.{sub}" for sub in value] if isinstance(value, dict) else [key]
     return keys
 
 
@@ -38,3 +40,29 @@ def render_yaml(conversion: Conversion, source: str) -> str:
         if r.status != "mapped":
             head.append(f"# {r.status}: {r.key}: {r.detail}")
     return "\n".join(head) + "\n" + yaml.safe_dump(conversion.config, sort_keys=False, width=110)
+
+
+def conversion_problems(conversion: Conversion, source: str = "converted.yaml") -> list[str]:
+    """What `ftune validate` would report for the converted config against its recipe (empty: valid).
+
+    The config is written to a temporary file and loaded the way `ftune validate` loads it, so
+    `${...}` interpolations and the file-based checks are the same; weights and tokenizer files
+    need not exist (validation builds nothing).
+    """
+    import tempfile
+    from pathlib import Path
+
+    from ftune import registry
+    from ftune.config.errors import ConfigError
+    from ftune.config.instantiate import resolve
+    from ftune.config.loading import load_config
+    from ftune.config.settings import collect_problems
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / Path(source).name
+        path.write_text(render_yaml(conversion, source))
+        try:
+            cfg = load_config(path)
+        except ConfigError as e:
+            return list(e.problems)
+        return collect_problems(cfg, resolve(registry.RECIPES[conversion.recipe].settings))
