@@ -218,6 +218,8 @@ def _convert_component(c: _Converter, section: str, node: dict[str, Any]) -> Non
         for key, value in rule.set_args.items():
             c.set(f"{section}.{key}", value)
     c.note(f"{section}._component_", "mapped", rule.target or rule.note or "no section in ftune")
+    if section == "profiler" and node.get("enabled"):
+        rule = dataclasses.replace(rule, covered={})  # an enabled profiler's settings matter
     for key, value in node.items():
         path = f"{section}.{key}"
         if key == "_component_":
@@ -225,14 +227,12 @@ def _convert_component(c: _Converter, section: str, node: dict[str, Any]) -> Non
         if key in rule.args and rule.target is None:  # e.g. profiler.enabled -> profile
             c.out[rule.args[key]] = value
             c.note(path, "mapped", rule.args[key])
-            if section == "profiler" and value:
-                rule = dataclasses.replace(rule, covered={})  # an enabled profiler's settings matter
         elif key in rule.args:
             if key == "model_type":
                 value = c.family
             c.set(f"{section}.{rule.args[key]}", _path(value))
             c.note(path, "mapped", f"{section}.{rule.args[key]}")
-        elif key in rule.covered:
+        elif key in rule.covered and rule.covered_only_as.get(key, value) == value:
             c.note(path, "covered", rule.covered[key])
         else:
             c.note(path, "unsupported", f"{rule.target or section} has no argument for {key}={value!r}")

@@ -141,6 +141,7 @@ class Component:
         args: torchtune argument -> ftune argument (same value).
         covered: torchtune arguments ftune needs no equivalent for, with the reason.
         set_args: ftune arguments the converter adds (e.g. the dataset source an alias implied).
+        covered_only_as: arguments that are covered only with this value (else unsupported).
         note: shown next to the mapping.
     """
 
@@ -148,6 +149,7 @@ class Component:
     args: dict[str, str] = field(default_factory=dict)
     covered: dict[str, str] = field(default_factory=dict)
     set_args: dict[str, object] = field(default_factory=dict)
+    covered_only_as: dict[str, object] = field(default_factory=dict)
     note: str = ""
 
 
@@ -222,6 +224,7 @@ COMPONENTS: dict[str, Component] = {
         "ftune.training.cosine_with_warmup",
         args={"num_warmup_steps": "num_warmup_steps"},
         covered={"num_cycles": "0.5 (half a cosine, down to 0) is ftune's schedule"},
+        covered_only_as={"num_cycles": 0.5},
     ),
     "torchtune.training.lr_schedulers.get_linear_schedule_with_warmup": Component(
         "ftune.training.linear_with_warmup", args={"num_warmup_steps": "num_warmup_steps"}

@@ -168,10 +168,22 @@ def test_unknown_keys_and_arguments_are_reported_not_dropped():
     tt = load_torchtune_yaml(TT_LORA + "my_flag: 3\n")
     tt["loss"]["_component_"] = "torchtune.modules.loss.LinearCrossEntropyLoss"
     tt["optimizer"]["capturable"] = True
+    tt["lr_scheduler"] = {
+        "_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
+        "num_warmup_steps": 10,
+        "num_cycles": 1.0,
+    }
+    tt["profiler"] = {
+        "_component_": "torchtune.training.setup_torch_profiler",
+        "enabled": True,
+        "wait_steps": 5,
+    }
     report = {r.key: r for r in convert_torchtune_config(tt).unsupported}
     assert report["my_flag"].detail == "my_flag=3: not a torchtune key the converter knows"
     assert "no ftune counterpart" in report["loss._component_"].detail
     assert report["optimizer.capturable"].detail == "torch.optim.AdamW has no argument for capturable=True"
+    assert report["lr_scheduler.num_cycles"].detail.endswith("num_cycles=1.0")  # only 0.5 is ftune's cosine
+    assert "wait_steps=5" in report["profiler.wait_steps"].detail  # an enabled profiler's schedule matters
 
 
 @pytest.mark.parametrize(
