@@ -225,6 +225,7 @@ COMPONENTS: dict[str, Component] = {
         args={"num_warmup_steps": "num_warmup_steps"},
         covered={"num_cycles": "0.5 (half a cosine, down to 0) is ftune's schedule"},
         covered_only_as={"num_cycles": 0.5},
+        note="ftune refuses num_warmup_steps above the run's total steps (lower it for short runs)",
     ),
     "torchtune.training.lr_schedulers.get_linear_schedule_with_warmup": Component(
         "ftune.training.linear_with_warmup", args={"num_warmup_steps": "num_warmup_steps"}
