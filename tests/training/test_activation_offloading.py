@@ -45,7 +45,7 @@ def _loss_and_grads(model, batch, device):
 def test_same_grads_and_less_gpu_memory_between_forward_and_backward(tiny_model, batch_factory, checkpointed):
     device = torch.device("cuda")
     batch = batch_factory([[i % 50 for i in range(512)]] * 4, [[i % 50 for i in range(512)]] * 4)
-    model = tiny_model(dim=256).to(device)
+    model = tiny_model(dim=256, max_seq_len=512).to(device)
     offloaded = copy.deepcopy(model)
     if checkpointed:
         apply_activation_checkpointing(model)
