@@ -24,6 +24,8 @@ FEATURES: dict[str, str] = {
     "grad_clipping": "clip the global gradient norm",
     "compile": "torch.compile per decoder layer and of the loss",
     "activation_checkpointing": "recompute each decoder layer's activations in backward",
+    "activation_offloading": "keep each decoder layer's saved activations in CPU memory until backward",
+    "low_precision_optimizers": "AdamW with bf16, 8-bit or 4-bit optimizer state",
     "optimizer_in_backward": "step each parameter's optimizer inside backward",
     "chunked_loss": "cross-entropy in sequence chunks, never the full fp32 logits",
     "custom_collate": "a collate function chosen in the config",
@@ -49,7 +51,12 @@ _SFT_COMMON = {
     "grad_clipping": YES,
     "compile": YES,
     "activation_checkpointing": YES,
+    "activation_offloading": na(
+        "GPU-only: moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
+        "and refuses it (the test machines have no GPU)"
+    ),
     "chunked_loss": YES,
+    "low_precision_optimizers": YES,
     "custom_collate": YES,
     "packing": YES,
     "validation": YES,

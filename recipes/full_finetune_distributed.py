@@ -26,6 +26,8 @@ def main(cfg: config.Config) -> None:
     model = training.build_model(cfg.model, loaded.model, device=device, dtype=dtype)
     if s.activation_checkpointing:
         training.apply_activation_checkpointing(model)
+    if s.activation_offloading:
+        training.apply_activation_offloading(model, device)
     training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dist]
     if s.compile:
         training.compile_model(model)

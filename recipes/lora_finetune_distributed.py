@@ -26,6 +26,8 @@ def main(cfg: config.Config) -> None:
     peft_settings = training.apply_peft(cfg.peft, model, loaded.adapter, dtype=dtype)  # [lora]
     if s.activation_checkpointing:
         training.apply_activation_checkpointing(model)
+    if s.activation_offloading:
+        training.apply_activation_offloading(model, device)
     training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dist]
     if s.compile:
         training.compile_model(model)

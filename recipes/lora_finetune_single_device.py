@@ -28,6 +28,8 @@ def main(cfg: config.Config) -> None:
     peft_settings = training.apply_peft(cfg.peft, model, loaded.adapter, dtype=dtype)  # [lora]
     if s.activation_checkpointing:
         training.apply_activation_checkpointing(model)
+    if s.activation_offloading:
+        training.apply_activation_offloading(model, device)
     if s.compile:
         training.compile_model(model)
 

@@ -9,6 +9,7 @@ later), and converts the usual offenders, NumPy arrays and RNG states, into plai
 from __future__ import annotations
 
 import os
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,37 @@ def save_recipe_state(state: dict[str, Any], folder: str | os.PathLike) -> Path:
     return path
 
 
+def _pickle_names_torchao_optim(path: Path) -> bool:
+    # torch.save writes a zip whose <name>/data.pkl holds the pickled structure (class names in clear)
+    try:
+        with zipfile.ZipFile(path) as z:
+            pickles = [n for n in z.namelist() if n.endswith("data.pkl")]
+            return any(b"torchao.optim" in z.read(n) for n in pickles)
+    except zipfile.BadZipFile:
+        return False
+
+
+def read_torch_allowing_torchao_optim(path: Path) -> Any:
+    """`read_torch`, and if the file holds torchao's quantized optimizer states, import them and read again.
+
+    torchao's 8-bit, 4-bit and fp8 AdamW keep their moments as tensor subclasses that torchao
+    allow-lists for `weights_only=True` loading when `torchao.optim` is imported. A resumed run
+    loads `recipe_state.pt` before it builds the optimizer, so that import may not have happened
+    yet; it is done here only when the file needs it (importing torchao costs seconds).
+    """
+    try:
+        return read_torch(path)
+    except ValueError:
+        if not _pickle_names_torchao_optim(path):
+            raise
+    from ftune.quantization.torchao_logs import quiet_torchao_import_logs
+
+    quiet_torchao_import_logs()
+    import torchao.optim  # noqa: F401  (registers OptimState8bit/4bit/Fp8 as safe globals)
+
+    return read_torch(path)
+
+
 def load_recipe_state(folder: str | os.PathLike) -> dict[str, Any] | None:
     """Load `folder/recipe_state.pt` with `weights_only=True`, or None if the folder has none.
 
@@ -112,7 +144,7 @@ def load_recipe_state(folder: str | os.PathLike) -> dict[str, Any] | None:
     path = Path(folder) / RECIPE_STATE_FILE
     if not path.exists():
         return None
-    state = read_torch(path)
+    state = read_torch_allowing_torchao_optim(path)
     if not isinstance(state, dict):
         raise ValueError(f"{str(path)!r} should hold a dict of recipe state, got {type(state).__name__}.")
     return state

@@ -1,9 +1,15 @@
-"""`ftune convert gguf <file.gguf|smollm2> [--output-dir DIR]`: a GGUF file to an HF-layout folder."""
+"""`ftune convert gguf <file.gguf|smollm2> [--output-dir DIR]`: a GGUF file to an HF-layout folder.
+
+`ftune convert torchtune-config <torchtune.yaml> [-o out.yaml] [--recipe R]`: a torchtune 0.6.1 config
+to an ftune config, with a line for every key that did not map one to one, then validated.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
+import tempfile
 from pathlib import Path
 
 from ftune.config.loading import ftune_home
@@ -35,7 +41,14 @@ def main(argv: list[str]) -> int:
     g.add_argument("file", help="path to a .gguf file, or `smollm2` for the quickstart model")
     g.add_argument("--output-dir", type=Path, help="default: $FTUNE_HOME/models/<model name>")
     g.add_argument("--debug", action="store_true")
+    t = sub.add_parser("torchtune-config", help="a torchtune 0.6.1 YAML config to an ftune config")
+    t.add_argument("file", type=Path, help="the torchtune config (.yaml)")
+    t.add_argument("-o", "--output", type=Path, help="where to write the ftune config (default: stdout)")
+    t.add_argument("--recipe", help="the torchtune recipe it is for (default: inferred from the config)")
+    t.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
+    if args.kind == "torchtune-config":
+        return _torchtune_config(args)
     try:
         src = smollm2_gguf() if args.file == "smollm2" else Path(args.file)
         if not src.is_file():
@@ -48,3 +61,39 @@ def main(argv: list[str]) -> int:
         return report(e, ["--debug"] if args.debug else [])
     print(f"Converted {src.name} to {result}")
     return 0
+
+
+def _torchtune_config(args: argparse.Namespace) -> int:
+    from ftune.cli.validate import validate
+    from ftune.config.torchtune_config import convert_torchtune_config
+    from ftune.config.torchtune_yaml import load_torchtune_yaml, render_yaml
+
+    try:
+        try:
+            conversion = convert_torchtune_config(
+                load_torchtune_yaml(args.file.read_text()), recipe=args.recipe
+            )
+        except ValueError as e:
+            raise ValueError(f"{args.file}: {e}") from None
+        text = render_yaml(conversion, args.file.name)
+        if args.output is None:
+            sys.stdout.write(text)
+            with tempfile.TemporaryDirectory() as tmp:  # validate what was printed
+                (Path(tmp) / "converted.yaml").write_text(text)
+                validate(str(Path(tmp) / "converted.yaml"), [], conversion.recipe)
+        else:
+            args.output.write_text(text)
+            validate(str(args.output), [], conversion.recipe)
+    except Exception as e:  # noqa: BLE001
+        return report(e, ["--debug"] if args.debug else [])
+    counts = {s: sum(r.status == s for r in conversion.report) for s in ("mapped", "covered", "unsupported")}
+    where = args.output or "stdout"
+    print(
+        f"Converted {args.file.name} for {conversion.recipe} to {where}: {counts['mapped']} keys mapped, "
+        f"{counts['covered']} covered by ftune without a key, {counts['unsupported']} unsupported; "
+        f"it validates against {conversion.recipe}'s settings.",
+        file=sys.stderr,
+    )
+    for r in conversion.unsupported:
+        print(f"  unsupported: {r.key}: {r.detail}", file=sys.stderr)
+    return 1 if conversion.unsupported else 0

@@ -14,11 +14,13 @@ from ftune.runtime.device import default_dtype, get_device, get_dtype
 from ftune.runtime.distributed import DistInfo, destroy_distributed, init_distributed
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
+from ftune.training.activation_offloading import apply_activation_offloading
 from ftune.training.batch_loss import batch_loss
 from ftune.training.cadence import every, every_after, total_steps
 from ftune.training.compile import compile_loss, compile_model
 from ftune.training.fsdp import is_sharded, shard_model
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
+from ftune.training.low_precision_optim import AdamWBf16State, optimizer_state_bytes
 from ftune.training.memory import peak_memory_gib, reset_peak_memory
 from ftune.training.metric_logging import (
     DiskLogger,
@@ -41,6 +43,8 @@ from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate,
 from ftune.training.throughput import Throughput
 
 __all__ = [
+    "AdamWBf16State",
+    "optimizer_state_bytes",
     "ChunkedCrossEntropyLoss",
     "CrossEntropyLoss",
     "DiskLogger",
@@ -62,6 +66,7 @@ __all__ = [
     "WandBLogger",
     "accumulate",
     "apply_activation_checkpointing",
+    "apply_activation_offloading",
     "apply_peft",
     "batch_loss",
     "build_collate",

@@ -45,6 +45,9 @@ class FullSettings(Settings):
     shuffle: bool = setting(True, "shuffle the dataset each epoch (seeded by seed and epoch)")
     compile: bool = setting(False, "torch.compile each decoder layer and the loss")
     activation_checkpointing: bool = setting(False, "recompute decoder-layer activations in backward")
+    activation_offloading: bool = setting(
+        False, "keep decoder-layer saved activations in CPU memory until backward (CUDA only)"
+    )
     optimizer_in_backward: bool = setting(
         False, "step the optimizer inside backward (needs grad_accum_steps=1)"
     )

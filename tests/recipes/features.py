@@ -85,6 +85,26 @@ def optimizer_in_backward(run, tmp_path):
     assert losses(bwd) == pytest.approx(losses(normal), rel=1e-5)
 
 
+def low_precision_optimizers(run, tmp_path):
+    from ftune.checkpointing import load_recipe_state
+
+    def moments(out):
+        state = load_recipe_state(out / "step_1")["optimizer"]["state"]
+        return [v for s in state.values() for k, v in s.items() if k in ("exp_avg", "exp_avg_sq")]
+
+    fp32, a = run("max_steps=2", "save_every_n_steps=1", output_dir=tmp_path / "fp32")
+    bf16, b = run(
+        "max_steps=2",
+        "save_every_n_steps=1",
+        "optimizer=ftune.training.AdamWBf16State",
+        output_dir=tmp_path / "bf16",
+    )
+    assert {t.dtype for t in moments(a)} == {torch.float32}
+    assert {t.dtype for t in moments(b)} == {torch.bfloat16}  # half the bytes of fp32 AdamW's moments
+    assert losses(bf16)[0] == losses(fp32)[0]  # same model and batch before the first update
+    assert losses(bf16)[1] == pytest.approx(losses(fp32)[1], rel=1e-3)  # then AdamW's update, nearly
+
+
 def chunked_loss(run, tmp_path):
     one, _ = run("max_steps=2", "loss.num_chunks=1", output_dir=tmp_path / "one")
     many, _ = run("max_steps=2", "loss.num_chunks=7", output_dir=tmp_path / "many")
@@ -221,6 +241,7 @@ CHECKS = {
         activation_checkpointing,
         optimizer_in_backward,
         chunked_loss,
+        low_precision_optimizers,
         custom_collate,
         packing,
         validation,

@@ -8,6 +8,8 @@ from ftune.models.qwen2_5._model_builders import (
     qwen2_5_3b,
     qwen2_5_7b,
     qwen2_5_14b,
+    qwen2_5_32b,
+    qwen2_5_72b,
 )
 from ftune.models.qwen2_5._tokenizer import qwen2_5_tokenizer
 
@@ -20,6 +22,8 @@ __all__ = [
     "qwen2_5_14b",
     "qwen2_5_1_5b",
     "qwen2_5_3b",
+    "qwen2_5_32b",
+    "qwen2_5_72b",
     "qwen2_5_7b",
     "qwen2_5_tokenizer",
 ]

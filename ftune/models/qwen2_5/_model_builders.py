@@ -70,3 +70,29 @@ def qwen2_5_14b() -> TransformerDecoder:
         intermediate_dim=13_824,
         max_seq_len=32_768,
     )
+
+
+def qwen2_5_32b() -> TransformerDecoder:
+    """Qwen2.5-32B(-Instruct), with the sizes of the instruct release's config.json (the base's norm eps is 1e-5)."""
+    return qwen2_5(
+        vocab_size=152_064,
+        num_layers=64,
+        num_heads=40,
+        num_kv_heads=8,
+        embed_dim=5120,
+        intermediate_dim=27_648,
+        max_seq_len=32_768,
+    )
+
+
+def qwen2_5_72b() -> TransformerDecoder:
+    """Qwen2.5-72B(-Instruct), with the sizes of the instruct release's config.json (the base's norm eps is 1e-5)."""
+    return qwen2_5(
+        vocab_size=152_064,
+        num_layers=80,
+        num_heads=64,
+        num_kv_heads=8,
+        embed_dim=8192,
+        intermediate_dim=29_568,
+        max_seq_len=32_768,
+    )

@@ -1,0 +1,370 @@
+"""Convert a torchtune 0.6.1 config into an ftune config, reporting what became of every key.
+
+    conversion = convert_torchtune_config(yaml.safe_load(text))
+    conversion.config     # the ftune config (a dict, in ftune's key order)
+    conversion.recipe     # the ftune recipe it is for
+    conversion.report     # one KeyReport per torchtune key: mapped, covered or unsupported
+
+The key and component mappings are the table in `torchtune_table.py`; this module holds the rules
+that need code: which recipe a config is for, model builders (a `lora_*`/`qlora_*` builder becomes
+the base builder plus a `peft` section), tokenizers (picked by the model's family) and paths
+(torchtune's `/tmp/<model>` placeholders become `${ftune_home:}/models/<model>`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ftune import registry
+from ftune.config import torchtune_table as table
+
+Status = Literal["mapped", "covered", "unsupported"]
+
+# Recipe-specific keys that the ftune recipe does not need.
+_UNUSED_BY_RECIPE: dict[tuple[str, str], str] = {
+    ("quantize", "seed"): "quantization samples nothing: ftune's quantize has no seed",
+    ("generate", "output_dir"): "generate writes no checkpoint",
+    ("generate", "quantizer"): "null: no quantization (ftune's generate reads quantized_checkpoint)",
+}
+_SETTINGS_ORDER = [
+    "output_dir seed device dtype batch_size grad_accum_steps epochs max_steps clip_grad_norm shuffle".split(),
+    "compile activation_checkpointing activation_offloading optimizer_in_backward".split(),
+    "fsdp_cpu_offload log_every_n_steps profile qat prompt system max_new_tokens temperature top_k top_p".split(),
+]
+_SECTION_ORDER = (
+    "model tokenizer checkpointer peft quantizer dataset loss optimizer lr_scheduler metric_logger"
+)
+
+
+@dataclass(frozen=True)
+class KeyReport:
+    """What became of one torchtune key (dotted path)."""
+
+    key: str
+    status: Status
+    detail: str
+
+
+@dataclass
+class Conversion:
+    """An ftune config converted from a torchtune one."""
+
+    recipe: str
+    config: dict[str, Any]
+    report: list[KeyReport] = field(default_factory=list)
+
+    @property
+    def unsupported(self) -> list[KeyReport]:
+        return [r for r in self.report if r.status == "unsupported"]
+
+
+class _Converter:
+    def __init__(self, tt: dict[str, Any], recipe: str) -> None:
+        self.tt, self.recipe = tt, recipe
+        self.out: dict[str, Any] = {}
+        self.report: list[KeyReport] = []
+        self.family: str | None = None
+
+    def note(self, key: str, status: Status, detail: str) -> None:
+        self.report.append(KeyReport(key, status, detail))
+
+    def set(self, dotted: str, value: Any) -> None:
+        node = self.out
+        *parents, last = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+
+
+def _path(value: Any) -> Any:
+    """torchtune's path placeholders: /tmp/torchtune/<run> -> output/<run>, /tmp/<model> -> models folder."""
+    if not isinstance(value, str) or not value.startswith("/tmp/"):
+        return value
+    rest = value.removeprefix("/tmp/").rstrip("/")
+    if rest.startswith("torchtune/"):
+        return "output/" + rest.removeprefix("torchtune/")
+    return "${ftune_home:}/models/" + rest
+
+
+def infer_recipe(tt: dict[str, Any]) -> str:
+    """The torchtune recipe a config is for, from its content (torchtune configs do not name it).
+
+    Raises:
+        ValueError: for configs of recipes ftune has no counterpart for (DPO, distillation, PPO, eval).
+    """
+    model = str((tt.get("model") or {}).get("_component_", ""))
+    quantizer = str((tt.get("quantizer") or {}).get("_component_", ""))
+    loss = str((tt.get("loss") or {}).get("_component_", ""))
+    if "teacher_model" in tt or "kd_loss" in tt:
+        raise ValueError(
+            f"a knowledge distillation config: {table.MISSING_RECIPES['knowledge_distillation_distributed']}."
+        )
+    if "reward_and_value_model" in tt or "ref_policy_checkpointer" in tt:
+        raise ValueError(f"a PPO config: {table.MISSING_RECIPES['ppo_full_finetune_single_device']}.")
+    if "DPO" in loss or "ref_checkpointer" in tt:
+        raise ValueError(f"a DPO config: {table.MISSING_RECIPES['full_dpo_distributed']}.")
+    if "tasks" in tt:
+        raise ValueError(f"an lm-eval config: {table.MISSING_RECIPES['eleuther_eval']}.")
+    lora = model.rsplit(".", 1)[-1].startswith(("lora_", "qlora_"))
+    if "QAT" in quantizer:
+        if lora:
+            raise ValueError(
+                f"a QAT + LoRA config: {table.MISSING_RECIPES['qat_lora_finetune_distributed']}."
+            )
+        return "qat_distributed"
+    if "prompt" in tt and "max_new_tokens" in tt:
+        return "generate"
+    if quantizer and "dataset" not in tt:
+        return "quantize"
+    return "lora_finetune_single_device" if lora else "full_finetune_single_device"
+
+
+def _convert_model(c: _Converter, node: dict[str, Any]) -> None:
+    component = str(node.get("_component_", ""))
+    parts = component.split(".")
+    if len(parts) != 4 or parts[:2] != ["torchtune", "models"] or parts[2] not in table.FAMILIES:
+        c.note("model._component_", "unsupported", f"{component}: ftune has no such model family")
+        return
+    tt_family, name = parts[2], parts[3]
+    family = c.family = table.FAMILIES[tt_family]
+    lora = name.startswith(("lora_", "qlora_"))
+    base = name.split("_", 1)[1] if lora else name
+    variant_note = table.BUILDER_SUFFIXES.get(base)
+    if variant_note is not None:
+        base = base.rsplit("_", 1)[0]  # qwen2_5_7b_instruct -> qwen2_5_7b
+    base = table.BUILDER_RENAMES.get(base, base)
+    module = importlib.import_module(f"ftune.models.{family}")
+    if not callable(getattr(module, base, None)):
+        builders = sorted(n for n in module.__all__ if n.startswith(family + "_") and "tokenizer" not in n)
+        c.note(
+            "model._component_",
+            "unsupported",
+            f"{component}: ftune has no builder {base}; {family} has {builders}",
+        )
+        return
+    c.set("model._component_", f"ftune.models.{family}.{base}")
+    detail = f"ftune.models.{family}.{base}" + (" + peft section" if lora else "")
+    c.note("model._component_", "mapped", detail + (f" ({variant_note})" if variant_note else ""))
+    if not lora:
+        for key in sorted(set(node) - {"_component_"}):
+            c.note(
+                f"model.{key}", "unsupported", "ftune's model builders take no arguments (published sizes)"
+            )
+        return
+    peft: dict[str, Any] = {"_component_": "ftune.peft.apply_lora", "targets": []}
+    for key, value in node.items():
+        path = f"model.{key}"
+        if key == "_component_":
+            continue
+        if key == "lora_attn_modules":
+            peft["targets"] += [table.LORA_ATTN_MODULES[m] for m in value]
+            c.note(path, "mapped", "peft.targets (output_proj is o_proj)")
+        elif key == "apply_lora_to_mlp":
+            peft["targets"] += list(table.LORA_MLP) if value else []
+            c.note(
+                path,
+                "mapped",
+                f"peft.targets gets {', '.join(table.LORA_MLP)}" if value else "false: no MLP targets",
+            )
+        elif key == "apply_lora_to_output":
+            peft["targets"] += ["output"] if value else []
+            c.note(path, "mapped", "peft.targets gets output" if value else "false: output not adapted")
+        elif key in table.LORA_ARGS:
+            peft[table.LORA_ARGS[key]] = value
+            c.note(path, "mapped", f"peft.{table.LORA_ARGS[key]}")
+        else:
+            c.note(path, "unsupported", f"no ftune.peft.apply_lora argument for {key}")
+    peft.setdefault("dropout", 0.0)  # torchtune's builders default to 0.0, as does apply_lora
+    peft.setdefault("use_dora", False)
+    if name.startswith("qlora_"):
+        peft["quantize_base"] = True
+    peft.setdefault("quantize_base", False)
+    c.out["peft"] = peft
+
+
+def _convert_tokenizer(c: _Converter, node: dict[str, Any]) -> None:
+    if c.family is None:
+        c.note("tokenizer._component_", "unsupported", "the model section did not convert, so no family")
+        return
+    target = f"ftune.models.{c.family}.{c.family}_tokenizer"
+    c.set("tokenizer._component_", target)
+    c.note("tokenizer._component_", "mapped", f"{target} (the model's family)")
+    for key, value in node.items():
+        path = f"tokenizer.{key}"
+        if key == "_component_":
+            continue
+        if key in table.TOKENIZER_ARGS:
+            if key == "path" and isinstance(value, str) and value.endswith("vocab.json"):
+                value = value.rsplit("/", 1)[0]  # HF tokenizers: the folder holding tokenizer.json
+            c.set(f"tokenizer.{table.TOKENIZER_ARGS[key]}", _path(value))
+            c.note(path, "mapped", f"tokenizer.{table.TOKENIZER_ARGS[key]}")
+        elif key in table.TOKENIZER_COVERED and (value is None or key == "merges_file"):
+            c.note(path, "covered", table.TOKENIZER_COVERED[key])
+        else:
+            c.note(path, "unsupported", f"{key}={value!r}: no ftune tokenizer argument for it")
+
+
+def _convert_component(c: _Converter, section: str, node: dict[str, Any]) -> None:
+    component = str(node.get("_component_", ""))
+    rule = table.COMPONENTS.get(component)
+    if rule is None:
+        c.note(f"{section}._component_", "unsupported", f"{component}: no ftune counterpart in the table")
+        return
+    if rule.target is not None:
+        c.set(f"{section}._component_", rule.target)
+        for key, value in rule.set_args.items():
+            c.set(f"{section}.{key}", value)
+    c.note(f"{section}._component_", "mapped", rule.target or rule.note or "no section in ftune")
+    if section == "profiler" and node.get("enabled"):
+        rule = dataclasses.replace(rule, covered={})  # an enabled profiler's settings matter
+    for key, value in node.items():
+        path = f"{section}.{key}"
+        if key == "_component_":
+            continue
+        if key in rule.args and rule.target is None:  # e.g. profiler.enabled -> profile
+            c.out[rule.args[key]] = value
+            c.note(path, "mapped", rule.args[key])
+        elif key in rule.args:
+            if key == "model_type":
+                value = c.family
+            c.set(f"{section}.{rule.args[key]}", _path(value))
+            c.note(path, "mapped", f"{section}.{rule.args[key]}")
+        elif key in rule.covered and rule.covered_only_as.get(key, value) == value:
+            c.note(path, "covered", rule.covered[key])
+        else:
+            c.note(path, "unsupported", f"{rule.target or section} has no argument for {key}={value!r}")
+
+
+def _settings_fields(recipe: str) -> set[str]:
+    settings = registry.RECIPES[recipe].settings
+    module, name = settings.rsplit(".", 1)
+    return {f.name for f in dataclasses.fields(getattr(importlib.import_module(module), name))}
+
+
+def _convert_setting(c: _Converter, key: str, rule: table.Key, value: Any, fields: set[str]) -> None:
+    if key in ("tensor_parallel_dim",) and value not in (1, None):
+        c.note(key, "unsupported", f"{value}: ftune has no tensor parallelism (FSDP2 only)")
+    elif key == "max_steps_per_epoch" and value is not None and c.tt.get("epochs", 1) != 1:
+        c.note(
+            key,
+            "unsupported",
+            f"{value} per epoch over {c.tt['epochs']} epochs: ftune's max_steps is a total",
+        )
+    elif rule.target is None:
+        c.note(key, "covered", rule.note)
+    elif "." in rule.target:
+        value = {True: "auto", False: None}.get(value, value) if key == "resume_from_checkpoint" else value
+        c.set(rule.target, value)
+        c.note(key, "mapped", rule.target + (f" ({rule.note})" if rule.note else ""))
+    elif rule.target not in fields:
+        reason = _UNUSED_BY_RECIPE.get((c.recipe, key))
+        if reason is None:
+            c.note(key, "unsupported", f"{c.recipe} has no setting {rule.target}")
+        else:
+            c.note(key, "covered", reason)
+    else:
+        noted = rule.note and (key != "seed" or value is None)  # the seed note is about null only
+        value = 0 if key == "seed" and value is None else _path(value) if key == "output_dir" else value
+        c.out[rule.target] = value
+        c.note(key, "mapped", rule.target + (f" ({rule.note})" if noted else ""))
+
+
+def convert_torchtune_config(tt: dict[str, Any], *, recipe: str | None = None) -> Conversion:
+    """Map a torchtune 0.6.1 config onto ftune's schema.
+
+    Args:
+        tt: the torchtune config as loaded from YAML (interpolations such as ``${output_dir}`` are kept).
+        recipe: the torchtune recipe it is for; inferred from the content when None.
+
+    Returns:
+        The ftune config, its ftune recipe, and a report entry for every torchtune key.
+
+    Raises:
+        ValueError: for a recipe ftune has no counterpart for (names it and what to do instead).
+    """
+    tt_recipe = recipe or infer_recipe(tt)
+    if tt_recipe in table.MISSING_RECIPES:
+        raise ValueError(f"torchtune recipe {tt_recipe}: {table.MISSING_RECIPES[tt_recipe]}.")
+    if tt_recipe not in table.RECIPES:
+        raise ValueError(
+            f"unknown torchtune recipe {tt_recipe!r}; known: {', '.join(sorted(table.RECIPES))}."
+        )
+    ftune_recipe = table.RECIPES[tt_recipe]
+    c = _Converter(tt, ftune_recipe)
+    fields = _settings_fields(ftune_recipe)
+    if isinstance(tt.get("model"), dict):
+        _convert_model(c, tt["model"])  # first: the tokenizer and model_type follow its family
+    for key, value in tt.items():
+        if key == "model":
+            continue
+        if key == "tokenizer" and isinstance(value, dict):
+            _convert_tokenizer(c, value)
+        elif isinstance(value, dict) and "_component_" in value:
+            _convert_component(c, key, value)
+        elif isinstance(value, dict):
+            for sub, v in value.items():
+                rule = table.NESTED_SETTINGS.get(f"{key}.{sub}")
+                if rule is None:
+                    c.note(f"{key}.{sub}", "unsupported", "not a torchtune key the converter knows")
+                else:
+                    _convert_setting(c, f"{key}.{sub}", rule, v, fields)
+        elif key in table.SETTINGS:
+            _convert_setting(c, key, table.SETTINGS[key], value, fields)
+        elif value is None and (ftune_recipe, key) in _UNUSED_BY_RECIPE:
+            c.note(key, "covered", _UNUSED_BY_RECIPE[(ftune_recipe, key)])
+        else:
+            c.note(key, "unsupported", f"{key}={value!r}: not a torchtune key the converter knows")
+    _defaults(c, tt_recipe)
+    _check_features(c)
+    if "output_dir" not in c.out and isinstance(tt.get("output_dir"), str):
+        c.out = _substitute(c.out, "${output_dir}", str(_path(tt["output_dir"])))
+    return Conversion(ftune_recipe, _ordered(c.out), c.report)
+
+
+def _defaults(c: _Converter, tt_recipe: str) -> None:
+    """Where torchtune's default for an absent key differs from ftune's, write torchtune's."""
+    if "peft" in c.out and "save_adapter_weights_only" not in c.tt and "checkpointer" in c.out:
+        c.out["checkpointer"]["save_adapter_weights_only"] = False  # torchtune's LoRA recipes: full model too
+    if tt_recipe == "quantize":
+        c.out.setdefault("qat", False)  # a PTQ quantizer (torchtune's QAT quantizers convert elsewhere)
+    if tt_recipe == "generate" and "system" not in c.out:
+        c.out["system"] = None
+
+
+def _check_features(c: _Converter) -> None:
+    """A feature the config uses must be one the ftune recipe supports (the registry says why not)."""
+    used = []
+    if "peft" in c.out:
+        peft = c.out["peft"]
+        used.append(
+            (
+                "model._component_",
+                "qlora" if peft["quantize_base"] else "dora" if peft["use_dora"] else "lora",
+            )
+        )
+    if c.out.get("optimizer_in_backward"):
+        used.append(("optimizer_in_bwd", "optimizer_in_backward"))
+    features = registry.RECIPES[c.recipe].features
+    for key, feature in used:
+        support = features.get(feature, registry.na("not declared"))
+        if support != registry.YES:  # the key's entry turns unsupported (each key has one entry)
+            i = next(i for i, r in enumerate(c.report) if r.key == key)
+            reason = (
+                f"{feature} in {c.recipe}: {support.removeprefix('n/a: ')} (was mapped: {c.report[i].detail})"
+            )
+            c.report[i] = KeyReport(key, "unsupported", reason)
+
+
+def _substitute(node: Any, pattern: str, value: str) -> Any:
+    # an interpolation of a key ftune's recipe does not have (generate's output_dir) becomes its value
+    if isinstance(node, dict):
+        return {k: _substitute(v, pattern, value) for k, v in node.items()}
+    return node.replace(pattern, value) if isinstance(node, str) else node
+
+
+def _ordered(out: dict[str, Any]) -> dict[str, Any]:
+    order = [k for group in _SETTINGS_ORDER for k in group] + _SECTION_ORDER.split()
+    return {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else len(order))}

@@ -1,0 +1,219 @@
+"""`ftune convert torchtune-config` over every config torchtune 0.6.1 ships for a recipe and family ftune has.
+
+The configs come from the torchtune==0.6.1 wheel itself (`pip download --no-deps`, cached in
+pytest's cache folder), never from the repository. Each in-scope config must convert with a
+report entry for every one of its keys, nothing unsupported except the listed exceptions, and
+validate against its ftune recipe; docs/migrating-from-torchtune.md must be what the converter's
+table and this run render.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ftune.cli.convert import main as convert_main
+from ftune.cli.validate import validate
+from ftune.config import torchtune_docs
+from ftune.config.torchtune_config import convert_torchtune_config, infer_recipe
+from ftune.config.torchtune_corpus import read_wheel_configs
+from ftune.config.torchtune_yaml import leaf_keys, load_torchtune_yaml
+
+WHEEL = "torchtune-0.6.1-py3-none-any.whl"
+_QLORA_FSDP = "qlora in lora_finetune_distributed: FSDP2 cannot shard NF4 base weights yet"
+# Configs that do not convert completely, and the one reason each: this list is the documented one.
+EXCEPTIONS = {
+    "llama2/7B_qlora.yaml": _QLORA_FSDP,
+    "llama2/70B_qlora.yaml": _QLORA_FSDP,
+    "llama3_1/405B_qlora.yaml": _QLORA_FSDP,
+    "llama3_3/70B_qlora.yaml": _QLORA_FSDP,
+}
+
+
+@pytest.fixture(scope="session")
+def torchtune_configs(request):
+    cache = Path(request.config.cache.mkdir("torchtune-0.6.1-wheel"))
+    if not (cache / WHEEL).is_file():
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "torchtune==0.6.1", "-d", str(cache)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0 or not (cache / WHEEL).is_file():
+            pytest.skip(f"pip could not download torchtune==0.6.1 (the test corpus): {proc.stderr[-500:]}")
+    return cache / WHEEL, read_wheel_configs(cache / WHEEL)
+
+
+@pytest.fixture(scope="session")
+def corpus(torchtune_configs):
+    _, configs = torchtune_configs
+    return configs, torchtune_docs.run_corpus(configs)
+
+
+def test_corpus_is_every_config_of_ftune_recipes_and_families(corpus):
+    configs, results = corpus
+    assert len(configs) == 156  # the wheel's recipes/configs/**.yaml
+    assert len(results) == 71
+    assert {r.recipe for r in results} == {
+        "full_finetune_single_device",
+        "full_finetune_distributed",
+        "lora_finetune_single_device",
+        "lora_finetune_distributed",
+        "qat_distributed",
+        "generate",
+        "quantize",
+    }
+
+
+def test_every_config_converts_with_every_key_reported_and_validates(corpus):
+    configs, results = corpus
+    by_path = {c.path: c for c in configs}
+    failures = {}
+    for r in results:
+        expected = EXCEPTIONS.get(r.path)
+        got = sorted({u.detail.split(";")[0] for u in r.unsupported})
+        if r.problems or got != ([expected] if expected else []):
+            failures[r.path] = (got, r.problems)
+    assert not failures, failures
+    for r in results:  # the report names each key of the torchtune config exactly once
+        tt = by_path[r.path].data
+        report = [k.key for k in convert_torchtune_config(tt, recipe=r.recipe).report]
+        assert sorted(report) == sorted(leaf_keys(tt)), r.path
+
+
+def test_recipe_is_inferred_from_the_content(corpus):
+    configs, results = corpus
+    by_path = {c.path: c for c in configs}
+    for r in results:
+        inferred = infer_recipe(by_path[r.path].data)
+        assert inferred.split("_")[0] == r.recipe.split("_")[0], (r.path, inferred, r.recipe)
+
+
+def test_migration_doc_is_the_rendered_table_and_corpus(corpus):
+    configs, results = corpus
+    doc = torchtune_docs.DOC.read_text(encoding="utf-8")
+    assert doc == torchtune_docs.render(configs, results), (
+        "docs/migrating-from-torchtune.md is stale: regenerate it with "
+        "`python -m ftune.config.torchtune_docs --wheel <torchtune-0.6.1 wheel> --write`"
+    )
+    assert f"**{len(results) - len(EXCEPTIONS)} of {len(results)} " in doc
+    for path in EXCEPTIONS:
+        assert f"- `{path}`" in doc
+
+
+TT_LORA = """
+output_dir: /tmp/torchtune/llama3_2_1B/lora
+model:
+  _component_: torchtune.models.llama3_2.lora_llama3_2_1b
+  lora_attn_modules: [q_proj, v_proj, output_proj]
+  apply_lora_to_mlp: true
+  lora_rank: 8
+  lora_alpha: 16
+tokenizer:
+  _component_: torchtune.models.llama3.llama3_tokenizer
+  path: /tmp/Llama-3.2-1B-Instruct/original/tokenizer.model
+  max_seq_len: null
+checkpointer:
+  _component_: torchtune.training.FullModelHFCheckpointer
+  checkpoint_dir: /tmp/Llama-3.2-1B-Instruct/
+  checkpoint_files: [model.safetensors]
+  output_dir: ${output_dir}
+  model_type: LLAMA3_2
+resume_from_checkpoint: true
+dataset:
+  _component_: torchtune.datasets.alpaca_cleaned_dataset
+  packed: false
+seed: null
+shuffle: true
+batch_size: 4
+optimizer:
+  _component_: torch.optim.AdamW
+  lr: 3e-4
+loss:
+  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss
+epochs: 1
+max_steps_per_epoch: null
+gradient_accumulation_steps: 8
+device: cpu
+dtype: fp32
+"""
+
+
+def test_values_paths_and_peft_section():
+    conv = convert_torchtune_config(load_torchtune_yaml(TT_LORA))
+    cfg = conv.config
+    assert conv.recipe == "lora_finetune_single_device" and not conv.unsupported
+    assert cfg["peft"] == {
+        "_component_": "ftune.peft.apply_lora",
+        "targets": ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "rank": 8,
+        "alpha": 16,
+        "dropout": 0.0,
+        "use_dora": False,
+        "quantize_base": False,
+    }
+    assert cfg["model"] == {"_component_": "ftune.models.llama3_2.llama3_2_1b"}
+    assert cfg["tokenizer"]["_component_"] == "ftune.models.llama3_2.llama3_2_tokenizer"
+    assert cfg["tokenizer"]["path"] == "${ftune_home:}/models/Llama-3.2-1B-Instruct/original/tokenizer.model"
+    assert cfg["checkpointer"]["checkpoint_dir"] == "${ftune_home:}/models/Llama-3.2-1B-Instruct"
+    assert cfg["checkpointer"]["model_type"] == "llama3_2"
+    assert cfg["checkpointer"]["resume_from_checkpoint"] == "auto"
+    assert cfg["checkpointer"]["save_adapter_weights_only"] is False  # torchtune's default, stated
+    assert cfg["output_dir"] == "output/llama3_2_1B/lora"
+    assert cfg["dataset"]["source"] == "yahma/alpaca-cleaned"
+    assert cfg["optimizer"]["lr"] == 3e-4 and cfg["grad_accum_steps"] == 8 and cfg["seed"] == 0
+    assert cfg["loss"] == {"_component_": "ftune.training.ChunkedCrossEntropyLoss", "num_chunks": 8}
+
+
+def test_unknown_keys_and_arguments_are_reported_not_dropped():
+    tt = load_torchtune_yaml(TT_LORA + "my_flag: 3\n")
+    tt["loss"]["_component_"] = "torchtune.modules.loss.LinearCrossEntropyLoss"
+    tt["optimizer"]["capturable"] = True
+    tt["lr_scheduler"] = {
+        "_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
+        "num_warmup_steps": 10,
+        "num_cycles": 1.0,
+    }
+    tt["profiler"] = {
+        "_component_": "torchtune.training.setup_torch_profiler",
+        "enabled": True,
+        "wait_steps": 5,
+    }
+    report = {r.key: r for r in convert_torchtune_config(tt).unsupported}
+    assert report["my_flag"].detail == "my_flag=3: not a torchtune key the converter knows"
+    assert "no ftune counterpart" in report["loss._component_"].detail
+    assert report["optimizer.capturable"].detail == "torch.optim.AdamW has no argument for capturable=True"
+    assert report["lr_scheduler.num_cycles"].detail.endswith("num_cycles=1.0")  # only 0.5 is ftune's cosine
+    assert "wait_steps=5" in report["profiler.wait_steps"].detail  # an enabled profiler's schedule matters
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (
+            "ref_checkpointer:\n  _component_: torchtune.training.FullModelHFCheckpointer\n",
+            "a DPO config: not in",
+        ),
+        ("teacher_model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\n", "knowledge distillation"),
+    ],
+)
+def test_configs_of_recipes_ftune_lacks_are_refused_with_the_reason(extra, match):
+    with pytest.raises(ValueError, match=match):
+        convert_torchtune_config(load_torchtune_yaml(TT_LORA + extra))
+
+
+def test_cli_writes_a_config_that_validates_and_reports(tmp_path, capsys):
+    src = tmp_path / "1B_lora_single_device.yaml"
+    src.write_text(TT_LORA)
+    out = tmp_path / "1B_lora.yaml"
+    assert convert_main(["torchtune-config", str(src), "-o", str(out)]) == 0
+    assert validate(str(out), [], "lora_finetune_single_device") == "lora_finetune_single_device"
+    text = out.read_text()
+    assert text.startswith("# Converted from the torchtune config 1B_lora_single_device.yaml")
+    assert "# covered: checkpointer.checkpoint_files:" in text
+    assert "0 unsupported; it validates" in capsys.readouterr().err
+    assert yaml.safe_load(text)["peft"]["rank"] == 8
+
+    src.write_text(TT_LORA.replace("lora_llama3_2_1b", "qlora_llama3_2_1b"))
+    assert convert_main(["torchtune-config", str(src), "--recipe", "lora_finetune_distributed"]) == 1
+    err = capsys.readouterr().err
+    assert f"unsupported: model._component_: {_QLORA_FSDP}" in err
