@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ftune import registry
 from ftune.config import torchtune_table as table
+from ftune.config.recipe_file import recipe_settings
 
 Status = Literal["mapped", "covered", "unsupported"]
 
@@ -239,9 +240,7 @@ def _convert_component(c: _Converter, section: str, node: dict[str, Any]) -> Non
 
 
 def _settings_fields(recipe: str) -> set[str]:
-    settings = registry.RECIPES[recipe].settings
-    module, name = settings.rsplit(".", 1)
-    return {f.name for f in dataclasses.fields(getattr(importlib.import_module(module), name))}
+    return {f.name for f in dataclasses.fields(recipe_settings(registry.RECIPES[recipe].file))}
 
 
 def _convert_setting(c: _Converter, key: str, rule: table.Key, value: Any, fields: set[str]) -> None:

@@ -54,8 +54,8 @@ def conversion_problems(conversion: Conversion, source: str = "converted.yaml") 
 
     from ftune import registry
     from ftune.config.errors import ConfigError
-    from ftune.config.instantiate import resolve
     from ftune.config.loading import load_config
+    from ftune.config.recipe_file import recipe_settings
     from ftune.config.settings import collect_problems
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,4 +65,4 @@ def conversion_problems(conversion: Conversion, source: str = "converted.yaml") 
             cfg = load_config(path)
         except ConfigError as e:
             return list(e.problems)
-        return collect_problems(cfg, resolve(registry.RECIPES[conversion.recipe].settings))
+        return collect_problems(cfg, recipe_settings(registry.RECIPES[conversion.recipe].file))
