@@ -207,8 +207,20 @@ _SFT_MODELS = [
     "mistral/7B",
     "smollm2/135M",
     "smollm2/360M",
+    "qwen3/0.6B",
+    "qwen3/1.7B",
+    "gemma3/270M",
+    "gemma3/1B",
 ]
-_QAT_MODELS = ["llama3/8B", "llama3_1/8B", "llama3_2/3B", "qwen2_5/1.5B", "smollm2/135M"]
+_QAT_MODELS = [
+    "llama3/8B",
+    "llama3_1/8B",
+    "llama3_2/3B",
+    "qwen2_5/1.5B",
+    "smollm2/135M",
+    "qwen3/1.7B",
+    "gemma3/1B",
+]
 CONFIGS: dict[str, str] = {
     **{f"{m}_{method}": method for m in _SFT_MODELS for method in ("full", "lora", "qlora", "dora")},
     **{f"{m}_qat_full": "qat_full" for m in _QAT_MODELS},

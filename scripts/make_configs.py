@@ -86,8 +86,22 @@ MODELS = [
     Model(
         "smollm2/360M", "smollm2_360m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-360M-Instruct", demo=True
     ),
+    Model("qwen3/0.6B", "qwen3_0_6b", "qwen3_tokenizer", "Qwen/Qwen3-0.6B"),
+    Model("qwen3/1.7B", "qwen3_1_7b", "qwen3_tokenizer", "Qwen/Qwen3-1.7B"),
+    Model(
+        "gemma3/270M", "gemma3_270m", "gemma3_tokenizer", "google/gemma-3-270m-it", demo=True, note="gated"
+    ),
+    Model("gemma3/1B", "gemma3_1b", "gemma3_tokenizer", "google/gemma-3-1b-it", note="gated"),
 ]
-QAT_MODELS = ["llama3/8B", "llama3_1/8B", "llama3_2/3B", "qwen2_5/1.5B", "smollm2/135M"]
+QAT_MODELS = [
+    "llama3/8B",
+    "llama3_1/8B",
+    "llama3_2/3B",
+    "qwen2_5/1.5B",
+    "smollm2/135M",
+    "qwen3/1.7B",
+    "gemma3/1B",
+]
 
 TITLES = {
     "full": "full fine-tune",

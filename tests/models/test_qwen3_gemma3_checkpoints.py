@@ -48,6 +48,27 @@ def test_checkpointer_round_trip_is_exact_and_loads_in_transformers(family: str,
         assert torch.equal(_hf_load(out)(tokens).logits, hf(tokens).logits)
 
 
+def test_qwen3_tied_checkpoint_with_a_stored_lm_head_round_trips(tmp_path: Path) -> None:
+    # Qwen3-0.6B and -1.7B tie their embeddings yet their safetensors also hold lm_head.weight (a copy):
+    # ftune reads the model as tied, and writes it as save_pretrained would, without the copy.
+    hf = build_tiny_hf("qwen3", tie_word_embeddings=True)
+    hf.save_pretrained(tmp_path / "in")
+    weights = load_file(tmp_path / "in" / "model.safetensors")
+    assert "lm_head.weight" not in weights
+    save_file(
+        {**weights, "lm_head.weight": weights["model.embed_tokens.weight"].clone()},
+        tmp_path / "in" / "model.safetensors",
+    )
+    ckpt = HFCheckpointer(tmp_path / "in", tmp_path / "out")
+    loaded = ckpt.load()
+    assert "output.weight" not in loaded.model
+    out = ckpt.save(1, loaded.model)
+    assert load_file(out / "model.safetensors").keys() == weights.keys()
+    tokens = _tokens(1)
+    with torch.no_grad():
+        assert torch.equal(_hf_load(out)(tokens).logits, hf(tokens).logits)
+
+
 def _adapted(path: Path, use_dora: bool) -> torch.nn.Module:
     model = load_hf(path).eval()
     apply_lora(model, targets=TARGETS, rank=4, alpha=8.0, use_dora=use_dora)
