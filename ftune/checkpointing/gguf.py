@@ -124,6 +124,8 @@ def convert_gguf(
     write_json(tokenizer_config, out / "tokenizer_config.json")
     write_json(special_tokens_map, out / "special_tokens_map.json")
     write_json(generation_config(meta), out / "generation_config.json")
+    if family is not None:  # the notice the Gemma Terms of Use require with every copy
+        (out / "NOTICE").write_text(family.NOTICE)
     # config.json last: a folder with a config.json is a complete checkpoint.
     write_json({**config, "torch_dtype": str(dtype).removeprefix("torch.")}, out / "config.json")
     logger.info("Converted %s -> %s (%s, %.1f s)", path, out, dtype, time.perf_counter() - start)

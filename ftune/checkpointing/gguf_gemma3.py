@@ -25,6 +25,9 @@ ARCHITECTURE = "gemma3"
 LOCAL_ROPE_BASE = 10_000.0  # llama.cpp: rope_freq_base_train_swa for gemma3
 SLIDING_WINDOW_PATTERN = 6  # llama.cpp: set_swa_pattern(6) for gemma3
 
+# Section 3.1 of the Gemma Terms of Use: every distributed copy carries this notice.
+NOTICE = "Gemma is provided under and subject to the Gemma Terms of Use found at ai.google.dev/gemma/terms\n"
+
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
