@@ -32,11 +32,13 @@ def _hf_load(path: Path) -> torch.nn.Module:
 def test_checkpointer_round_trip_is_exact_and_loads_in_transformers(family: str, tmp_path: Path) -> None:
     hf = build_tiny_hf(family)
     hf.save_pretrained(tmp_path / "in")
+    (tmp_path / "in" / "NOTICE").write_text("licence notice\n")  # travels with every copy
     ckpt = HFCheckpointer(tmp_path / "in", tmp_path / "out")
     loaded = ckpt.load()
     assert loaded.family == family
     out = ckpt.save(1, loaded.model)
 
+    assert (out / "NOTICE").read_text() == "licence notice\n"
     saved, original = load_file(out / "model.safetensors"), load_file(tmp_path / "in" / "model.safetensors")
     assert saved.keys() == original.keys()
     assert all(torch.equal(saved[k], original[k]) for k in original)
