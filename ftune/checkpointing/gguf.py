@@ -123,7 +123,8 @@ def convert_gguf(
         tokenizer.save(str(tmp))
     write_json(tokenizer_config, out / "tokenizer_config.json")
     write_json(special_tokens_map, out / "special_tokens_map.json")
-    write_json(generation_config(meta), out / "generation_config.json")
+    gen_config = family.generation_config(meta) if family is not None else generation_config(meta)
+    write_json(gen_config, out / "generation_config.json")
     if family is not None:  # the notice the Gemma Terms of Use require with every copy
         (out / "NOTICE").write_text(family.NOTICE)
     # config.json last: a folder with a config.json is a complete checkpoint.

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ftune.checkpointing import gguf as _gguf
+from ftune.checkpointing.gguf_tokenizer import generation_config as _generation_config
 from ftune.checkpointing.gguf_tokenizer import require, special_token_ids
 
 ARCHITECTURE = "gemma3"
@@ -48,6 +49,7 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+END_OF_TURN = "<end_of_turn>"
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
 # Gemma's turn layout (system prompt folded into the first user turn), for files that carry no tokenizer.chat_template (base models).
 GEMMA3_CHAT_TEMPLATE = (
@@ -60,6 +62,21 @@ GEMMA3_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
 )
+
+
+def generation_config(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """generation_config.json whose stop tokens include `<end_of_turn>`, as Gemma 3's releases list
+    them (eos_token_id [1, 106]): a chat turn ends with it, and the file marks only `<eos>`."""
+    config = _generation_config(meta)
+    tokens = meta.get("tokenizer.ggml.tokens") or []
+    if END_OF_TURN in tokens:
+        stops = (
+            config["eos_token_id"] if isinstance(config["eos_token_id"], list) else [config["eos_token_id"]]
+        )
+        config["eos_token_id"] = list(
+            dict.fromkeys([*(s for s in stops if s is not None), tokens.index(END_OF_TURN)])
+        )
+    return config
 
 
 def hf_key(name: str, *, source: Any) -> str:

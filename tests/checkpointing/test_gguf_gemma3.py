@@ -149,6 +149,8 @@ def test_f32_file_converts_to_the_hf_model(tmp_path: Path) -> None:
     )
     assert (config["query_pre_attn_scalar"], config["sliding_window"]) == (256, 6)
     assert "Gemma Terms of Use found at ai.google.dev/gemma/terms" in (out / "NOTICE").read_text()
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == [1, TOKENS.index("<end_of_turn>")]  # a turn ends generation
 
     weights, original = load_file(out / "model.safetensors"), model.state_dict()
     assert weights.keys() == original.keys() - {"lm_head.weight"}
