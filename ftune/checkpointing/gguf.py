@@ -39,6 +39,7 @@ from ftune.modules.rope import Llama3RopeScaling
 logger = logging.getLogger(__name__)
 
 ARCHITECTURE = "llama"
+ARCHITECTURES = (ARCHITECTURE, "gemma3")  # gemma3: ftune.checkpointing.gguf_gemma3
 GGMLType = gguf.GGMLQuantizationType
 
 # GGUF tensor name -> HF LlamaForCausalLM key; layer tensors are blk.<N>.<name>.weight.
@@ -87,22 +88,35 @@ def convert_gguf(
     path = Path(gguf_path)
     reader = open_gguf(path)
     meta = read_metadata(reader, path)
-    check_architecture(meta, source=path)
+    arch = check_architecture(meta, source=path)
     check_tensor_types(reader.tensors, source=path)
     tensors = {t.name: t for t in reader.tensors}
+    if arch == "gemma3":
+        from ftune.checkpointing import gguf_gemma3 as family  # imports this module: import here
+    else:
+        family = None
     # Llama 3.1+ RoPE scaling, baked into a tensor by llama.cpp: it goes into config.json.
     rope_freqs = tensors.pop("rope_freqs.weight", None)
-    config = hf_config(
-        meta,
-        {name: tuple(int(d) for d in t.shape) for name, t in tensors.items()},
-        source=path,
-        rope_freqs=None if rope_freqs is None else dequantize(rope_freqs.data, rope_freqs.tensor_type),
+    shapes = {name: tuple(int(d) for d in t.shape) for name, t in tensors.items()}
+    config = (
+        family.hf_config(meta, shapes, source=path)
+        if family is not None
+        else hf_config(
+            meta,
+            shapes,
+            source=path,
+            rope_freqs=None if rope_freqs is None else dequantize(rope_freqs.data, rope_freqs.tensor_type),
+        )
     )
     tokenizer = build_tokenizer(meta, source=path)  # before the slow part: its errors come first
     tokenizer_config, special_tokens_map = tokenizer_configs(meta, source=path)
+    if family is not None and "chat_template" not in tokenizer_config:
+        tokenizer_config["chat_template"] = family.GEMMA3_CHAT_TEMPLATE
     if dtype is None:
         dtype = _default_dtype(tensors.values())
-    state_dict = read_state_dict(tensors, config, dtype=dtype, source=path)
+    state_dict = (family.read_state_dict if family is not None else read_state_dict)(
+        tensors, config, dtype=dtype, source=path
+    )
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,7 +125,10 @@ def convert_gguf(
         tokenizer.save(str(tmp))
     write_json(tokenizer_config, out / "tokenizer_config.json")
     write_json(special_tokens_map, out / "special_tokens_map.json")
-    write_json(generation_config(meta), out / "generation_config.json")
+    gen_config = family.generation_config(meta) if family is not None else generation_config(meta)
+    write_json(gen_config, out / "generation_config.json")
+    if family is not None:  # the notice the Gemma Terms of Use require with every copy
+        (out / "NOTICE").write_text(family.NOTICE)
     # config.json last: a folder with a config.json is a complete checkpoint.
     write_json({**config, "torch_dtype": str(dtype).removeprefix("torch.")}, out / "config.json")
     logger.info("Converted %s -> %s (%s, %.1f s)", path, out, dtype, time.perf_counter() - start)
@@ -145,13 +162,13 @@ def read_metadata(reader: gguf.GGUFReader, path: Path) -> dict[str, Any]:
 
 
 def check_architecture(meta: Mapping[str, Any], *, source: str | os.PathLike) -> str:
-    """`general.architecture` if it is llama, else a ValueError naming the file."""
+    """`general.architecture` if it is llama or gemma3, else a ValueError naming the file."""
     arch = require(meta, "general.architecture", source)
-    if arch != ARCHITECTURE:
+    if arch not in ARCHITECTURES:
         raise ValueError(
             f"{source}: general.architecture is {arch!r}; convert_gguf reads only {ARCHITECTURE!r} files "
-            "(Llama 2/3, Mistral, SmolLM2, TinyLlama, ...). For other models, download the original "
-            "Hugging Face checkpoint instead."
+            "(Llama 2/3, Mistral, SmolLM2, TinyLlama, ...) and 'gemma3' (Gemma 3 text). For other models, "
+            "download the original Hugging Face checkpoint instead."
         )
     return arch
 

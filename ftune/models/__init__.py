@@ -7,7 +7,7 @@
 Importing this package imports torch and the model code only (never `transformers`).
 """
 
-from ftune.models import llama2, llama3, llama3_1, llama3_2, mistral, qwen2_5, smollm2
+from ftune.models import gemma3, llama2, llama3, llama3_1, llama3_2, mistral, qwen2_5, qwen3, smollm2
 from ftune.models._converter import Converter
 from ftune.models._hf_config import (
     COMPONENT_BUILDERS,
@@ -18,7 +18,17 @@ from ftune.models._hf_config import (
 )
 from ftune.models._load_hf import load_hf
 
-FAMILIES: tuple[str, ...] = ("llama2", "llama3", "llama3_1", "llama3_2", "qwen2_5", "mistral", "smollm2")
+FAMILIES: tuple[str, ...] = (
+    "llama2",
+    "llama3",
+    "llama3_1",
+    "llama3_2",
+    "qwen2_5",
+    "mistral",
+    "smollm2",
+    "qwen3",
+    "gemma3",
+)
 
 CONVERTERS: dict[str, Converter] = {
     "llama2": llama2.CONVERTER,
@@ -28,6 +38,8 @@ CONVERTERS: dict[str, Converter] = {
     "qwen2_5": qwen2_5.CONVERTER,
     "mistral": mistral.CONVERTER,
     "smollm2": smollm2.CONVERTER,
+    "qwen3": qwen3.CONVERTER,
+    "gemma3": gemma3.CONVERTER,
 }
 
 __all__ = [

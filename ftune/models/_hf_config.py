@@ -7,12 +7,15 @@ from typing import Any
 
 import torch
 
+from ftune.models.gemma3 import gemma3
+from ftune.models.gemma3._hf_config import gemma3_builder_kwargs
 from ftune.models.llama2 import llama2
 from ftune.models.llama3 import llama3
 from ftune.models.llama3_1 import llama3_1
 from ftune.models.llama3_2 import llama3_2
 from ftune.models.mistral import mistral
 from ftune.models.qwen2_5 import qwen2_5
+from ftune.models.qwen3 import qwen3
 from ftune.models.smollm2 import smollm2
 from ftune.modules.transformer import TransformerDecoder
 
@@ -26,6 +29,8 @@ COMPONENT_BUILDERS: dict[str, Callable[..., TransformerDecoder]] = {
     "qwen2_5": qwen2_5,
     "mistral": mistral,
     "smollm2": smollm2,
+    "qwen3": qwen3,
+    "gemma3": gemma3,
 }
 _SCALED = {"llama3_1", "llama3_2"}
 
@@ -34,10 +39,15 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "mistral": "MistralForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
+# model_type -> family, for the architectures that map to one family each.
+_ONE_FAMILY = {"qwen2": "qwen2_5", "mistral": "mistral", "qwen3": "qwen3", "gemma3_text": "gemma3"}
 _SUPPORTED_TEXT = (
     "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2), "
-    "Qwen2ForCausalLM ('qwen2': qwen2_5), MistralForCausalLM ('mistral': mistral)"
+    "Qwen2ForCausalLM ('qwen2': qwen2_5), MistralForCausalLM ('mistral': mistral), "
+    "Qwen3ForCausalLM ('qwen3': qwen3), Gemma3ForCausalLM ('gemma3_text': gemma3; text-only checkpoints)"
 )
 
 
@@ -70,16 +80,14 @@ def family_from_hf_config(config: dict[str, Any]) -> str:
 
     llama + "llama3" RoPE scaling -> llama3_1 (llama3_2 if the embeddings are tied); llama without
     scaling -> smollm2 if tied, llama3 if rope_theta is 500000, else llama2; qwen2 -> qwen2_5;
-    mistral -> mistral.
+    mistral -> mistral; qwen3 -> qwen3; gemma3_text -> gemma3.
 
     Raises:
         ValueError: for an unsupported architecture or RoPE scaling type.
     """
     model_type = _model_type(config)
-    if model_type == "qwen2":
-        return "qwen2_5"
-    if model_type == "mistral":
-        return "mistral"
+    if model_type in _ONE_FAMILY:
+        return _ONE_FAMILY[model_type]
     theta, rope_type, _ = _rope(config)
     tied = bool(config.get("tie_word_embeddings", False))
     if rope_type == "llama3":
@@ -133,6 +141,8 @@ def _sliding_window(config: dict[str, Any]) -> int | None:
 
 def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
     """Keyword arguments of `COMPONENT_BUILDERS[family]` read from an HF config.json."""
+    if family == "gemma3":
+        return gemma3_builder_kwargs(config)
     num_heads = _require(config, "num_attention_heads")
     kwargs: dict[str, Any] = {
         "vocab_size": _require(config, "vocab_size"),
@@ -198,7 +208,8 @@ def model_from_hf_config(
         ValueError: for an unsupported architecture or option, or a missing size.
     """
     model_type = _model_type(config)
-    _check_supported_options(config, model_type)
+    if model_type != "gemma3_text":  # its own reader checks Gemma's options (GeGLU, soft-capping...)
+        _check_supported_options(config, model_type)
     family = family_from_hf_config(config)
     kwargs = builder_kwargs(config, family)
     with _default_dtype(dtype), torch.device(device) if device is not None else nullcontext():

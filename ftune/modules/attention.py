@@ -26,7 +26,11 @@ class GroupedQueryAttention(nn.Module):
         head_dim: per-head feature size.
         rope: rotary embedding applied to queries and keys (may be shared by all layers).
         sliding_window: attend only to the last `sliding_window` positions, the query's own
-            included (Mistral); None = the whole causal context.
+            included (Mistral, Gemma 3's local layers); None = the whole causal context.
+        q_norm: norm over head_dim applied to each query head before RoPE (Qwen3, Gemma 3), or None.
+        k_norm: the same for key heads; given together with `q_norm`.
+        softmax_scale: the factor on q·k before the softmax; None = head_dim ** -0.5. Gemma 3 uses
+            query_pre_attn_scalar ** -0.5.
     """
 
     def __init__(
@@ -41,6 +45,9 @@ class GroupedQueryAttention(nn.Module):
         head_dim: int,
         rope: RotaryEmbedding,
         sliding_window: int | None = None,
+        q_norm: nn.Module | None = None,
+        k_norm: nn.Module | None = None,
+        softmax_scale: float | None = None,
     ) -> None:
         super().__init__()
         if num_heads % num_kv_heads:
@@ -54,6 +61,12 @@ class GroupedQueryAttention(nn.Module):
         self.head_dim = head_dim
         self.rope = rope
         self.sliding_window = sliding_window
+        if (q_norm is None) != (k_norm is None):
+            raise ValueError("GroupedQueryAttention: give both q_norm and k_norm, or neither.")
+        self.q_norm, self.k_norm = q_norm, k_norm
+        # SDPA (and the CPU block path) scale by head_dim ** -0.5; another scale is folded into q
+        # once, which keeps every attention path unchanged. 1.0 (Gemma 3 up to 12B) skips the multiply.
+        self.q_multiplier = 1.0 if softmax_scale is None else softmax_scale * head_dim**0.5
         self.kv_cache: KVCache | None = None
 
     def setup_cache(
@@ -77,10 +90,15 @@ class GroupedQueryAttention(nn.Module):
             (b, s, embed_dim).
         """
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim).transpose(1, 2)  # (b, h, s, d)
-        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (b, h_kv, s, d)
+        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim)  # (b, s, h, d)
+        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim)  # (b, s, h_kv, d)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # per head, over d
+        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (b, h, s, d), (b, h_kv, s, d)
         v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (b, h_kv, s, d)
         q, k = self.rope(q, k, input_pos)
+        if self.q_multiplier != 1.0:
+            q = q * self.q_multiplier
 
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)  # (b, h_kv, max_seq_len, d)

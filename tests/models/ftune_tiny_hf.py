@@ -24,6 +24,19 @@ _LLAMA3_SCALING = dict(
     high_freq_factor=4.0,
     original_max_position_embeddings=64,
 )
+GEMMA3_TINY: dict[str, Any] = dict(
+    num_hidden_layers=3,
+    head_dim=16,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    sliding_window=6,
+    query_pre_attn_scalar=24,
+    rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+    },
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+)
 TINY_HF: dict[str, tuple[str, dict[str, Any]]] = {
     "llama2": ("llama", dict(rope_theta=10_000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)),
     "llama3": ("llama", dict(rope_theta=500_000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)),
@@ -45,6 +58,14 @@ TINY_HF: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2_5": ("qwen2", dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
     "mistral": ("mistral", dict(rope_theta=10_000.0, rms_norm_eps=1e-5, sliding_window=None)),
     "smollm2": ("llama", dict(rope_theta=100_000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)),
+    # head_dim 32 != hidden_size / heads (16), as in Qwen3-0.6B; untied like the 8B and larger.
+    "qwen3": (
+        "qwen3",
+        dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6, head_dim=32, tie_word_embeddings=False),
+    ),
+    # Local, global, local layers; a window shorter than the test sequences; linear RoPE scaling on
+    # the global layer (as in 4B+); query_pre_attn_scalar != head_dim (as in 27B).
+    "gemma3": ("gemma3_text", GEMMA3_TINY),
 }
 
 
@@ -58,6 +79,8 @@ def build_tiny_hf(family: str, seed: int = 0, **overrides: Any) -> torch.nn.Modu
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "gemma3_text": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
     }[model_type]
     config = config_cls(**{**_COMMON, **options, **overrides})
     torch.manual_seed(seed)

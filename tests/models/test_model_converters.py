@@ -17,10 +17,13 @@ TINY = dict(
     max_seq_len=64,
 )
 
+# Builder arguments a family requires beyond TINY's.
+TINY_EXTRA = {"gemma3": dict(head_dim=8, sliding_window=4, query_pre_attn_scalar=8)}
+
 
 def tiny_state_dict(family: str, **overrides) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
-    return COMPONENT_BUILDERS[family](**{**TINY, **overrides}).state_dict()
+    return COMPONENT_BUILDERS[family](**{**TINY, **TINY_EXTRA.get(family, {}), **overrides}).state_dict()
 
 
 def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:

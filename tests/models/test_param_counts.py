@@ -28,6 +28,22 @@ PUBLISHED = {
     "smollm2_135m": 134_515_008,
     "smollm2_360m": 361_821_120,
     "smollm2_1_7b": 1_711_376_384,
+    # Qwen3: the 0.6B and 1.7B safetensors also store the tied lm_head (HF's pages show 751,632,384
+    # and 2,031,739,904); counted once here, like every tied model in this table.
+    "qwen3_0_6b": 596_049_920,
+    "qwen3_1_7b": 1_720_574_976,
+    "qwen3_4b": 4_022_468_096,
+    "qwen3_8b": 8_190_735_360,
+    "qwen3_14b": 14_768_307_200,
+    "qwen3_32b": 32_762_123_264,
+    # Gemma 3: 4B/12B/27B are image-text releases (4,300,079,472 / 12,187,325,040 / 27,432,406,640);
+    # their text decoders are these totals minus the 416,866,032-parameter SigLIP tower and the
+    # projector (1152 x hidden_size + a 1152-wide norm).
+    "gemma3_270m": 268_098_176,
+    "gemma3_1b": 999_885_952,
+    "gemma3_4b": 3_880_263_168,
+    "gemma3_12b": 11_766_034_176,
+    "gemma3_27b": 27_009_346_304,
 }
 
 
