@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ftune.checkpointing.atomic import atomic_path, save_safetensors, write_json
+from ftune.checkpointing.gguf_tensors import _FLOAT_TYPES, check_tensor_types, dequantize
 from ftune.checkpointing.gguf_tokenizer import (
     build_tokenizer,
     generation_config,
@@ -60,7 +61,6 @@ _LAYER_NAMES = {
     "ffn_down": "mlp.down_proj",
 }
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.weight")
-_FLOAT_TYPES = {GGMLType.F32: torch.float32, GGMLType.F16: torch.float16, GGMLType.BF16: torch.bfloat16}
 
 
 def convert_gguf(
@@ -302,50 +302,6 @@ def _f32(value: float) -> float:
     # GGUF stores these as float32: 1e-5 reads back as 9.999999747378752e-06. Write the shortest
     # decimal that is the same float32, as the model's own config.json does.
     return float(np.format_float_positional(np.float32(value), unique=True, trim="0"))
-
-
-def check_tensor_types(tensors: Iterable[Any], *, source: str | os.PathLike) -> None:
-    """Raise a ValueError naming the first tensor whose GGML type cannot be dequantized."""
-    for t in tensors:
-        if not can_dequantize(t.tensor_type):
-            accepted = ", ".join(q.name for q in GGMLType if can_dequantize(q))
-            raise ValueError(
-                f"{source}: tensor {t.name!r} is stored as {t.tensor_type.name}, which convert_gguf cannot "
-                f"dequantize. Supported types: {accepted}. Re-quantize the file with llama.cpp's "
-                "llama-quantize to one of them (e.g. Q8_0), or convert the original checkpoint."
-            )
-
-
-def can_dequantize(qtype: GGMLType) -> bool:
-    """Whether `dequantize` handles `qtype` (asks gguf.quants with one block of zeros)."""
-    if qtype in _FLOAT_TYPES:
-        return True
-    sizes = gguf.GGML_QUANT_SIZES.get(qtype)
-    if sizes is None:
-        return False
-    try:
-        gguf.quants.dequantize(np.zeros((1, sizes[1]), dtype=np.uint8), qtype)
-    except NotImplementedError:
-        return False
-    return True
-
-
-def dequantize(data: np.ndarray, qtype: GGMLType) -> torch.Tensor:
-    """Dequantize the raw data of one GGUF tensor to float32.
-
-    Args:
-        data: what `GGUFReader` gives as `tensor.data`: the values for F32/F16 ([rows, cols]), the
-            bytes for other types ([rows, bytes_per_row], whole blocks of the type per row).
-        qtype: the tensor's GGML type.
-
-    Returns:
-        float32 tensor [rows, cols] (row-major, as HF stores a Linear weight [out, in]).
-    """
-    # A plain ndarray view of the memmap: numpy's memmap subclass makes every block slice slow.
-    values = gguf.quants.dequantize(np.asarray(data), qtype)
-    if not values.flags.writeable:  # F32 comes back as a view of the read-only file
-        values = values.copy()
-    return torch.from_numpy(values)
 
 
 def hf_key(name: str, *, source: str | os.PathLike) -> str:
