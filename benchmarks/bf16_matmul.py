@@ -33,7 +33,9 @@ def seconds_per_matmul(dtype: torch.dtype, size: int, repeats: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the results file here")
@@ -42,7 +44,9 @@ def main() -> None:
     for _ in range(args.runs):
         fp32 = seconds_per_matmul(torch.float32, args.size, 20)
         bf16 = seconds_per_matmul(torch.bfloat16, args.size, 3)
-        runs.append({"fp32_ms": round(fp32 * 1e3, 2), "bf16_ms": round(bf16 * 1e3, 2), "ratio": round(bf16 / fp32, 1)})
+        runs.append(
+            {"fp32_ms": round(fp32 * 1e3, 2), "bf16_ms": round(bf16 * 1e3, 2), "ratio": round(bf16 / fp32, 1)}
+        )
         print(f"fp32 {fp32 * 1e3:.2f} ms, bf16 {bf16 * 1e3:.2f} ms: bf16 is {bf16 / fp32:.1f}x the fp32 time")
     median = statistics.median(r["ratio"] for r in runs)
     print(f"median ratio {median:.1f}x")

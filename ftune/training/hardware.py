@@ -99,4 +99,3 @@ def describe(device: torch.device, dtype: torch.dtype, cpuinfo: str | None = Non
     if warning := dtype_warning(device, dtype, cpuinfo):
         lines.append(f"warning: {warning}")
     return lines
-
