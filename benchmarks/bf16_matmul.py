@@ -66,6 +66,7 @@ def main() -> None:
                 "python": platform.python_version(),
                 "torch": torch.__version__,
             },
+            "size": args.size,
             "note": "",
             "rows": runs,
         }

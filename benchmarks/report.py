@@ -1,0 +1,281 @@
+"""The figures of README.md and docs/, generated from benchmarks/results/*.json (the one source).
+
+    python benchmarks/report.py            # rewrite every generated block in place
+    python benchmarks/report.py --check    # exit 1, naming the blocks that differ (what the tests run)
+
+A generated block sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->` in a page; edit
+the results file (or rerun the benchmark that writes it), never the block. Every block ends with
+the machine, commit and date its figures were measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def provenance(*names: str) -> str:
+    parts = []
+    for name in names:
+        r = load(name)
+        commits = sorted({row.get("commit", r["commit"])[:7] for row in r["rows"]} | {r["commit"][:7]})
+        parts.append(
+            f"[{name}.json](../benchmarks/results/{name}.json): {r['machine']['cpu']}, torch "
+            f"{r['machine']['torch']}, commit {', '.join(commits)}, {r['date']}"
+        )
+    return "Measured on " + "; ".join(parts) + "."
+
+
+def table(header: list[str], rows: list[list[object]], align: str) -> str:
+    sep = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(sep) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def throughput() -> str:
+    rows = [
+        [
+            r["method"],
+            r["dtype"],
+            r["compile"],
+            r["bare_tok_s"],
+            r["ftune_tok_s"],
+            f"{r['ftune_tok_s'] / r['bare_tok_s']:.2f}x",
+            f"{r['bare_peak_gib']:.2f}",
+            f"{r['ftune_peak_gib']:.2f}",
+            f"{r['ftune_peak_gib'] / r['bare_peak_gib']:.2f}",
+        ]
+        for r in load("train_throughput")["rows"]
+    ]
+    header = ["method", "dtype", "compile", "bare tok/s", "ftune tok/s", "ftune / bare"]
+    header += ["bare peak GiB", "ftune peak GiB", "ftune / bare"]
+    return table(header, rows, "lllrrrrrr") + "\n\n" + provenance("train_throughput")
+
+
+def _by(method: str, dtype: str, compile_: str) -> dict:
+    (row,) = [
+        r
+        for r in load("train_throughput")["rows"]
+        if (r["method"], r["dtype"], r["compile"]) == (method, dtype, compile_)
+    ]
+    return row
+
+
+def lora_over_full() -> str:
+    rows = []
+    for dtype in ("fp32", "bf16"):
+        for c in ("off", "on"):
+            lora, full = _by("lora", dtype, c), _by("full", dtype, c)
+            rows.append(
+                [
+                    dtype,
+                    c,
+                    f"{lora['ftune_tok_s'] / full['ftune_tok_s']:.2f}x",
+                    f"{lora['bare_tok_s'] / full['bare_tok_s']:.2f}x",
+                ]
+            )
+    header = ["dtype", "compile", "ftune LoRA / ftune full", "bare LoRA / bare full"]
+    return table(header, rows, "llrr")
+
+
+def variants() -> str:
+    rows = []
+    for r in load("train_throughput_variants")["rows"]:
+        lora = _by("lora", r["dtype"], "off")
+        same = f"{lora['ftune_tok_s']} tok/s, {lora['ftune_peak_gib']:.2f} GiB"
+        rows.append([r["method"], r["dtype"], r["ftune_tok_s"], f"{r['ftune_peak_gib']:.2f}", same])
+    header = ["method", "dtype", "ftune tok/s", "ftune peak GiB", "LoRA, same dtype, table above"]
+    return table(header, rows, "llrrl") + "\n\n" + provenance("train_throughput_variants")
+
+
+def distributed() -> str:
+    rows = []
+    for r in load("train_throughput_distributed")["rows"]:
+        single = _by(r["single_method"], "fp32", "off")
+        same = f"{single['ftune_tok_s']} tok/s, {single['ftune_peak_gib']:.2f} GiB"
+        rows.append([r["recipe"], r["world_size"], r["tok_s"], f"{r['peak_gib_rank0']:.2f}", same])
+    header = ["recipe", "world size", "tok/s (global)", "peak GiB, rank 0", "single device (table above)"]
+    return table(header, rows, "lrrrl") + "\n\n" + provenance("train_throughput_distributed")
+
+
+def ablation(setting: str) -> Callable[[], str]:
+    def render() -> str:
+        rows = [
+            [r["variant"], f"{r['s_per_step']:.2f}", r["tok_s"], r["saved_activations_mib"]]
+            for r in load("step_ablation")["rows"]
+            if r["setting"] == setting
+        ]
+        return table([setting, "s/step", "tok/s", "saved activations MiB"], rows, "lrrr")
+
+    return render
+
+
+def readme_speed() -> str:
+    rows = load("train_throughput")["rows"]
+    speed = [r["ftune_tok_s"] / r["bare_tok_s"] for r in rows]
+    memory = [r["ftune_peak_gib"] / r["bare_peak_gib"] for r in rows]
+    return (
+        f"**Speed**: on the same machine the recipes train {min(speed):.2f}-{max(speed):.2f}x faster than a "
+        f"bare PyTorch loop on the same model and batches, in {min(memory):.2f}-{max(memory):.2f}x its peak "
+        "memory (SmolLM2-135M, full and LoRA fine-tuning, fp32/bf16, compile on/off): "
+        "[docs/benchmarks.md](docs/benchmarks.md)."
+    )
+
+
+def _minutes(seconds: int) -> str:
+    return f"{seconds // 60} min {seconds % 60} s"
+
+
+def readme_quickstart() -> str:
+    q = load("quickstart")["rows"][0]
+    return (
+        f"Measured here (2 CPU cores): exact match on {q['num_prompts']} held-out prompts goes from "
+        f"**{q['base_exact_match']}% to {q['tuned_exact_match']}%** after {q['steps']} LoRA steps; the whole "
+        f"command took {_minutes(q['fresh_clone_seconds'])} on a fresh clone of an idle machine "
+        f"({_minutes(q['after_setup_seconds'])} when `.venv` and the converted model exist; training "
+        f"{q['train_seconds']} s at a median {q['train_tok_s']} tokens/s)."
+    )
+
+
+def quickstart() -> str:
+    q = load("quickstart")["rows"][0]
+    n = q["num_prompts"]
+    header = ["", f"exact match on {n} held-out prompts"]
+    rows = [
+        ["SmolLM2-135M-Instruct, base", f"{q['base_exact_match']}% ({q['base_exact_match'] * n // 100}/{n})"],
+        [
+            f"after {q['steps']} LoRA steps (batch {q['batch_size']}, rank {q['lora_rank']}, all linear layers)",
+            f"{q['tuned_exact_match']}% ({q['tuned_exact_match'] * n // 100}/{n})",
+        ],
+    ]
+    timing = (
+        f"On the idle machine, with `.venv` and the converted model in place, steps 4-6 took "
+        f"{_minutes(q['after_setup_seconds'])}: base eval {q['base_eval_seconds']} s, training "
+        f"{q['train_seconds']} s at a median {q['train_tok_s']} tokens/s, the second eval "
+        f"{q['tuned_eval_seconds']} s. On a fresh clone (new `.venv`, new `FTUNE_HOME`, the conversion) the "
+        f"whole command took {_minutes(q['fresh_clone_seconds'])}."
+    )
+    return table(header, rows, "ll") + "\n\n" + timing + "\n\n" + provenance("quickstart")
+
+
+QAT_METRICS = ("word_ppl", "byte_ppl", "bits_per_byte", "token_ppl")
+
+
+def qat_results() -> str:
+    rows = [
+        [r["model"], r["seed"], f"{r['word_ppl']:.2f}", f"{r['byte_ppl']:.4f}", f"{r['bits_per_byte']:.4f}"]
+        + [f"{r['token_ppl']:.2f}"]
+        for r in load("qat_experiment")["rows"]
+    ]
+    header = ["model", "seed", "word ppl", "byte ppl", "bits/byte", "token ppl"]
+    return table(header, rows, "llrrrr") + "\n\n" + provenance("qat_experiment")
+
+
+def recovered(seed: str) -> dict[str, float]:
+    rows = {r["model"]: r for r in load("qat_experiment")["rows"] if r["seed"] == seed}
+    ptq, qat, full = rows["full FT, PTQ 8da4w"], rows["QAT FT, converted 8da4w"], rows["full FT, float"]
+    return {m: (ptq[m] - qat[m]) / (ptq[m] - full[m]) for m in QAT_METRICS}
+
+
+def qat_recovered() -> str:
+    seeds = sorted({r["seed"] for r in load("qat_experiment")["rows"]} - {"-"})
+    per_seed = {s: recovered(s) for s in seeds}
+    rows = [[s, *(f"{per_seed[s][m]:.1%}" for m in QAT_METRICS)] for s in seeds]
+    rows.append(["mean", *(f"{statistics.mean(per_seed[s][m] for s in seeds):.1%}" for m in QAT_METRICS)])
+    return table(["seed", "word ppl", "byte ppl", "bits/byte", "token ppl"], rows, "lrrrr")
+
+
+def bf16_slowdown() -> str:
+    r = load("bf16_matmul")
+    ratios = sorted(run["ratio"] for run in r["rows"])
+    return (
+        f"Measured with `{r['command']}`: on {r['machine']['cpu']} with {', '.join(r['machine']['flags'])} "
+        f"and no native bf16, a {r['size']}x{r['size']} bf16 matmul took {statistics.median(ratios):.0f}x the "
+        f"fp32 time ({ratios[0]:.0f}x to {ratios[-1]:.0f}x over {len(ratios)} runs; approximate, the machine "
+        f"was busy; commit {r['commit'][:7]}, {r['date']}, "
+        "[bf16_matmul.json](../benchmarks/results/bf16_matmul.json))."
+    )
+
+
+# block name -> (page, renderer)
+BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
+    "throughput": ("docs/benchmarks.md", throughput),
+    "lora_over_full": ("docs/benchmarks.md", lora_over_full),
+    "variants": ("docs/benchmarks.md", variants),
+    "distributed": ("docs/benchmarks.md", distributed),
+    "ablation_full_fp32": ("docs/benchmarks.md", ablation("full, fp32")),
+    "ablation_full_bf16": ("docs/benchmarks.md", ablation("full, bf16")),
+    "ablation_lora_fp32": ("docs/benchmarks.md", ablation("LoRA, fp32")),
+    "readme_speed": ("README.md", readme_speed),
+    "readme_quickstart": ("README.md", readme_quickstart),
+    "quickstart": ("docs/quickstart.md", quickstart),
+    "qat_results": ("docs/qat.md", qat_results),
+    "qat_recovered": ("docs/qat.md", qat_recovered),
+    "bf16_slowdown": ("docs/glossary.md", bf16_slowdown),
+}
+
+
+def pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- figures:{name} -->\n)(.*?)(\n<!-- /figures:{name} -->)", re.S)
+
+
+def render(text: str, page: str) -> str:
+    """`text` (the page `page`) with each of its blocks regenerated; raises when a block's markers are missing."""
+    for name, (where, renderer) in BLOCKS.items():
+        if where != page:
+            continue
+        if not pattern(name).search(text):
+            raise ValueError(
+                f"{page} lacks the markers <!-- figures:{name} --> ... <!-- /figures:{name} -->; "
+                "add them where the figures go."
+            )
+        body = renderer()
+        text = pattern(name).sub(lambda m, body=body: m.group(1) + body + m.group(3), text)
+    return text
+
+
+def stale_pages() -> list[str]:
+    """Pages whose generated blocks differ from what the results files give."""
+    return [
+        page
+        for page in sorted({p for p, _ in BLOCKS.values()})
+        if render((ROOT / page).read_text(encoding="utf-8"), page)
+        != (ROOT / page).read_text(encoding="utf-8")
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--check", action="store_true", help="only report pages that differ")
+    args = parser.parse_args(argv)
+    stale = stale_pages()
+    if args.check:
+        for page in stale:
+            print(
+                f"{page}: generated figures differ from benchmarks/results; run python benchmarks/report.py"
+            )
+        return 1 if stale else 0
+    for page in stale:
+        path = ROOT / page
+        path.write_text(render(path.read_text(encoding="utf-8"), page), encoding="utf-8")
+        print(f"rewrote the figures of {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
