@@ -21,6 +21,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -56,7 +57,7 @@ class Workspace:
         self.tiny_sizes, self.tiny_overrides = tiny_sizes, tiny_overrides
         self.tally: Counter[str] = Counter()
         self.ran: set[tuple[str, str]] = set()
-        self.log: list[str] = []
+        self.timings: list[tuple[float, str]] = []
 
     @property
     def env(self) -> dict[str, str]:
@@ -68,6 +69,8 @@ class Workspace:
             "PATH": os.pathsep.join([str(self.shims), bin_dir, os.environ.get("PATH", "")]),
             "FTUNE_DOCS_SHIMS": str(self.shims),
             "HF_TOKEN": "hf_docs_test_token",
+            # matplotlib's font cache stays where it is (under the real HOME it is built already)
+            "MPLCONFIGDIR": os.environ.get("MPLCONFIGDIR", str(Path.home() / ".cache" / "matplotlib")),
         }
 
     def setup(self) -> None:
@@ -106,6 +109,11 @@ class Workspace:
             self.command(block, record["argv"], record["mark"], Path(record["cwd"]))
 
     def command(self, block: Block, argv: list[str], mark: str | None, cwd: Path) -> None:
+        start = time.perf_counter()
+        self._command(block, argv, mark, cwd)
+        self.timings.append((time.perf_counter() - start, f"{block.where}: {shlex.join(argv)[:90]}"))
+
+    def _command(self, block: Block, argv: list[str], mark: str | None, cwd: Path) -> None:
         where = f"{block.where}: {shlex.join(argv)}"
         if argv[:1] == ["srun"]:
             argv = argv[1:]
@@ -159,7 +167,10 @@ class Workspace:
         recipe_name = recipe.name if recipe else Path(name).stem
         with chdir_env(cwd, self.env):
             validate(config, overrides, recipe_name if recipe_name in registry.RECIPES else None)
-        key = (recipe_name, config)
+        # A different dataset builder is a different run (docs/data.md); other overrides are not.
+        key = (recipe_name, config, *[o for o in overrides if o.startswith("dataset._component_=")])
+        if recipe is None:  # `ftune cp` copies: one run shows that a copy runs on its own
+            key = ("a copied recipe",)
         if mark:
             self.tally[f"validated, not run (needs {mark})"] += 1
         elif key in self.ran:
@@ -199,6 +210,9 @@ class Workspace:
         ]
         if config.startswith("smollm2/"):
             first = self.tiny_overrides(self.model, self.data, cwd / "output" / "tiny_run")
+            for section in ("dataset", "dataset_val"):  # the command brings its own data
+                if any(o.startswith((f"{section}._component_=", f"~{section}")) for o in overrides):
+                    first = [o for o in first if not o.startswith(f"{section}.")]
             last = [*tiny, "max_steps=1", "save_every_n_steps=null", "tokenizer.max_seq_len=64"]
         elif config == "eval":
             first, last = [], [*tiny[-2:], "limit=4", "batch_size=4", "max_seq_len=64"]
@@ -273,6 +287,7 @@ def summary(ws: Workspace, blocks: list[Block]) -> str:
     langs = Counter(b.lang for b in blocks)
     lines = [f"docs test: {len(blocks)} fenced blocks ({', '.join(f'{n} {k}' for k, n in langs.items())})"]
     lines += [f"  {n:3d} {what}" for what, n in sorted(ws.tally.items())]
+    lines += ["slowest commands:"] + [f"  {s:5.1f} s  {what}" for s, what in sorted(ws.timings, reverse=True)[:8]]
     unknown = {re.sub(r".*needs ", "", k).rstrip(")") for k in ws.tally if "needs" in k} - set(NEEDS)
     assert not unknown, unknown
     return "\n".join(lines)
