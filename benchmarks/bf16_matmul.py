@@ -8,19 +8,12 @@ large; with native bf16 it is below 1. Small (512 x 512) so that it answers in s
 """
 
 import argparse
-import json
-import platform
 import statistics
-import subprocess
-import sys
 import time
-from datetime import date
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ftune.training.hardware import cpu_flags, cpu_model, native_bf16  # noqa: E402
+from results_file import write_results
 
 
 def seconds_per_matmul(dtype: torch.dtype, size: int, repeats: int) -> float:
@@ -39,6 +32,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the results file here")
+    parser.add_argument("--note", help="the results file's note (e.g. how busy the machine was)")
     args = parser.parse_args()
     runs = []
     for _ in range(args.runs):
@@ -51,26 +45,8 @@ def main() -> None:
     median = statistics.median(r["ratio"] for r in runs)
     print(f"median ratio {median:.1f}x")
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        flags = cpu_flags() or set()
-        result = {
-            "benchmark": "bf16_matmul",
-            "commit": commit,
-            "date": date.today().isoformat(),
-            "command": " ".join(["python", "benchmarks/bf16_matmul.py", *sys.argv[1:]]),
-            "machine": {
-                "cpu": cpu_model(),
-                "threads": torch.get_num_threads(),
-                "flags": sorted(f for f in flags if f.startswith(("avx", "amx")) or f == "bf16"),
-                "native_bf16": native_bf16(torch.device("cpu")),
-                "python": platform.python_version(),
-                "torch": torch.__version__,
-            },
-            "size": args.size,
-            "note": "",
-            "rows": runs,
-        }
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        note = "" if args.note is None else args.note
+        write_results(args.json, "bf16_matmul", runs, note=note, size=args.size)
 
 
 if __name__ == "__main__":
