@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import json
 import os
 import re
 import shlex
@@ -33,16 +32,14 @@ from ftune.cli.run import split_args
 from ftune.cli.validate import validate
 from ftune.config import load_config
 
-RECORDER = """#!{python}
-import json, os, sys
-with open(os.environ["FTUNE_DOCS_LOG"], "a") as f:
-    f.write(json.dumps({{"mark": os.environ.get("FTUNE_DOCS_MARK"), "argv": sys.argv[1:],
-                         "cwd": os.getcwd(), "ftune_home": os.environ["FTUNE_HOME"]}}) + "\\n")
-"""
 GGUF = "SmolLM2-135M-Instruct.Q8_0.gguf"  # a tiny llama GGUF under the name docs/checkpoints.md uses
-PRELUDE = (
-    'set -eo pipefail\n__ftune_docs_marked() { FTUNE_DOCS_MARK="$1" "$FTUNE_DOCS_SHIMS/record" "${@:2}"; }\n'
-)
+# `ftune` and marked commands are bash functions that append one line a call to $FTUNE_DOCS_LOG:
+# mark, working directory, argv, each field ended by \x1f (no process started, so the blocks run fast).
+PRELUDE = r"""set -eo pipefail
+__ftune_docs_record() { { printf '%s\x1f' "$1" "$PWD" "${@:2}"; printf '\n'; } >> "$FTUNE_DOCS_LOG"; }
+__ftune_docs_marked() { __ftune_docs_record "$@"; }
+ftune() { __ftune_docs_record "" ftune "$@"; }
+"""
 
 
 class Workspace:
@@ -53,7 +50,6 @@ class Workspace:
         self.model = self.ftune_home / "models" / "SmolLM2-135M-Instruct"
         self.data = self.ftune_home / "data" / "demo"
         self.shared = root / "shared"  # output/ and runs/ of every block
-        self.shims = root / "shims"
         self.tiny_sizes, self.tiny_overrides = tiny_sizes, tiny_overrides
         self.tally: Counter[str] = Counter()
         self.ran: set[tuple[str, str]] = set()
@@ -66,19 +62,13 @@ class Workspace:
             **{k: v for k, v in os.environ.items() if k not in ("FTUNE_DEBUG", "RANK", "WORLD_SIZE")},
             "HOME": str(self.home),
             "FTUNE_HOME": str(self.ftune_home),
-            "PATH": os.pathsep.join([str(self.shims), bin_dir, os.environ.get("PATH", "")]),
-            "FTUNE_DOCS_SHIMS": str(self.shims),
+            "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
             "HF_TOKEN": "hf_docs_test_token",
             # matplotlib's font cache stays where it is (under the real HOME it is built already)
             "MPLCONFIGDIR": os.environ.get("MPLCONFIGDIR", str(Path.home() / ".cache" / "matplotlib")),
         }
 
     def setup(self) -> None:
-        self.shims.mkdir(parents=True)
-        (self.shims / "record").write_text(RECORDER.format(python=sys.executable))
-        (self.shims / "ftune").write_text(f'#!/bin/sh\nexec "{self.shims}/record" ftune "$@"\n')
-        for shim in ("record", "ftune"):
-            (self.shims / shim).chmod(0o755)
         for name in ("output", "runs"):
             (self.shared / name).mkdir(parents=True)
 
@@ -104,9 +94,9 @@ class Workspace:
             timeout=120,
         )
         assert done.returncode == 0, f"{block.where}: the block failed in bash:\n{done.stdout}{done.stderr}"
-        records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-        for record in records:
-            self.command(block, record["argv"], record["mark"], Path(record["cwd"]))
+        records = [line.split("\x1f")[:-1] for line in log.read_text().splitlines()] if log.exists() else []
+        for mark, where, *argv in records:
+            self.command(block, argv, mark or None, Path(where))
 
     def command(self, block: Block, argv: list[str], mark: str | None, cwd: Path) -> None:
         start = time.perf_counter()
@@ -269,6 +259,7 @@ def make_outputs(ws: Workspace, load_recipe) -> None:
         with chdir_env(shared, ws.env), contextlib.redirect_stdout(io.StringIO()):
             load_recipe(recipe).main(load_config(config, overrides))
         shutil.copytree(shared / out / "step_1", shared / out / "step_100")
+        ws.ran.add((recipe, config))  # this was the one-step run of the docs' commands for it
     shutil.copytree(
         shared / "output/smollm2_135M_full/step_1", shared / "output/smollm2_135M_qat_full/step_100"
     )
@@ -281,13 +272,16 @@ def make_outputs(ws: Workspace, load_recipe) -> None:
     quantize = [f"checkpointer.checkpoint_dir={ws.model}", "output_dir=output/quantized", "device=cpu"]
     with chdir_env(shared, ws.env), contextlib.redirect_stdout(io.StringIO()):
         load_recipe("quantize").main(load_config("quantization", quantize))
+    ws.ran.add(("quantize", "quantization"))
 
 
 def summary(ws: Workspace, blocks: list[Block]) -> str:
     langs = Counter(b.lang for b in blocks)
     lines = [f"docs test: {len(blocks)} fenced blocks ({', '.join(f'{n} {k}' for k, n in langs.items())})"]
     lines += [f"  {n:3d} {what}" for what, n in sorted(ws.tally.items())]
-    lines += ["slowest commands:"] + [f"  {s:5.1f} s  {what}" for s, what in sorted(ws.timings, reverse=True)[:8]]
+    lines += ["slowest commands:"] + [
+        f"  {s:5.1f} s  {what}" for s, what in sorted(ws.timings, reverse=True)[:8]
+    ]
     unknown = {re.sub(r".*needs ", "", k).rstrip(")") for k in ws.tally if "needs" in k} - set(NEEDS)
     assert not unknown, unknown
     return "\n".join(lines)
