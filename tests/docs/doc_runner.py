@@ -264,6 +264,8 @@ def make_outputs(ws: Workspace, load_recipe) -> None:
         shared / "output/smollm2_135M_full/step_1", shared / "output/smollm2_135M_qat_full/step_100"
     )
     shutil.copytree(shared / "output/smollm2_135M_lora/step_1", shared / "runs/lora/step_400")
+    shutil.copytree(shared / "output/smollm2_135M_lora", shared / "output/quickstart/lora")  # with its logs
+    shutil.copytree(shared / "output/smollm2_135M_lora/step_1", shared / "output/quickstart/lora/step_60")
     shutil.copytree(shared / "output/smollm2_135M_full/step_1", shared / "runs/full/step_400")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checkpointing"))
     from test_gguf import Q, write_tiny_gguf
