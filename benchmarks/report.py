@@ -26,13 +26,14 @@ def load(name: str) -> dict:
     return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
 
 
-def provenance(*names: str) -> str:
+def provenance(*names: str, up: str = "../") -> str:
+    """The closing line of a block: each results file (linked `up` from the page), machine, commit, date."""
     parts = []
     for name in names:
         r = load(name)
         commits = sorted({row.get("commit", r["commit"])[:7] for row in r["rows"]} | {r["commit"][:7]})
         parts.append(
-            f"[{name}.json](../benchmarks/results/{name}.json): {r['machine']['cpu']}, torch "
+            f"[{name}.json]({up}benchmarks/results/{name}.json): {r['machine']['cpu']}, torch "
             f"{r['machine']['torch']}, commit {', '.join(commits)}, {r['date']}"
         )
     return "Measured on " + "; ".join(parts) + "."
@@ -210,6 +211,100 @@ def bf16_slowdown() -> str:
     )
 
 
+def eval_speed() -> str:
+    rows = [
+        [r["model"], r["dtype"], r["batch_size"], r["prompts"], f"{r['seconds']} s", f"{r['exact_match']}%"]
+        for r in load("eval_speed")["rows"]
+    ]
+    header = ["model", "dtype", "batch_size", "prompts", "time", "exact match"]
+    return table(header, rows, "llrrrr") + "\n\n" + provenance("eval_speed", up="../../")
+
+
+def recipe_full_single() -> str:
+    f32, b16 = _by("full", "fp32", "off"), _by("full", "bf16", "off")
+    return (
+        f"Measured on 2 CPU cores, SmolLM2-135M, 4 x 512 packed tokens a step: {f32['ftune_tok_s']} tok/s and "
+        f"{f32['ftune_peak_gib']:.2f} GiB peak in fp32, {b16['ftune_tok_s']} tok/s and {b16['ftune_peak_gib']:.2f} GiB "
+        f"in bf16, against {f32['bare_tok_s']} and {b16['bare_tok_s']} tok/s ({f32['bare_peak_gib']:.2f} and "
+        f"{b16['bare_peak_gib']:.2f} GiB) for a bare PyTorch loop; compile and the method behind each gain: "
+        "[docs/benchmarks.md](../benchmarks.md). " + provenance("train_throughput", up="../../")
+    )
+
+
+def recipe_lora_single() -> str:
+    lora = _by("lora", "fp32", "off")
+    variants = {r["method"]: r for r in load("train_throughput_variants")["rows"] if r["dtype"] == "fp32"}
+    ratios = [
+        _by("lora", d, c)["ftune_tok_s"] / _by("full", d, c)["ftune_tok_s"]
+        for d in ("fp32", "bf16")
+        for c in ("off", "on")
+    ]
+    return (
+        f"Measured on 2 CPU cores, SmolLM2-135M, 4 x 512 packed tokens a step, fp32: LoRA {lora['ftune_tok_s']} tok/s "
+        f"and {lora['ftune_peak_gib']:.2f} GiB peak (a bare loop with a textbook LoRA layer: {lora['bare_tok_s']} tok/s, "
+        f"{lora['bare_peak_gib']:.2f} GiB), QLoRA {variants['QLoRA']['ftune_tok_s']} tok/s, DoRA "
+        f"{variants['DoRA']['ftune_tok_s']} tok/s; bf16, compile and why LoRA is {min(ratios):.2f}-{max(ratios):.2f}x "
+        "a full fine-tune's speed here, not more: [docs/benchmarks.md](../benchmarks.md). "
+        + provenance("train_throughput", "train_throughput_variants", up="../../")
+    )
+
+
+def _dist(recipe: str) -> tuple[dict, dict]:
+    (row,) = [r for r in load("train_throughput_distributed")["rows"] if r["recipe"] == recipe]
+    return row, _by(row["single_method"], "fp32", "off")
+
+
+def recipe_full_dist() -> str:
+    row, single = _dist("full_finetune_distributed")
+    return (
+        f"Measured at world size 2 on one 2-core machine ([docs/benchmarks.md](../benchmarks.md#two-processes-fsdp2-"
+        f"on-the-same-machine)): rank 0 peaks at {row['peak_gib_rank0']:.2f} GiB against "
+        f"{single['ftune_peak_gib']:.2f} GiB on one device, at {row['tok_s']} tok/s against {single['ftune_tok_s']}. "
+        + provenance("train_throughput_distributed", up="../../")
+    )
+
+
+def recipe_lora_dist() -> str:
+    row, single = _dist("lora_finetune_distributed")
+    return (
+        f"Measured at world size 2 on one 2-core machine: rank 0 peaks at {row['peak_gib_rank0']:.2f} GiB against "
+        f"{single['ftune_peak_gib']:.2f} GiB on one device, at {row['tok_s']} tok/s against {single['ftune_tok_s']} "
+        "([docs/benchmarks.md](../benchmarks.md#two-processes-fsdp2-on-the-same-machine)). "
+        + provenance("train_throughput_distributed", up="../../")
+    )
+
+
+def _gq(what: str, dtype_or_scheme: str) -> dict:
+    (row,) = [
+        r
+        for r in load("generate_quantize")["rows"]
+        if r["what"] == what and dtype_or_scheme in (r.get("dtype"), r.get("scheme"))
+    ]
+    return row
+
+
+def generate_speed() -> str:
+    f32, q = _gq("generate", "fp32"), _gq("generate", "8da4w")
+    return (
+        f"Measured on 2 shared CPU threads (AMD EPYC), SmolLM2-135M-Instruct, fp32, batch 1, with the command "
+        f"above: prefill of a {f32['prompt_tokens']}-token prompt {f32['prefill_seconds']} s, then "
+        f"{f32['decode_tok_s']} tokens/s. The 8da4w quantized checkpoint (`quantized_checkpoint=...`) decoded at "
+        f"{q['decode_tok_s']} tokens/s on the same machine. " + provenance("generate_quantize", up="../../")
+    )
+
+
+def quantize_speed() -> str:
+    q, f32, q8 = _gq("quantize", "8da4w"), _gq("generate", "fp32"), _gq("generate", "8da4w")
+    return (
+        f"Measured on 2 shared CPU threads, SmolLM2-135M-Instruct: {q['quantize_seconds']} s to quantize "
+        f"{q['linears']} linears, {q['with_save_seconds']} s with the save. 8da4w gives a {q['model_pt_mb']} MB "
+        f"`model.pt` from a {q['source_mb']} MB fp32 source: torchao 0.18 stores the int4 values unpacked, one per "
+        f"int8 byte, and the {q['embedding_mb']} MB fp32 embedding is not quantized. On CPU the quantized model is "
+        f"slower than fp32 ({q8['decode_tok_s']} against {f32['decode_tok_s']} tokens/s decoding at batch 1, see "
+        "[generate](generate.md)). " + provenance("generate_quantize", up="../../")
+    )
+
+
 # block name -> (page, renderer)
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "throughput": ("docs/benchmarks.md", throughput),
@@ -225,6 +320,13 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "qat_results": ("docs/qat.md", qat_results),
     "qat_recovered": ("docs/qat.md", qat_recovered),
     "bf16_slowdown": ("docs/glossary.md", bf16_slowdown),
+    "eval_speed": ("docs/recipes/eval.md", eval_speed),
+    "recipe_full_single": ("docs/recipes/full_finetune_single_device.md", recipe_full_single),
+    "recipe_lora_single": ("docs/recipes/lora_finetune_single_device.md", recipe_lora_single),
+    "recipe_full_dist": ("docs/recipes/full_finetune_distributed.md", recipe_full_dist),
+    "recipe_lora_dist": ("docs/recipes/lora_finetune_distributed.md", recipe_lora_dist),
+    "generate_speed": ("docs/recipes/generate.md", generate_speed),
+    "quantize_speed": ("docs/recipes/quantize.md", quantize_speed),
 }
 
 
