@@ -42,6 +42,9 @@ ftune() { __ftune_docs_record "" ftune "$@"; }
 """
 
 
+REPORTS: list[str] = []  # summaries of this session's docs runs, printed at the end (conftest.py)
+
+
 class Workspace:
     def __init__(self, root: Path, tiny_sizes: dict, tiny_overrides) -> None:
         self.root = root

@@ -9,8 +9,9 @@ import importlib.util
 import os
 
 import pytest
+import torch
 from doc_blocks import OTHER_LANGS, RUN_LANGS, blocks, shell_lines
-from doc_runner import Workspace, chdir_env, make_outputs, summary
+from doc_runner import REPORTS, Workspace, chdir_env, make_outputs, summary
 from tiny_checkpoint import SIZES, make_tiny_checkpoint, tiny_overrides
 
 from ftune import registry
@@ -61,6 +62,7 @@ def test_every_bash_and_python_block_runs(workspace):
                 except Exception as e:
                     raise AssertionError(f"{block.where}: the python block fails: {e!r}") from e
             workspace.tally["python blocks run"] += 1
-    print("\n" + summary(workspace, BLOCKS))
+    REPORTS.append(summary(workspace, BLOCKS))
     assert workspace.tally["validated and run on the tiny model"] >= 8
     assert os.environ.get("FTUNE_HOME") != str(workspace.ftune_home)  # the environment was restored
+    assert not torch.distributed.is_initialized()  # the distributed recipes' world of one was torn down
