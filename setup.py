@@ -14,7 +14,8 @@ from setuptools import find_packages, setup
 HERE = Path(__file__).parent
 CONFIG_DIRS = sorted(p for p in (HERE / "recipes" / "configs").rglob("*") if p.is_dir())
 CONFIG_PACKAGES = ["ftune._recipes.configs"] + [
-    "ftune._recipes.configs." + ".".join(p.relative_to(HERE / "recipes" / "configs").parts) for p in CONFIG_DIRS
+    "ftune._recipes.configs." + ".".join(p.relative_to(HERE / "recipes" / "configs").parts)
+    for p in CONFIG_DIRS
 ]
 
 setup(
@@ -24,5 +25,9 @@ setup(
         *CONFIG_PACKAGES,
     ],
     package_dir={"ftune._recipes": "recipes"},
-    package_data={"ftune": ["py.typed"], "ftune._recipes": ["*.py"], **{name: ["*.yaml"] for name in CONFIG_PACKAGES}},
+    package_data={
+        "ftune": ["py.typed"],
+        "ftune._recipes": ["*.py"],
+        **{name: ["*.yaml"] for name in CONFIG_PACKAGES},
+    },
 )
