@@ -27,6 +27,7 @@ def test_wandb_offline_run_writes_a_run_folder_with_the_history(tmp_path, monkey
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "data"))
     with WandBLogger("ftune-test", name="tiny", log_dir=tmp_path, config={"rank": 8}) as metrics:
         metrics.log_dict({"loss": 2.5}, step=1)
         metrics.log_dict({"loss": 2.0}, step=2)
