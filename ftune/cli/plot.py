@@ -32,6 +32,8 @@ def main(argv: list[str]) -> int:
         drawn = plot_runs(args.runs, output, labels)
     except (FileNotFoundError, ValueError, ImportError) as e:
         parser.exit(1, f"ftune plot: error: {e}\n")
-    panels = ", ".join(f"{title} ({len(runs)} run{'s' * (len(runs) != 1)})" for title, runs in drawn.items())
+    panels = ", ".join(
+        f"{title} ({len(lines)} line{'s' * (len(lines) != 1)})" for title, lines in drawn.items()
+    )
     print(f"wrote {output}: {panels}")
     return 0

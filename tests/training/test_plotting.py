@@ -65,7 +65,7 @@ def test_ftune_plot_writes_a_png_with_one_colour_per_run(tmp_path, capsys):
         ftune(["plot", str(tmp_path / "full"), str(tmp_path / "lora"), str(tmp_path / "qat"), "-o", str(out)])
         == 0
     )
-    assert f"wrote {out}: loss (3 runs), learning rate (3 runs)" in capsys.readouterr().out
+    assert f"wrote {out}: loss (3 lines), learning rate (3 lines)" in capsys.readouterr().out
     image = matplotlib.image.imread(out)
     assert image.shape[:2] == (700, 1100)  # figsize (11, 7) at 100 dpi
     pixels = image[..., :3].reshape(-1, 3)
