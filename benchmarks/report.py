@@ -305,10 +305,53 @@ def quantize_speed() -> str:
     )
 
 
+def _span(values: list[float], fmt: str = ".2f", unit: str = "") -> str:
+    low, high = min(values), max(values)
+    return (
+        f"{low:{fmt}}{unit}-{high:{fmt}}{unit}" if f"{low:{fmt}}" != f"{high:{fmt}}" else f"{low:{fmt}}{unit}"
+    )
+
+
+def targets() -> str:
+    """The design's three targets, each against the rows of the throughput table."""
+    rows = load("train_throughput")["rows"]
+    full = [r for r in rows if r["method"] == "full"]
+    speed = [r["ftune_tok_s"] / r["bare_tok_s"] for r in full]
+    cases = [(d, c) for d in ("fp32", "bf16") for c in ("off", "on")]
+    lora = {case: _by("lora", *case)["ftune_tok_s"] / _by("full", *case)["ftune_tok_s"] for case in cases}
+    best = max(lora, key=lora.get)
+    mem = {(r["method"], r["compile"]): [] for r in rows}
+    for r in rows:
+        mem[(r["method"], r["compile"])].append(r["ftune_peak_gib"] / r["bare_peak_gib"])
+    eager = mem[("full", "off")] + mem[("lora", "off")]
+    yes_no = {True: "**yes**", False: "**no**"}
+    memory = [
+        f"{yes_no[max(v) <= 0.75]} for {m} with compile {c} ({', '.join(f'{x:.2f}' for x in v)})"
+        for (m, c), v in sorted(mem.items())
+    ]
+    table_rows = [
+        [
+            "full fine-tune >= 1.05x the bare loop's tokens/s",
+            f"{yes_no[min(speed) >= 1.05]}: {_span(speed, unit='x')} in all {len(speed)} settings",
+        ],
+        [
+            "LoRA >= 1.4x the full fine-tune's tokens/s",
+            f"{yes_no[min(lora.values()) >= 1.4]}: {_span(list(lora.values()), unit='x')} (best: {best[0]} with "
+            f"compile {best[1]})",
+        ],
+        [
+            "peak memory <= 0.75x the bare loop's",
+            f"without compile {_span(eager)}; " + "; ".join(memory),
+        ],
+    ]
+    return table(["target", "reached"], table_rows, "ll")
+
+
 # block name -> (page, renderer)
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "throughput": ("docs/benchmarks.md", throughput),
     "lora_over_full": ("docs/benchmarks.md", lora_over_full),
+    "targets": ("docs/benchmarks.md", targets),
     "variants": ("docs/benchmarks.md", variants),
     "distributed": ("docs/benchmarks.md", distributed),
     "ablation_full_fp32": ("docs/benchmarks.md", ablation("full, fp32")),
