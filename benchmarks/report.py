@@ -132,7 +132,7 @@ def readme_speed() -> str:
         f"**Speed**: on the same machine the recipes train {min(speed):.2f}-{max(speed):.2f}x faster than a "
         f"bare PyTorch loop on the same model and batches, in {min(memory):.2f}-{max(memory):.2f}x its peak "
         "memory (SmolLM2-135M, full and LoRA fine-tuning, fp32/bf16, compile on/off): "
-        "[docs/benchmarks.md](docs/benchmarks.md)."
+        "[docs/benchmarks.md](docs/benchmarks.md). " + provenance("train_throughput", up="")
     )
 
 
@@ -147,7 +147,7 @@ def readme_quickstart() -> str:
         f"**{q['base_exact_match']}% to {q['tuned_exact_match']}%** after {q['steps']} LoRA steps; the whole "
         f"command took {_minutes(q['fresh_clone_seconds'])} on a fresh clone of an idle machine "
         f"({_minutes(q['after_setup_seconds'])} when `.venv` and the converted model exist; training "
-        f"{q['train_seconds']} s at a median {q['train_tok_s']} tokens/s)."
+        f"{q['train_seconds']} s at a median {q['train_tok_s']} tokens/s). " + provenance("quickstart", up="")
     )
 
 
