@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from doc_blocks import OTHER_LANGS, RUN_LANGS, blocks, shell_lines
+from doc_blocks import OTHER_LANGS, RUN_LANGS, Block, blocks, script, shell_lines
 from doc_runner import REPORTS, Workspace, chdir_env, make_outputs, summary
 from tiny_checkpoint import SIZES, make_tiny_checkpoint, tiny_overrides
 
@@ -66,3 +66,38 @@ def test_every_bash_and_python_block_runs(workspace):
     assert workspace.tally["validated and run on the tiny model"] >= 8
     assert os.environ.get("FTUNE_HOME") != str(workspace.ftune_home)  # the environment was restored
     assert not torch.distributed.is_initialized()  # the distributed recipes' world of one was torn down
+
+
+def test_marks_placeholders_and_the_generated_script():
+    block = Block(
+        "x.md", 3, "bash", "ftune run <recipe> --config <config>\nftune download a/b  # needs: network\n"
+    )
+    assert [(line.text, line.needs) for line in shell_lines(block)] == [
+        ("ftune run lora_finetune_single_device --config smollm2/135M_lora", None),
+        ("ftune download a/b", "network"),
+    ]
+    assert "__ftune_docs_marked 'network' ftune download a/b" in script(block)
+    whole = Block(
+        "x.md", 3, "bash", "# needs: several machines\nMASTER=$(scontrol show x)\nsrun ftune run r\n"
+    )
+    assert script(whole).splitlines()[1:] == [
+        "MASTER=__needs_several_machines__",
+        "__ftune_docs_marked 'several machines' srun ftune run r",
+    ]
+    with pytest.raises(ValueError, match=r"x.md:3: `# needs: a laptop` is not one of"):
+        shell_lines(Block("x.md", 3, "bash", "ftune ls  # needs: a laptop\n"))
+    with pytest.raises(ValueError, match=r"x.md:3: placeholders \['<model>'\] have no value"):
+        shell_lines(Block("x.md", 3, "bash", "ftune cat <model>\n"))
+
+
+def test_a_misspelt_key_in_a_documented_command_fails(tmp_path):
+    from ftune.config.errors import ConfigError
+
+    ws = Workspace(tmp_path, SIZES, tiny_overrides)
+    ws.setup()
+    block = Block("docs/x.md", 7, "bash", "")
+    argv = ["ftune", "run", "lora_finetune_single_device", "--config", "smollm2/135M_lora", "max_step=5"]
+    with pytest.raises(ConfigError, match="max_step"):
+        ws.command(block, argv, "gpu", tmp_path)  # marked: validated only, and validation fails
+    with pytest.raises(AssertionError, match="downloads need `# needs: network`"):
+        ws.command(block, ["ftune", "download", "a/b"], None, tmp_path)
