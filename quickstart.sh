@@ -8,7 +8,8 @@
 # 3. writes the demo task (date reformatting, generated offline) to $FTUNE_HOME/data/demo;
 # 4. scores the base model's exact match on the held-out split;
 # 5. LoRA fine-tunes it (ftune run lora_finetune_single_device --config smollm2/135M_lora);
-# 6. scores the fine-tuned model the same way and prints both scores, the training time and tokens/s.
+# 6. scores the fine-tuned model the same way, plots the training curves (ftune plot) and ends with a
+#    one-line summary: both scores, the training time and tokens/s, where the adapter and the plot are.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/setup_env.sh
@@ -29,23 +30,25 @@ ftune run eval --config eval heldout_file="$DATA/heldout.jsonl" limit="$LIMIT" o
 echo "== LoRA fine-tune ($STEPS steps)"
 start=$(date +%s)
 ftune run lora_finetune_single_device --config smollm2/135M_lora output_dir="$OUT/lora" max_steps="$STEPS" \
-  dataset.data_dir="$DATA" dataset_val.data_dir="$DATA" progress_bar=false save_every_n_steps=null
+  dataset.data_dir="$DATA" dataset_val.data_dir="$DATA" save_every_n_steps=null
 train_seconds=$(( $(date +%s) - start ))
 
 echo "== Fine-tuned model: exact match on the same prompts"
 ftune run eval --config eval heldout_file="$DATA/heldout.jsonl" limit="$LIMIT" output_file="$OUT/tuned.json" \
   adapter_dir="$OUT/lora/step_$STEPS"
 
-python - "$OUT" "$train_seconds" <<'PY'
+ftune plot "$OUT/lora" -o "$OUT/plot.png" >/dev/null
+
+python - "$OUT" "$train_seconds" "$STEPS" <<'PY'
 import json, statistics, sys
 from pathlib import Path
-out, seconds = Path(sys.argv[1]), int(sys.argv[2])
-base, tuned = (json.loads((out / f).read_text()) for f in ("base.json", "tuned.json"))
+out, seconds, steps = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+base, tuned = (json.loads((out / f).read_text())["exact_match"] for f in ("base.json", "tuned.json"))
 logs = [json.loads(l) for f in sorted((out / "lora" / "logs").glob("*.jsonl")) for l in f.read_text().splitlines() if l.strip()]
 tps = statistics.median(r["tokens_per_second"] for r in logs if "tokens_per_second" in r)
-print()
-b, t = base["exact_match"], tuned["exact_match"]
-print(f"exact match before fine-tuning: {b['accuracy']:.1%} ({b['num_correct']}/{b['num_total']})")
-print(f"exact match after fine-tuning:  {t['accuracy']:.1%} ({t['num_correct']}/{t['num_total']})")
-print(f"training: {seconds} s, median {tps:.0f} tokens/s; adapter in {out}/lora/step_*/ (loads with peft)")
+print(
+    f"\nexact match {base['accuracy']:.0%} -> {tuned['accuracy']:.0%} ({tuned['num_correct']}/{tuned['num_total']} "
+    f"held-out prompts) after {steps} LoRA steps in {seconds} s ({tps:.0f} tokens/s); "
+    f"adapter: {out}/lora/step_{steps}/, plot: {out}/plot.png"
+)
 PY

@@ -189,6 +189,9 @@ def main() -> None:
                     r["tokens_per_second"] for r in logged if "tokens_per_second" in r
                 ),
             }
+        # The training curves, full vs QAT overlaid (ftune plot): loss, lr, tokens/s, peak memory.
+        plot = [*ftune, "plot", str(out / f"seed{seed}_full"), str(out / f"seed{seed}_qat")]
+        run([*plot, "--labels", "full,QAT", "-o", str(out / f"plot_seed{seed}.png")], env, out / "plot.log")
         ppl["float_full"] = evaluate(
             f"seed{seed}_float_full", [f"checkpointer.checkpoint_dir={folders['full']}"]
         )

@@ -403,6 +403,10 @@ def main(argv: list[str] | None = None) -> None:
         "--ftune-home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "/tmp/bench_home"))
     )
     parser.add_argument("--json", type=Path, default=None, help="also write every result to this file")
+    parser.add_argument(
+        "--results", type=Path, default=None,
+        help="also write the results file the docs are generated from (benchmarks/results/train_throughput.json)",
+    )  # fmt: skip
     parser.add_argument("--bare-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.bare_child is not None:
@@ -443,6 +447,27 @@ def main(argv: list[str] | None = None) -> None:
         args.json.write_text(
             json.dumps([{**asdict(r), "tokens_per_second": r.tokens_per_second} for r in results])
         )
+    if args.results:
+        from results_file import write_results
+
+        write_results(args.results, "train_throughput", results_rows(results), steps=steps)
+
+
+def results_rows(results: list[Result]) -> list[dict]:
+    """One row per configuration: ftune next to bare where both ran (the format benchmarks/report.py reads)."""
+    by = {(r.impl, r.method, r.dtype, r.compile): r for r in results if not r.error}
+    rows = []
+    for (impl, method, dtype, compiled), r in by.items():
+        if impl != "ftune":
+            continue
+        row = {"method": method, "dtype": dtype, "compile": "on" if compiled else "off"}
+        bare = by.get(("bare", method, dtype, compiled))
+        if bare is not None:
+            row |= {"bare_tok_s": round(bare.tokens_per_second), "bare_peak_gib": round(bare.peak_rss_gib, 2)}
+        rows.append(
+            row | {"ftune_tok_s": round(r.tokens_per_second), "ftune_peak_gib": round(r.peak_rss_gib, 2)}
+        )
+    return rows
 
 
 def _medians(results: list[Result]) -> list[Result]:

