@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ftune.training.hardware import cpu_flags, cpu_model, native_bf16  # noqa: E402
+from ftune.runtime.hardware import cpu_flags, cpu_model, native_bf16  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -40,6 +40,7 @@ def main(cfg: config.Config) -> None:
     if missing := [f for f in s.text_files if not Path(f).expanduser().is_file()]:
         raise FileNotFoundError(f"text_files: {missing} do not exist; pass readable text files.")
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
+    runtime.announce(device, dtype)
     ckpt = config.instantiate(cfg.checkpointer)
     model = checkpointing.load_inference_model(
         ckpt,

@@ -28,6 +28,7 @@ def main(cfg: config.Config) -> None:
             'prompt is not set: pass it on the command line, e.g. prompt="Tell me a joke.", or in the config.'
         )
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
+    runtime.announce(device, dtype)
     model = checkpointing.load_inference_model(
         config.instantiate(cfg.checkpointer),
         model=cfg.model,

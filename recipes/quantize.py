@@ -29,6 +29,7 @@ SETTINGS = QuantizeSettings
 def main(cfg: config.Config) -> None:
     s = cfg.settings(SETTINGS)
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
+    runtime.announce(device, dtype)
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()
     model = checkpointing.build_float_model(

@@ -8,11 +8,13 @@ this process's rank, and seeding.
 
 from ftune.runtime.device import default_dtype, get_device, get_dtype
 from ftune.runtime.distributed import DistInfo, default_backend, destroy_distributed, init_distributed
+from ftune.runtime.hardware import announce
 from ftune.runtime.rank import get_rank, is_rank_zero, world_size
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.runtime.settings import DistCheckSettings
 
 __all__ = [
+    "announce",
     "DistCheckSettings",
     "DistInfo",
     "default_backend",

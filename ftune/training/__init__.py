@@ -12,6 +12,7 @@ from ftune.data.loader import validation_loader
 from ftune.peft.apply import trainable_params
 from ftune.runtime.device import default_dtype, get_device, get_dtype
 from ftune.runtime.distributed import DistInfo, destroy_distributed, init_distributed
+from ftune.runtime.hardware import announce
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.activation_offloading import apply_activation_offloading
@@ -43,6 +44,7 @@ from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate,
 from ftune.training.throughput import Throughput
 
 __all__ = [
+    "announce",
     "AdamWBf16State",
     "optimizer_state_bytes",
     "ChunkedCrossEntropyLoss",

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ftune.training import hardware
+from ftune.runtime import hardware
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")

@@ -10,9 +10,12 @@ than fp32, approximate (the machine was busy; docs/glossary.md#mixed-precision).
 from __future__ import annotations
 
 import platform
+import sys
 from pathlib import Path
 
 import torch
+
+from ftune.runtime.rank import is_rank_zero
 
 # The slowdown of a bf16 matmul against fp32 on a CPU without native bf16, as measured (see above).
 EMULATED_BF16_SLOWDOWN = "about 12x"
@@ -99,3 +102,10 @@ def describe(device: torch.device, dtype: torch.dtype, cpuinfo: str | None = Non
     if warning := dtype_warning(device, dtype, cpuinfo):
         lines.append(f"warning: {warning}")
     return lines
+
+
+def announce(device: torch.device, dtype: torch.dtype) -> None:
+    """Print :func:`describe`'s lines to stderr on rank zero: what a run prints before it starts."""
+    if is_rank_zero():
+        for line in describe(device, dtype):
+            print(f"ftune: {line}", file=sys.stderr, flush=True)
