@@ -1,0 +1,130 @@
+"""The figures of README.md, the quickstart, the QAT experiment, the glossary and the inference recipes' pages."""
+
+from __future__ import annotations
+
+import statistics
+
+from figures_common import load, minutes, provenance, table
+
+
+def readme_speed() -> str:
+    rows = load("train_throughput")["rows"]
+    speed = [r["ftune_tok_s"] / r["bare_tok_s"] for r in rows]
+    memory = [r["ftune_peak_gib"] / r["bare_peak_gib"] for r in rows]
+    return (
+        f"**Speed**: on the same machine the recipes train {min(speed):.2f}-{max(speed):.2f}x faster than a "
+        f"bare PyTorch loop on the same model and batches, in {min(memory):.2f}-{max(memory):.2f}x its peak "
+        "memory (SmolLM2-135M, full and LoRA fine-tuning, fp32/bf16, compile on/off): "
+        "[docs/benchmarks.md](docs/benchmarks.md). " + provenance("train_throughput", up="")
+    )
+
+
+def readme_quickstart() -> str:
+    q = load("quickstart")["rows"][0]
+    return (
+        f"Measured here (2 CPU cores): exact match on {q['num_prompts']} held-out prompts goes from "
+        f"**{q['base_exact_match']}% to {q['tuned_exact_match']}%** after {q['steps']} LoRA steps; the whole "
+        f"command took {minutes(q['fresh_clone_seconds'])} on a fresh clone of an idle machine "
+        f"({minutes(q['after_setup_seconds'])} when `.venv` and the converted model exist; training "
+        f"{q['train_seconds']} s at a median {q['train_tok_s']} tokens/s). " + provenance("quickstart", up="")
+    )
+
+
+def quickstart() -> str:
+    q = load("quickstart")["rows"][0]
+    n = q["num_prompts"]
+    header = ["", f"exact match on {n} held-out prompts"]
+    rows = [
+        ["SmolLM2-135M-Instruct, base", f"{q['base_exact_match']}% ({q['base_exact_match'] * n // 100}/{n})"],
+        [
+            f"after {q['steps']} LoRA steps (batch {q['batch_size']}, rank {q['lora_rank']}, all linear layers)",
+            f"{q['tuned_exact_match']}% ({q['tuned_exact_match'] * n // 100}/{n})",
+        ],
+    ]
+    timing = (
+        f"On the idle machine, with `.venv` and the converted model in place, steps 4-6 took "
+        f"{minutes(q['after_setup_seconds'])}: base eval {q['base_eval_seconds']} s, training "
+        f"{q['train_seconds']} s at a median {q['train_tok_s']} tokens/s, the second eval "
+        f"{q['tuned_eval_seconds']} s. On a fresh clone (new `.venv`, new `FTUNE_HOME`, the conversion) the "
+        f"whole command took {minutes(q['fresh_clone_seconds'])}."
+    )
+    return table(header, rows, "ll") + "\n\n" + timing + "\n\n" + provenance("quickstart")
+
+
+QAT_METRICS = ("word_ppl", "byte_ppl", "bits_per_byte", "token_ppl")
+
+
+def qat_results() -> str:
+    rows = [
+        [r["model"], r["seed"], f"{r['word_ppl']:.2f}", f"{r['byte_ppl']:.4f}", f"{r['bits_per_byte']:.4f}"]
+        + [f"{r['token_ppl']:.2f}"]
+        for r in load("qat_experiment")["rows"]
+    ]
+    header = ["model", "seed", "word ppl", "byte ppl", "bits/byte", "token ppl"]
+    return table(header, rows, "llrrrr") + "\n\n" + provenance("qat_experiment")
+
+
+def recovered(seed: str) -> dict[str, float]:
+    rows = {r["model"]: r for r in load("qat_experiment")["rows"] if r["seed"] == seed}
+    ptq, qat, full = rows["full FT, PTQ 8da4w"], rows["QAT FT, converted 8da4w"], rows["full FT, float"]
+    return {m: (ptq[m] - qat[m]) / (ptq[m] - full[m]) for m in QAT_METRICS}
+
+
+def qat_recovered() -> str:
+    seeds = sorted({r["seed"] for r in load("qat_experiment")["rows"]} - {"-"})
+    per_seed = {s: recovered(s) for s in seeds}
+    rows = [[s, *(f"{per_seed[s][m]:.1%}" for m in QAT_METRICS)] for s in seeds]
+    rows.append(["mean", *(f"{statistics.mean(per_seed[s][m] for s in seeds):.1%}" for m in QAT_METRICS)])
+    return table(["seed", "word ppl", "byte ppl", "bits/byte", "token ppl"], rows, "lrrrr")
+
+
+def bf16_slowdown() -> str:
+    r = load("bf16_matmul")
+    ratios = sorted(run["ratio"] for run in r["rows"])
+    return (
+        f"Measured with `{r['command']}`: on {r['machine']['cpu']} with {', '.join(r['machine']['flags'])} "
+        f"and no native bf16, a {r['size']}x{r['size']} bf16 matmul took {statistics.median(ratios):.0f}x the "
+        f"fp32 time ({ratios[0]:.0f}x to {ratios[-1]:.0f}x over {len(ratios)} runs; approximate, the machine "
+        f"was busy; commit {r['commit'][:7]}, {r['date']}, "
+        "[bf16_matmul.json](../benchmarks/results/bf16_matmul.json))."
+    )
+
+
+def eval_speed() -> str:
+    rows = [
+        [r["model"], r["dtype"], r["batch_size"], r["prompts"], f"{r['seconds']} s", f"{r['exact_match']}%"]
+        for r in load("eval_speed")["rows"]
+    ]
+    header = ["model", "dtype", "batch_size", "prompts", "time", "exact match"]
+    return table(header, rows, "llrrrr") + "\n\n" + provenance("eval_speed", up="../../")
+
+
+def _gq(what: str, dtype_or_scheme: str) -> dict:
+    (row,) = [
+        r
+        for r in load("generate_quantize")["rows"]
+        if r["what"] == what and dtype_or_scheme in (r.get("dtype"), r.get("scheme"))
+    ]
+    return row
+
+
+def generate_speed() -> str:
+    f32, q = _gq("generate", "fp32"), _gq("generate", "8da4w")
+    return (
+        f"Measured on 2 shared CPU threads (AMD EPYC), SmolLM2-135M-Instruct, fp32, batch 1, with the command "
+        f"above: prefill of a {f32['prompt_tokens']}-token prompt {f32['prefill_seconds']} s, then "
+        f"{f32['decode_tok_s']} tokens/s. The 8da4w quantized checkpoint (`quantized_checkpoint=...`) decoded at "
+        f"{q['decode_tok_s']} tokens/s on the same machine. " + provenance("generate_quantize", up="../../")
+    )
+
+
+def quantize_speed() -> str:
+    q, f32, q8 = _gq("quantize", "8da4w"), _gq("generate", "fp32"), _gq("generate", "8da4w")
+    return (
+        f"Measured on 2 shared CPU threads, SmolLM2-135M-Instruct: {q['quantize_seconds']} s to quantize "
+        f"{q['linears']} linears, {q['with_save_seconds']} s with the save. 8da4w gives a {q['model_pt_mb']} MB "
+        f"`model.pt` from a {q['source_mb']} MB fp32 source: torchao 0.18 stores the int4 values unpacked, one per "
+        f"int8 byte, and the {q['embedding_mb']} MB fp32 embedding is not quantized. On CPU the quantized model is "
+        f"slower than fp32 ({q8['decode_tok_s']} against {f32['decode_tok_s']} tokens/s decoding at batch 1, see "
+        "[generate](generate.md)). " + provenance("generate_quantize", up="../../")
+    )

@@ -1,0 +1,267 @@
+"""Sentences of prose that carry measured figures, rendered from benchmarks/results/*.json.
+
+Each function is one generated block of a page (see report.py's BLOCKS): the prose around a figure
+is written here once, and the figure comes from the results file, so a rerun updates the sentence.
+"""
+
+from __future__ import annotations
+
+from figures_common import load, minutes, provenance, span, table, throughput_row
+from figures_pages import recovered
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def _pct_span(values: list[float]) -> str:
+    """Percentages (already x100) as `12-18%`, or `6%` when they round alike."""
+    return span(values, ".0f") + "%"
+
+
+def compile_memory() -> str:
+    full32, full16 = throughput_row("full", "fp32", "on"), throughput_row("full", "bf16", "on")
+    (lean,) = [r for r in load("train_throughput_reruns")["rows"] if r["experiment"].startswith("lean")]
+    return (
+        "With compile, the bare loop's own memory falls by a third (inductor recomputes element-wise\n"
+        "work instead of saving it), so the margin ftune's hand-written savings give in eager mode\n"
+        "mostly disappears; ftune's compiled runs are still the smallest in absolute terms "
+        f"({full32['ftune_peak_gib']:.2f} and {full16['ftune_peak_gib']:.2f} GiB). Letting the lean "
+        f"RMSNorm/SwiGLU backward (below) run under compile too was tried: full fp32 with compile then peaked "
+        f"at {lean['peak_gib']:.2f} GiB ({lean['peak_gib'] / full32['bare_peak_gib']:.2f}x the bare loop's) but "
+        f"ran {_pct(1 - lean['tok_s'] / full32['ftune_tok_s'])} slower ({lean['tok_s']} tok/s), so compiled "
+        "layers keep inductor's own choices. " + provenance("train_throughput_reruns")
+    )
+
+
+def variants_notes() -> str:
+    slower = []
+    for r in load("train_throughput_variants")["rows"]:
+        if r["method"] == "QLoRA":
+            slower.append(
+                100 * (1 - r["ftune_tok_s"] / throughput_row("lora", r["dtype"], "off")["ftune_tok_s"])
+            )
+    return (
+        "QLoRA dequantizes every NF4 weight for each matmul, forward and backward, hence "
+        f"{_pct_span(slower)} slower than LoRA on CPU (the table above)."
+    )
+
+
+def distributed_notes() -> str:
+    rows = {r["single_method"]: r for r in load("train_throughput_distributed")["rows"]}
+    single = {m: throughput_row(m, "fp32", "off") for m in rows}
+    fall = {m: single[m]["ftune_peak_gib"] - rows[m]["peak_gib_rank0"] for m in rows}
+    cost = [100 * (1 - rows[m]["tok_s"] / single[m]["ftune_tok_s"]) for m in rows]
+    return (
+        "Each rank holds half of the parameters, gradients and optimizer state, so rank 0's peak falls by "
+        f"{fall['full']:.1f} GiB (full) and {fall['lora']:.1f} GiB (LoRA); both ranks together use more than "
+        "one process, each with its own copy of PyTorch and of the layer being gathered. The two ranks share "
+        "the two cores (one thread each), so on one machine distribution costs "
+        f"{_pct_span(cost)} of throughput in communication: it is for testing a set-up here, and for "
+        "speed across machines or GPUs."
+    )
+
+
+def _ablation(setting: str) -> dict[str, dict]:
+    return {r["variant"]: r for r in load("step_ablation")["rows"] if r["setting"] == setting}
+
+
+def attention_backward_rerun() -> str:
+    a = _ablation("full, bf16")
+    rerun = {(r["impl"], r["method"]): r["tok_s"] for r in load("train_throughput_reruns")["rows"]}
+    table_ = {
+        (i, m): throughput_row(m, "bf16", "off")[f"{i}_tok_s"]
+        for i in ("ftune", "bare")
+        for m in ("full", "lora")
+    }
+    worth = [1 - rerun[("ftune", m)] / table_[("ftune", m)] for m in ("full", "lora")]
+    bare = [rerun[("bare", m)] for m in ("full", "lora")]
+    bare_same = all(rerun[("bare", m)] == table_[("bare", m)] for m in ("full", "lora"))
+    return (
+        "The in-process ablation cannot separate the fp32 attention backward from noise "
+        f"({a['all on']['s_per_step']:.2f} against {a['without fp32 attention backward']['s_per_step']:.2f} "
+        f"s/step); end to end it is worth {_pct_span([100 * w for w in worth])}: with it removed, a rerun "
+        f"of the bf16 rows gave {rerun[('ftune', 'full')]} tok/s full and {rerun[('ftune', 'lora')]} LoRA against "
+        f"{table_[('ftune', 'full')]} and {table_[('ftune', 'lora')]} above, while the bare loop's rows gave "
+        f"{bare[0]} and {bare[1]} tok/s{' again' if bare_same else ''}. So it stays. "
+        + provenance("train_throughput_reruns")
+    )
+
+
+def ablation_summary() -> str:
+    def gain(setting: str, variant: str) -> float:
+        a = _ablation(setting)
+        return 100 * (a[variant]["s_per_step"] / a["all on"]["s_per_step"] - 1)
+
+    settings = ("full, fp32", "full, bf16", "LoRA, fp32")
+    speed = [
+        gain(s, v) for s in settings for v in ("without label selection", "without block-skipping attention")
+    ]
+    lean = [
+        100 * (1 - _ablation(s)["all on"]["saved_activations_mib"]
+               / _ablation(s)["without lean RMSNorm/SwiGLU backward"]["saved_activations_mib"])
+        for s in settings
+    ]  # fmt: skip
+    merged = gain("LoRA, fp32", "without the merged-weight LoRA path")
+    return (
+        f"Without label selection or block-skipping attention a step takes {_pct_span(speed)} longer; "
+        f"the lean backward saves {_pct_span(lean)} of the activation memory at no cost in time; without "
+        f"the merged-weight path a LoRA step takes {merged:.0f}% longer. " + provenance("step_ablation")
+    )
+
+
+def why_lora() -> str:
+    p = load("lora_step_profile")["rows"][0]
+    full_s = round(p["full_gemm_tflop"] * 1000 / p["gemm_gflop_s"], 1)
+    lora_s = round(p["lora_gemm_tflop"] * 1000 / p["gemm_gflop_s"], 1)
+    common, adapter = p["common_s_per_step"], p["adapter_s_per_step"]
+    lora_ratio = {(d, c): throughput_row("lora", d, c)["ftune_tok_s"] / throughput_row("full", d, c)["ftune_tok_s"]
+                  for d in ("fp32", "bf16") for c in ("off", "on")}  # fmt: skip
+    bare = [throughput_row("lora", d, c)["bare_tok_s"] / throughput_row("full", d, c)["bare_tok_s"]
+            for d in ("fp32", "bf16") for c in ("off", "on")]  # fmt: skip
+    plain = [v for (d, c), v in lora_ratio.items() if d == "fp32" or c == "off"]
+    return (
+        f"- The decoder's linears do 2 x {p['linear_params_m']}M multiply-adds x {p['tokens']} tokens = "
+        f"{p['linear_forward_gflop']} GFLOP forward. Backward doubles that in a full fine-tune (input and weight "
+        "gradients) and not in LoRA (input gradient only). With the output projection over the labelled "
+        f"positions: {p['full_gemm_tflop']} TFLOP of GEMMs against {p['lora_gemm_tflop']} TFLOP. At the "
+        f"{p['gemm_gflop_s']} GFLOP/s these GEMMs reach here, {full_s} s against {lora_s} s.\n"
+        f"- The adapters' rank-16 GEMMs are skinny and run at {p['adapter_gflop_s_low']}-"
+        f"{p['adapter_gflop_s_high']} GFLOP/s: about {adapter} s a step (after the merged-weight path halved them).\n"
+        "- Everything else is the same in both (attention kernels, norms, activations, RoPE, the optimizer, "
+        f"Python): about {common} s a step in the PyTorch profiler (`torch.profiler`, one step of each recipe's "
+        f"training step), where matrix multiplies are {_pct(p['matmul_share_full'])} of a full step and "
+        f"{_pct(p['matmul_share_lora'])} of a LoRA step.\n\n"
+        f"So the ratio is about ({full_s} + {common}) / ({lora_s} + {adapter} + {common}) = "
+        f"{(full_s + common) / (lora_s + adapter + common):.2f}, against {lora_ratio[('fp32', 'off')]:.2f} measured "
+        f"({span(plain)} without compile or in fp32); even with everything but the GEMMs free it would be "
+        f"{full_s} / {lora_s + adapter:.2f} = {full_s / (lora_s + adapter):.2f}. Reaching the target needs the "
+        "adapters' GEMMs and the common work gone; compile, which fuses much of the common work, comes closest "
+        f"(bf16 with compile: {lora_ratio[('bf16', 'on')]:.2f}x). The bare loop, with the same arithmetic and the "
+        f"textbook LoRA layer, gets {span(bare, unit='x')}. "
+        + provenance("lora_step_profile", "train_throughput")
+    )
+
+
+def optimizer_state() -> str:
+    r = load("optimizer_state_memory")
+    rows = {row["optimizer"]: row for row in r["rows"]}
+    ref = rows["torch.optim.AdamW"]
+    body = table(
+        ["optimizer (`optimizer._component_`)", "state MiB", "bytes / parameter", "vs fp32 AdamW"],
+        [
+            [row["label"], f"{row['state_mib']:.1f}", f"{row['bytes_per_param']:.3f}",
+             f"{row['state_mib'] / ref['state_mib']:.3f}"]
+            for row in r["rows"]
+        ],
+        "lrrr",
+    )  # fmt: skip
+    total = {k: 8 + row["bytes_per_param"] for k, row in rows.items()}  # fp32 weights + fp32 gradients
+    b8, b4 = total["torchao.optim.AdamW8bit"], total["torchao.optim.AdamW4bit"]
+    gib = {k: v * r["parameters"] / 2**30 for k, v in total.items()}
+    gib8b = {k: v * 8e9 / 2**30 for k, v in total.items()}
+    ref_total = total["torch.optim.AdamW"]
+    return (
+        body + "\n\nSo a full fine-tune's weights + gradients + optimizer state fall from "
+        f"{ref_total:.0f} bytes a parameter (fp32 weights, fp32 gradients, fp32 AdamW) to {b8:.1f} with "
+        f"AdamW8bit and {b4:.1f} with AdamW4bit: {gib['torch.optim.AdamW']:.2f} GiB to "
+        f"{gib['torchao.optim.AdamW8bit']:.2f} and {gib['torchao.optim.AdamW4bit']:.2f} GiB for SmolLM2-135M, "
+        f"about {gib8b['torch.optim.AdamW']:.0f} GiB to {gib8b['torchao.optim.AdamW8bit']:.0f} and "
+        f"{gib8b['torchao.optim.AdamW4bit']:.0f} GiB for an 8B model (arithmetic on the bytes a parameter). "
+        "torchao keeps tensors under 4096 elements (norms, biases) in fp32, hence the "
+        f"{rows['torchao.optim.AdamW8bit']['bytes_per_param'] - 2:.3f} and "
+        f"{rows['torchao.optim.AdamW4bit']['bytes_per_param'] - 1:.3f} above 2 and 1. On CPU, torchao compiles its per-parameter step once per parameter shape (about "
+        f"{r['compile_seconds_per_shape']} s each on these 2 cores), so the first step of a run is slow; "
+        "`AdamWBf16State` needs no compile. " + provenance("optimizer_state_memory")
+    )
+
+
+def readme_tests() -> str:
+    t = load("test_suite")["rows"][0]
+    return (
+        "**Tests** (sets up `.venv` if needed, then ruff and the whole default suite on tiny seeded models; "
+        f"at commit {load('test_suite')['commit'][:7]} a clean-clone CI run of its {t['tests']} tests, set-up "
+        f"included, took {minutes(t['total_seconds'])} on an idle 2-core machine, {minutes(t['tests_seconds'])} "
+        "of it tests; `-m slow` adds first-compile and the full world-size-2 matrix). "
+        + provenance("test_suite", up="")
+    )
+
+
+def gemma3_conversion() -> str:
+    (g,) = load("gguf_conversion")["rows"]
+    return (
+        f"The conversion takes about {g['conversion_seconds']} s on this machine's 2 shared cores. "
+        + provenance("gguf_conversion")
+    )
+
+
+def _qat(model: str, seed: str) -> dict:
+    (row,) = [r for r in load("qat_experiment")["rows"] if r["model"] == model and r["seed"] == seed]
+    return row
+
+
+def qat_ptq_cost() -> str:
+    base, ptq = _qat("base, float", "-"), _qat("base, PTQ 8da4w", "-")
+    return (
+        "Quantizing a model after training (post-training quantization, PTQ) costs quality: 8da4w (int8 "
+        "dynamic per-token activations, int4 symmetric weights in groups of 32) raises SmolLM2-135M's word "
+        f"perplexity on our held-out text by {_pct(ptq['word_ppl'] / base['word_ppl'] - 1)} "
+        f"({base['word_ppl']:.1f} to {ptq['word_ppl']:.1f}, [the results](#results)). QAT trains the model "
+        "with that quantization simulated in every forward pass, so that the weights it learns survive being "
+        "quantized for real."
+    )
+
+
+def qat_summary() -> str:
+    seeds = sorted({r["seed"] for r in load("qat_experiment")["rows"]} - {"-"})
+    rec = {s: recovered(s) for s in seeds}
+    word = [rec[s]["word_ppl"] for s in seeds]
+    bpb = [rec[s]["bits_per_byte"] for s in seeds]
+    mean_word, mean_bpb = sum(word) / len(word), sum(bpb) / len(bpb)
+    s0 = seeds[0]
+    full, qat = _qat("full FT, float", s0), _qat("QAT FT, float", s0)
+    conv, base, ptq = (
+        _qat("QAT FT, converted 8da4w", s0),
+        _qat("base, float", "-"),
+        _qat("full FT, PTQ 8da4w", s0),
+    )
+    gap = load("qat_experiment")["loss_gap"]
+    return (
+        f"**QAT recovers {_pct(mean_word)} of the word-perplexity increase that PTQ causes here** "
+        f"({' and '.join(f'{w:.1%}' for w in sorted(word))} for the {len(seeds)} seeds; {_pct(mean_bpb)} in bits "
+        "per byte; torchao: ~68% on Llama-3-8B). Other things the table shows:\n\n"
+        f"- The QAT model is worse in float than the plain fine-tune ({qat['word_ppl']:.1f} against "
+        f"{full['word_ppl']:.1f} word ppl, seed {s0}): it learned weights for the quantized forward, not the "
+        "float one. Deploy it quantized.\n"
+        f"- After 20 QAT steps the converted int4 model is about as good as the float base model was "
+        f"({conv['word_ppl']:.1f} against {base['word_ppl']:.1f}), while PTQ of the plain fine-tune loses more "
+        f"than fine-tuning gained ({ptq['word_ppl']:.1f}).\n"
+        f"- The training losses show the same: at step 1, on the same batch, fake quantization costs "
+        f"{gap['step1_gap']['0']:.2f} nats ({gap['step1_loss']['qat']:.2f} against {gap['step1_loss']['full']:.2f}, "
+        f"seed 0; {gap['step1_gap']['1']:.2f} for seed 1). The gap falls to {gap['steps_2_to_5'][0]:.2f} to "
+        f"{gap['steps_2_to_5'][1]:.2f} within 5 steps and then stays between {gap['after_step_5'][0]:.2f} and "
+        f"{gap['after_step_5'][1]:.2f} nats ({gap['step20']:.2f} at step 20) while the cosine schedule lowers "
+        "the learning rate.\n"
+        f"- Bits per byte recover less than word perplexity ({_pct(mean_bpb)} against {_pct(mean_word)}). Bits "
+        "per byte are linear in the held-out log-likelihood, so their recovered fraction is the share of the "
+        "lost log-likelihood that QAT wins back. Perplexities are exponentials of it, which stretch the larger "
+        "losses, word perplexity most (it divides by the fewest units); the ranking of the models is the same "
+        "in every metric."
+    )
+
+
+def qat_time() -> str:
+    r = load("qat_experiment")
+    total = r["total_seconds"]
+    rows = [[t["step"], t["seed0"], t["seed1"]] for t in r["timing"]]
+    rows.append(["total", *(f"{total[s]} ({total[s] / 60:.1f} min)" for s in ("0", "1"))])
+    tok, peak = r["training"]["tok_s"], r["training"]["peak_gib_per_rank"]
+    return (
+        "Wall time of each step (seconds), with the 1-minute load average before -> after it; "
+        f"{r['load_average']}:\n\n"
+        + table(["step", "seed 0 (with base rows)", "seed 1"], rows, "lll")
+        + f"\n\nTraining ran at a median of {tok['0']['full']} (full) and {tok['0']['qat']} (QAT) tokens/s for "
+        f"seed 0, {tok['1']['full']} and {tok['1']['qat']} for seed 1 (all ranks together). Peak memory, as the "
+        f"recipes log it, was {peak['full']:.1f} GiB per rank for the full fine-tune and {peak['qat']:.1f} GiB "
+        "for QAT. " + provenance("qat_experiment")
+    )

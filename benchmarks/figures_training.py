@@ -1,0 +1,177 @@
+"""The figures of docs/benchmarks.md and of the training recipes' pages, rendered from benchmarks/results/*.json."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from figures_common import load, provenance, span, table, throughput_row
+
+
+def throughput() -> str:
+    rows = [
+        [
+            r["method"],
+            r["dtype"],
+            r["compile"],
+            r["bare_tok_s"],
+            r["ftune_tok_s"],
+            f"{r['ftune_tok_s'] / r['bare_tok_s']:.2f}x",
+            f"{r['bare_peak_gib']:.2f}",
+            f"{r['ftune_peak_gib']:.2f}",
+            f"{r['ftune_peak_gib'] / r['bare_peak_gib']:.2f}",
+        ]
+        for r in load("train_throughput")["rows"]
+    ]
+    header = ["method", "dtype", "compile", "bare tok/s", "ftune tok/s", "ftune / bare"]
+    header += ["bare peak GiB", "ftune peak GiB", "ftune / bare"]
+    return table(header, rows, "lllrrrrrr") + "\n\n" + provenance("train_throughput")
+
+
+def throughput_run() -> str:
+    r = load("train_throughput")
+    return (
+        f"`{r['command']}`, one invocation, {2 * len(r['rows'])} runs (bare and ftune) in {r['wall_minutes']} "
+        "minutes; the LoRA fp32 rows are from a rerun after the last change to the LoRA layer (the merged-weight "
+        "path's break-even, below). tok/s = 2048 / the median step time; peak = the process's peak RSS in GiB."
+    )
+
+
+def lora_over_full() -> str:
+    rows = []
+    for dtype in ("fp32", "bf16"):
+        for c in ("off", "on"):
+            lora, full = throughput_row("lora", dtype, c), throughput_row("full", dtype, c)
+            rows.append(
+                [
+                    dtype,
+                    c,
+                    f"{lora['ftune_tok_s'] / full['ftune_tok_s']:.2f}x",
+                    f"{lora['bare_tok_s'] / full['bare_tok_s']:.2f}x",
+                ]
+            )
+    header = ["dtype", "compile", "ftune LoRA / ftune full", "bare LoRA / bare full"]
+    return table(header, rows, "llrr")
+
+
+def variants() -> str:
+    rows = []
+    for r in load("train_throughput_variants")["rows"]:
+        lora = throughput_row("lora", r["dtype"], "off")
+        same = f"{lora['ftune_tok_s']} tok/s, {lora['ftune_peak_gib']:.2f} GiB"
+        rows.append([r["method"], r["dtype"], r["ftune_tok_s"], f"{r['ftune_peak_gib']:.2f}", same])
+    header = ["method", "dtype", "ftune tok/s", "ftune peak GiB", "LoRA, same dtype, table above"]
+    return table(header, rows, "llrrl") + "\n\n" + provenance("train_throughput_variants")
+
+
+def distributed() -> str:
+    rows = []
+    for r in load("train_throughput_distributed")["rows"]:
+        single = throughput_row(r["single_method"], "fp32", "off")
+        same = f"{single['ftune_tok_s']} tok/s, {single['ftune_peak_gib']:.2f} GiB"
+        rows.append([r["recipe"], r["world_size"], r["tok_s"], f"{r['peak_gib_rank0']:.2f}", same])
+    header = ["recipe", "world size", "tok/s (global)", "peak GiB, rank 0", "single device (table above)"]
+    return table(header, rows, "lrrrl") + "\n\n" + provenance("train_throughput_distributed")
+
+
+def ablation(setting: str) -> Callable[[], str]:
+    def render() -> str:
+        rows = [
+            [r["variant"], f"{r['s_per_step']:.2f}", r["tok_s"], r["saved_activations_mib"]]
+            for r in load("step_ablation")["rows"]
+            if r["setting"] == setting
+        ]
+        return table([setting, "s/step", "tok/s", "saved activations MiB"], rows, "lrrr")
+
+    return render
+
+
+def recipe_full_single() -> str:
+    f32, b16 = throughput_row("full", "fp32", "off"), throughput_row("full", "bf16", "off")
+    return (
+        f"Measured on 2 CPU cores, SmolLM2-135M, 4 x 512 packed tokens a step: {f32['ftune_tok_s']} tok/s and "
+        f"{f32['ftune_peak_gib']:.2f} GiB peak in fp32, {b16['ftune_tok_s']} tok/s and {b16['ftune_peak_gib']:.2f} GiB "
+        f"in bf16, against {f32['bare_tok_s']} and {b16['bare_tok_s']} tok/s ({f32['bare_peak_gib']:.2f} and "
+        f"{b16['bare_peak_gib']:.2f} GiB) for a bare PyTorch loop; compile and the method behind each gain: "
+        "[docs/benchmarks.md](../benchmarks.md). " + provenance("train_throughput", up="../../")
+    )
+
+
+def recipe_lora_single() -> str:
+    lora = throughput_row("lora", "fp32", "off")
+    variants = {r["method"]: r for r in load("train_throughput_variants")["rows"] if r["dtype"] == "fp32"}
+    ratios = [
+        throughput_row("lora", d, c)["ftune_tok_s"] / throughput_row("full", d, c)["ftune_tok_s"]
+        for d in ("fp32", "bf16")
+        for c in ("off", "on")
+    ]
+    return (
+        f"Measured on 2 CPU cores, SmolLM2-135M, 4 x 512 packed tokens a step, fp32: LoRA {lora['ftune_tok_s']} tok/s "
+        f"and {lora['ftune_peak_gib']:.2f} GiB peak (a bare loop with a textbook LoRA layer: {lora['bare_tok_s']} tok/s, "
+        f"{lora['bare_peak_gib']:.2f} GiB), QLoRA {variants['QLoRA']['ftune_tok_s']} tok/s, DoRA "
+        f"{variants['DoRA']['ftune_tok_s']} tok/s; bf16, compile and why LoRA is {min(ratios):.2f}-{max(ratios):.2f}x "
+        "a full fine-tune's speed here, not more: [docs/benchmarks.md](../benchmarks.md). "
+        + provenance("train_throughput", "train_throughput_variants", up="../../")
+    )
+
+
+def _dist(recipe: str) -> tuple[dict, dict]:
+    (row,) = [r for r in load("train_throughput_distributed")["rows"] if r["recipe"] == recipe]
+    return row, throughput_row(row["single_method"], "fp32", "off")
+
+
+def recipe_full_dist() -> str:
+    row, single = _dist("full_finetune_distributed")
+    return (
+        f"Measured at world size 2 on one 2-core machine ([docs/benchmarks.md](../benchmarks.md#two-processes-fsdp2-"
+        f"on-the-same-machine)): rank 0 peaks at {row['peak_gib_rank0']:.2f} GiB against "
+        f"{single['ftune_peak_gib']:.2f} GiB on one device, at {row['tok_s']} tok/s against {single['ftune_tok_s']}. "
+        + provenance("train_throughput_distributed", up="../../")
+    )
+
+
+def recipe_lora_dist() -> str:
+    row, single = _dist("lora_finetune_distributed")
+    return (
+        f"Measured at world size 2 on one 2-core machine: rank 0 peaks at {row['peak_gib_rank0']:.2f} GiB against "
+        f"{single['ftune_peak_gib']:.2f} GiB on one device, at {row['tok_s']} tok/s against {single['ftune_tok_s']} "
+        "([docs/benchmarks.md](../benchmarks.md#two-processes-fsdp2-on-the-same-machine)). "
+        + provenance("train_throughput_distributed", up="../../")
+    )
+
+
+def targets() -> str:
+    """The design's three targets, each against the rows of the throughput table."""
+    rows = load("train_throughput")["rows"]
+    full = [r for r in rows if r["method"] == "full"]
+    speed = [r["ftune_tok_s"] / r["bare_tok_s"] for r in full]
+    cases = [(d, c) for d in ("fp32", "bf16") for c in ("off", "on")]
+    lora = {
+        case: throughput_row("lora", *case)["ftune_tok_s"] / throughput_row("full", *case)["ftune_tok_s"]
+        for case in cases
+    }
+    best = max(lora, key=lora.get)
+    mem = {(r["method"], r["compile"]): [] for r in rows}
+    for r in rows:
+        mem[(r["method"], r["compile"])].append(r["ftune_peak_gib"] / r["bare_peak_gib"])
+    eager = mem[("full", "off")] + mem[("lora", "off")]
+    yes_no = {True: "**yes**", False: "**no**"}
+    memory = [
+        f"{yes_no[max(v) <= 0.75]} for {m} with compile {c} ({', '.join(f'{x:.2f}' for x in v)})"
+        for (m, c), v in sorted(mem.items())
+    ]
+    table_rows = [
+        [
+            "full fine-tune >= 1.05x the bare loop's tokens/s",
+            f"{yes_no[min(speed) >= 1.05]}: {span(speed, unit='x')} in all {len(speed)} settings",
+        ],
+        [
+            "LoRA >= 1.4x the full fine-tune's tokens/s",
+            f"{yes_no[min(lora.values()) >= 1.4]}: {span(list(lora.values()), unit='x')} (best: {best[0]} with "
+            f"compile {best[1]})",
+        ],
+        [
+            "peak memory <= 0.75x the bare loop's",
+            f"without compile {span(eager)}; " + "; ".join(memory),
+        ],
+    ]
+    return table(["target", "reached"], table_rows, "ll")
