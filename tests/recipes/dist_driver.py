@@ -21,12 +21,18 @@ import torch.distributed as dist
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "assets")]
 
+import features  # noqa: E402
 from conftest import load_recipe  # noqa: E402
 from features import CHECKS, read_log  # noqa: E402
 from mutants import mutant_named, outcome  # noqa: E402
 from tiny_checkpoint import tiny_overrides  # noqa: E402
 
 from ftune.config import load_config  # noqa: E402
+
+# The compile check here captures each layer with dynamo and runs its graph as is: two processes
+# tracing through FSDP2's hooks and AOTAutograd cost 1-2 minutes a recipe on 2 cores. The
+# single-device run checks AOTAutograd (aot_eager), and `-m slow` inductor.
+features.COMPILE_BACKEND = "eager"
 
 
 def main() -> None:

@@ -31,6 +31,8 @@ from spies import (
 from ftune.checkpointing.atomic import is_complete
 
 VOCAB = 320  # tests/assets/tiny_checkpoint.py SIZES["vocab_size"]
+# The backend of the compile check: the torchrun driver sets "eager" (see tests/recipes/dist_driver.py).
+COMPILE_BACKEND = "aot_eager"
 
 
 def read_log(output_dir: Path) -> list[dict]:
@@ -65,8 +67,8 @@ def _assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor],
 
 
 def grad_accumulation(run, tmp_path):
-    one, _ = run("max_steps=3", "batch_size=4", "grad_accum_steps=1", output_dir=tmp_path / "one")
-    two, _ = run("max_steps=3", "batch_size=2", "grad_accum_steps=2", output_dir=tmp_path / "two")
+    one, _ = run("max_steps=2", "batch_size=4", "grad_accum_steps=1", output_dir=tmp_path / "one")
+    two, _ = run("max_steps=2", "batch_size=2", "grad_accum_steps=2", output_dir=tmp_path / "two")
     # Token-normalised: 2 micro-batches of 2 are exactly one batch of 4 (same samples, same order).
     assert _column(two, "tokens_trained") == _column(one, "tokens_trained"), "a step did not see 4 samples"
     assert losses(two) == pytest.approx(losses(one), rel=1e-5)
@@ -88,7 +90,7 @@ def grad_clipping(run, tmp_path):
     assert delta == pytest.approx(clip, rel=1e-3), "SGD with lr 1: the update must be the clipped gradient"
 
 
-def compile(run, tmp_path, backend="aot_eager"):
+def compile(run, tmp_path, backend=None):
     """Every decoder layer and the loss run as compiled graphs, and the step equals eager.
 
     The default run compiles with `aot_eager`: dynamo captures each layer's graph and AOTAutograd
@@ -98,7 +100,7 @@ def compile(run, tmp_path, backend="aot_eager"):
     """
     fixed = ("max_steps=1", "loss.num_chunks=1")
     eager, _ = run(*fixed, output_dir=tmp_path / "eager")
-    with torch_compile(backend) as compiled, models_run() as models:
+    with torch_compile(backend or COMPILE_BACKEND) as compiled, models_run() as models:
         logs, _ = run(*fixed, "compile=true", output_dir=tmp_path / "compiled")
     by_target = {id(c.target): c for c in compiled}
     for i, layer in enumerate(models[-1].layers):
@@ -126,18 +128,18 @@ def activation_checkpointing(run, tmp_path):
 
 
 def optimizer_in_backward(run, tmp_path):
-    plain = ("max_steps=3", "clip_grad_norm=null", "lr_scheduler.num_warmup_steps=0")  # step 1 moves too
+    plain = ("max_steps=2", "clip_grad_norm=null", "lr_scheduler.num_warmup_steps=0")  # step 1 moves too
     normal, a = run(*plain, output_dir=tmp_path / "normal")
     with models_run() as models, backward_calls(models) as calls:
         bwd, b = run(*plain, "optimizer_in_backward=true", output_dir=tmp_path / "bwd")
-    assert len(calls) == 3, f"{len(calls)} backward calls for 3 steps"
+    assert len(calls) == 2, f"{len(calls)} backward calls for 2 steps"
     for call in calls:  # stepped and freed inside backward: no gradient outlives it
         assert call.grads_left == 0, f"{call.grads_left} of {call.params} gradients left after backward"
         assert call.params_changed == call.params, (
             f"{call.params_changed} of {call.params} stepped in backward"
         )
     assert losses(bwd) == pytest.approx(losses(normal), rel=1e-5)  # the same update as optimizer.step()
-    _assert_same_weights(_weights(b / "step_3"), _weights(a / "step_3"), rtol=1e-5)
+    _assert_same_weights(_weights(b / "step_2"), _weights(a / "step_2"), rtol=1e-5)
 
 
 def chunked_loss(run, tmp_path):
@@ -182,41 +184,41 @@ def packing(run, tmp_path):
 
 
 def validation(run, tmp_path):
-    plain, _ = run("max_steps=4", output_dir=tmp_path / "plain")
-    logs, _ = run("max_steps=4", "run_val_every_n_steps=2", "max_val_batches=2", output_dir=tmp_path / "v")
+    plain, _ = run("max_steps=3", output_dir=tmp_path / "plain")
+    logs, _ = run("max_steps=3", "run_val_every_n_steps=2", "max_val_batches=2", output_dir=tmp_path / "v")
     val = {r["step"]: r["val_loss"] for r in logs if "val_loss" in r}
-    assert sorted(val) == [2, 4], f"val_loss logged at steps {sorted(val)}"
-    assert all(math.isfinite(v) for v in val.values()) and val[2] != val[4]
+    assert sorted(val) == [2], f"val_loss logged at steps {sorted(val)}"
+    assert math.isfinite(val[2]) and val[2] != losses(logs)[1]  # the held-out split, not the step's batch
     assert losses(logs) == losses(plain)  # evaluating leaves training (mode, RNG, data order) untouched
 
 
 def step_checkpointing(run, tmp_path):
     _, out = run(
-        "max_steps=5",
-        "save_every_n_steps=2",
+        "max_steps=3",
+        "save_every_n_steps=1",
         "checkpointer.keep_last_n_checkpoints=2",
         output_dir=tmp_path / "s",
     )
     kept = sorted(p.name for p in out.glob("step_*"))
-    assert kept == ["step_4", "step_5"], f"step folders: {kept}"  # step_2 pruned
+    assert kept == ["step_2", "step_3"], f"step folders: {kept}"  # step_1 pruned
     assert all(is_complete(out / k) for k in kept)
-    assert (out / "step_4" / "recipe_state.pt").is_file()
+    assert (out / "step_2" / "recipe_state.pt").is_file()
 
 
 def resume(run, tmp_path):
-    straight, a = run("max_steps=4", output_dir=tmp_path / "a")
-    first, b = run("max_steps=4", "save_every_n_steps=2", output_dir=tmp_path / "b")
-    shutil.rmtree(b / "step_4", ignore_errors=True)  # every rank runs this
+    straight, a = run("max_steps=3", output_dir=tmp_path / "a")
+    first, b = run("max_steps=3", "save_every_n_steps=2", output_dir=tmp_path / "b")
+    shutil.rmtree(b / "step_3", ignore_errors=True)  # every rank runs this
     shutil.rmtree(b / "logs", ignore_errors=True)
-    second, _ = run("max_steps=4", "checkpointer.resume_from_checkpoint=auto", output_dir=b)
+    second, _ = run("max_steps=3", "checkpointer.resume_from_checkpoint=auto", output_dir=b)
     assert losses(first)[:2] + losses(second) == losses(straight)
-    wa, wb = _weights(a / "step_4"), _weights(b / "step_4")
+    wa, wb = _weights(a / "step_3"), _weights(b / "step_3")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def metric_logging(run, tmp_path):
-    logs, out = run("max_steps=3", output_dir=tmp_path / "m")
-    assert [r["step"] for r in logs] == [1, 2, 3], f"logged steps: {[r['step'] for r in logs]}"
+    logs, out = run("max_steps=2", output_dir=tmp_path / "m")
+    assert [r["step"] for r in logs] == [1, 2], f"logged steps: {[r['step'] for r in logs]}"
     assert all({"loss", "lr", "tokens_per_second", "peak_memory_gib"} <= r.keys() for r in logs)
     assert all(math.isfinite(x) for x in losses(logs))
 
@@ -280,11 +282,11 @@ def qat_off(run, tmp_path):
 def qat(run, tmp_path):
     """Fake quantization is off for the first fake_quant_after_n_steps steps and on from then on."""
     on, _ = run("max_steps=1", output_dir=tmp_path / "on")  # on from the start (null)
-    late, _ = run("max_steps=3", "fake_quant_after_n_steps=2", output_dir=tmp_path / "late")
-    float_only, _ = run("max_steps=3", "fake_quant_after_n_steps=100", output_dir=tmp_path / "float")
+    late, _ = run("max_steps=2", "fake_quant_after_n_steps=1", output_dir=tmp_path / "late")
+    float_only, _ = run("max_steps=2", "fake_quant_after_n_steps=100", output_dir=tmp_path / "float")
     assert losses(late)[0] != pytest.approx(losses(on)[0], rel=1e-6), "step 1 was fake-quantized"
-    assert losses(late)[:2] == pytest.approx(losses(float_only)[:2], rel=1e-6), "steps 1-2 not float"
-    assert losses(late)[2] != pytest.approx(losses(float_only)[2], rel=1e-6), "step 3 not fake-quantized"
+    assert losses(late)[0] == pytest.approx(losses(float_only)[0], rel=1e-6), "step 1 was not float"
+    assert losses(late)[1] != pytest.approx(losses(float_only)[1], rel=1e-6), "step 2 not fake-quantized"
 
 
 def fsdp2(run, tmp_path):

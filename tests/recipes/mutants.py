@@ -25,11 +25,11 @@ import torch.nn.functional as F
 from features import CHECKS
 
 import ftune.data.packing
+import ftune.peft
 import ftune.peft.lora
 import ftune.quantization
 from ftune import training
 from ftune.peft import DoRALinear, LoRALinear
-from ftune.peft.nf4 import frozen_linear
 
 Patch = Callable[[pytest.MonkeyPatch], None]
 
@@ -90,6 +90,16 @@ def _no_switch(real):
     return enable_fake_quant
 
 
+def _train_everything(real):
+    def apply_lora(model, **kwargs):
+        swapped = real(model, **kwargs)
+        for p in model.parameters():
+            p.requires_grad_(p.dtype.is_floating_point)
+        return swapped
+
+    return apply_lora
+
+
 def _noop(result: Callable[..., Any]):
     return lambda real: result
 
@@ -118,11 +128,6 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
             "compile_model_noop",
             "training.compile_model",
             _wrap(training, "compile_model", _noop(lambda m, **k: None)),
-        ),
-        Mutant(
-            "compile_loss_noop",
-            "training.compile_loss",
-            _wrap(training, "compile_loss", _noop(lambda f, **k: f)),
         ),
     ),
     "activation_checkpointing": (
@@ -201,9 +206,9 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
     ),
     "lora": (
         Mutant(
-            "lora_adapter_output_dropped",
-            "ftune.peft.LoRALinear.forward",
-            _wrap(LoRALinear, "forward", _noop(lambda self, x: frozen_linear(x, self.weight, self.bias))),
+            "lora_base_not_frozen",
+            "ftune.peft.apply_lora",
+            _wrap(ftune.peft, "apply_lora", _train_everything),
         ),
     ),
     "qlora": (
