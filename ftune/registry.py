@@ -10,12 +10,38 @@ import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The states of a (recipe, feature) cell. YES is a promise kept by tests: the feature has a check
+# of its effect that runs in the default test run, and a mutant that makes the check fail
+# (tests/recipes/test_mutation.py). The other states carry their reason after the prefix.
 YES = "yes"
+NA = "n/a"
+GPU_ONLY = "gpu-only"
 
 
 def na(reason: str) -> str:
     """Mark a feature "not applicable" to a recipe, with the reason (shown in the feature matrix)."""
-    return f"n/a: {reason}"
+    return f"{NA}: {reason}"
+
+
+def gpu_only(reason: str) -> str:
+    """Mark a feature that only has an effect on a GPU: the CPU machines the tests run on cannot check it,
+    so it is never shown as ✓. The reason is shown in the feature matrix."""
+    return f"{GPU_ONLY}: {reason}"
+
+
+def state(value: str) -> str:
+    """The state of a cell: YES, NA, GPU_ONLY, or "" for a feature the recipe does not declare."""
+    if value == YES:
+        return YES
+    for prefix in (NA, GPU_ONLY):
+        if value.startswith(f"{prefix}: "):
+            return prefix
+    return ""
+
+
+def reason(value: str) -> str:
+    """The reason of an NA or GPU_ONLY cell ("" for the others)."""
+    return value.split(": ", 1)[1] if state(value) in (NA, GPU_ONLY) else ""
 
 
 # Feature names: each has a section in docs/glossary.md (a test checks it).
@@ -51,8 +77,8 @@ _SFT_COMMON = {
     "grad_clipping": YES,
     "compile": YES,
     "activation_checkpointing": YES,
-    "activation_offloading": na(
-        "GPU-only: moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
+    "activation_offloading": gpu_only(
+        "moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
         "and refuses it (the test machines have no GPU)"
     ),
     "chunked_loss": YES,
@@ -75,7 +101,13 @@ _SINGLE = {
     "fsdp2": na("one device: nothing to shard"),
     "cpu_offload": na("one device: FSDP2's offload needs the distributed recipe"),
 }
-_DIST = {"fsdp2": YES, "cpu_offload": YES}
+_DIST = {
+    "fsdp2": YES,
+    "cpu_offload": gpu_only(
+        "FSDP2's CPU offload moves parameters and optimizer state off the accelerator; on a CPU-only "
+        "machine (the test machines) they are on the CPU already and the setting changes nothing"
+    ),
+}
 _NO_QAT = {"qat": na("use qat_distributed")}
 _OPT_BWD = {"optimizer_in_backward": YES}
 _NO_OPT_BWD_DIST = {

@@ -40,8 +40,11 @@ def recipe_table() -> str:
     return "\n".join(lines)
 
 
+_CELL = {registry.NA: "n/a", registry.GPU_ONLY: "GPU only"}
+
+
 def feature_matrix() -> str:
-    """Features as rows, recipes as columns: ✓ supported, n/a with a numbered reason, blank otherwise."""
+    """Features as rows, recipes as columns: ✓, n/a or GPU only with a numbered reason, blank otherwise."""
     names = list(registry.RECIPES)
     reasons: list[str] = []  # numbered in order of first use, shared by every cell that gives it
     lines = [
@@ -52,18 +55,19 @@ def feature_matrix() -> str:
         cells = [f"[{feature}](../glossary.md#{feature})"]
         for name in names:
             value = registry.RECIPES[name].features.get(feature, "")
-            if value == registry.YES:
+            state = registry.state(value)
+            if state == registry.YES:
                 cells.append("✓")
-            elif value.startswith("n/a"):
-                reason = value.removeprefix("n/a").lstrip(": ").strip()
+            elif state in _CELL:
+                reason = registry.reason(value)
                 if reason not in reasons:
                     reasons.append(reason)
-                cells.append("n/a" + str(reasons.index(reason) + 1).translate(_SUPERSCRIPT))
+                cells.append(_CELL[state] + str(reasons.index(reason) + 1).translate(_SUPERSCRIPT))
             else:
                 cells.append("")
         lines.append(_row(cells))
     notes = [f"{i}. {reason}" for i, reason in enumerate(reasons, start=1)]
-    return "\n".join(lines) + "\n\nNot applicable, because:\n\n" + "\n".join(notes)
+    return "\n".join(lines) + "\n\nNot applicable, or GPU only, because:\n\n" + "\n".join(notes)
 
 
 def recipes_index_markdown() -> str:
@@ -73,7 +77,11 @@ def recipes_index_markdown() -> str:
         Markdown, without the markers, ending in a newline.
     """
     legend = (
-        "✓: supported. n/a: deliberately not supported, for the numbered reason below the table. "
+        "✓: supported. In the five training recipes every ✓ is checked: a test runs the recipe with the "
+        "feature on and asserts its effect, and fails when the feature's code is replaced by a no-op "
+        "(tests/recipes/test_mutation.py). "
+        "n/a: deliberately not supported, for the numbered reason below the table. GPU only: has an "
+        "effect on GPU machines only, so the CPU test machines cannot check it (reason below). "
         "Blank: not a feature of that kind of recipe. Each feature links to its glossary entry."
     )
     return (

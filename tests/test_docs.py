@@ -96,13 +96,15 @@ def test_generated_block_shows_every_recipe_feature_and_reason():
         assert f"`{recipe.default_config}`" in block
         for value in recipe.features.values():
             if value != registry.YES:
-                assert value.removeprefix("n/a: ") in block, value
+                assert registry.reason(value) in block, value
     for feature in registry.FEATURES:
         assert f"[{feature}](../glossary.md#{feature})" in block
     # One row per feature, one column per recipe (plus the feature column).
     rows = [line for line in block.splitlines() if line.startswith("| [") and "glossary.md" in line]
     assert len(rows) == len(registry.FEATURES)
     assert {row.count(" | ") for row in rows} == {len(registry.RECIPES)}
+    cpu_offload = next(row for row in rows if row.startswith("| [cpu_offload]"))
+    assert "GPU only" in cpu_offload and "✓" not in cpu_offload
 
 
 def test_registry_docs_does_not_import_torch():
@@ -158,7 +160,11 @@ def test_features_section_lists_exactly_the_supported_features(recipe):
     body = page_sections(recipe).get("Features")
     assert body is not None, f"docs/recipes/{recipe}.md has no '## Features' section"
     listed = set(GLOSSARY_LINK.findall(body))
-    supported = {f for f, v in registry.RECIPES[recipe].features.items() if v == registry.YES}
+    supported = {
+        f
+        for f, v in registry.RECIPES[recipe].features.items()
+        if registry.state(v) in (registry.YES, registry.GPU_ONLY)
+    }
     assert listed == supported, (
         f"docs/recipes/{recipe}.md lists features {sorted(listed)}, ftune/registry.py declares "
         f"{sorted(supported)}: add {sorted(supported - listed)}, remove {sorted(listed - supported)}."

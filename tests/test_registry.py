@@ -40,7 +40,8 @@ def test_features_are_known_and_sibling_gaps_have_reasons():
     for recipe in registry.RECIPES.values():
         assert set(recipe.features) <= set(registry.FEATURES), recipe.name
         for value in recipe.features.values():
-            assert value == registry.YES or value.startswith("n/a: "), value
+            assert registry.state(value) in (registry.YES, registry.NA, registry.GPU_ONLY), value
+            assert registry.state(value) == registry.YES or registry.reason(value), value
     sft = [r for r in registry.RECIPES.values() if {"full", "lora", "qat_full"} & set(r.methods)]
     union = set().union(*(r.features for r in sft))
     for recipe in sft:
@@ -70,3 +71,19 @@ def test_shipped_fine_tuning_configs_match_their_generator():
     script = Path(__file__).parents[1] / "scripts" / "make_configs.py"
     proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_cpu_offload_is_gpu_only_not_yes():
+    """On the CPU test machines FSDP2's CPU offload changes nothing, so it cannot be a checked ✓."""
+    for name in ("full_finetune_distributed", "lora_finetune_distributed", "qat_distributed"):
+        value = registry.RECIPES[name].features["cpu_offload"]
+        assert registry.state(value) == registry.GPU_ONLY, value
+        assert "CPU" in registry.reason(value)
+
+
+def test_cell_states_and_reasons():
+    assert registry.state(registry.YES) == registry.YES
+    assert registry.state(registry.na("why")) == registry.NA and registry.reason(registry.na("why")) == "why"
+    assert registry.state(registry.gpu_only("x: y")) == registry.GPU_ONLY
+    assert registry.reason(registry.gpu_only("x: y")) == "x: y"
+    assert registry.state("") == "" and registry.reason(registry.YES) == ""

@@ -6,16 +6,17 @@ import argparse
 
 from ftune import registry
 
+_CELL = {registry.YES: "✓", registry.NA: "n/a", registry.GPU_ONLY: "gpu-only", "": ""}
+
 
 def feature_matrix() -> list[list[str]]:
-    """Rows of the feature matrix: header, then one row per feature (✓, n/a, or blank)."""
+    """Rows of the feature matrix: header, then one row per feature (✓, n/a, gpu-only, or blank)."""
     names = list(registry.RECIPES)
     rows = [["feature", *names]]
     for feature in registry.FEATURES:
         row = [feature]
         for name in names:
-            value = registry.RECIPES[name].features.get(feature, "")
-            row.append("✓" if value == registry.YES else ("n/a" if value.startswith("n/a") else ""))
+            row.append(_CELL[registry.state(registry.RECIPES[name].features.get(feature, ""))])
         rows.append(row)
     return rows
 
@@ -41,6 +42,8 @@ def main(argv: list[str]) -> int:
         print()
         print(_table(feature_matrix()))
         print(
-            "\nn/a: not applicable to that recipe (reasons in docs/recipes/index.md); features: docs/glossary.md"
+            "\n✓: supported (checked by a test of its effect in the training recipes). n/a: not applicable to that recipe. gpu-only: has an "
+            "effect on GPU machines only, not checked by the (CPU) test suite. Reasons: docs/recipes/index.md; "
+            "features: docs/glossary.md"
         )
     return 0

@@ -38,15 +38,23 @@ def _nf4_module():
     )
 
 
+# The NF4Tensor classes seen so far in sys.modules (see is_nf4).
+_NF4_TYPES: list[type] = []
+
+
 def is_nf4(tensor: torch.Tensor | None) -> bool:
     """True when `tensor` is a torchao NF4Tensor (also when wrapped as an nn.Parameter)."""
     # An NF4Tensor can only exist once torchao's module is imported, so checking sys.modules first
-    # keeps plain LoRA free of the (slow) torchao import.
-    for name in _NF4_MODULES:
-        module = sys.modules.get(name)
-        if module is not None and isinstance(tensor, module.NF4Tensor):
-            return True
-    return False
+    # keeps plain LoRA free of the (slow) torchao import. Only in eager code, though: traced by
+    # torch.compile (LoRALinear.forward calls this), reading sys.modules makes dynamo guard on the
+    # length of sys.modules, so any later import anywhere recompiles every compiled layer. Compiled
+    # code checks the classes an eager call (the layer's constructor, at the latest) recorded.
+    if not torch.compiler.is_compiling():
+        for name in _NF4_MODULES:
+            module = sys.modules.get(name)
+            if module is not None and module.NF4Tensor not in _NF4_TYPES:
+                _NF4_TYPES.append(module.NF4Tensor)
+    return any(isinstance(tensor, cls) for cls in _NF4_TYPES)
 
 
 def check_nf4_shape(weight: torch.Tensor, *, name: str = "weight") -> None:

@@ -24,6 +24,8 @@ def test_ls_lists_recipes_and_default_configs(ftune_cli):
 def test_ls_features_matrix(ftune_cli):
     out = ftune_cli("ls", "--features").stdout
     assert "grad_accumulation" in out and "n/a" in out and "✓" in out
+    row = next(line for line in out.splitlines() if line.startswith("cpu_offload"))
+    assert "gpu-only" in row and "✓" not in row
 
 
 def test_ls_does_not_import_torch():

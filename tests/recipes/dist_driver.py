@@ -4,11 +4,15 @@ per run would cost ~10 s each). Writes {case: "ok" | error} as JSON on rank 0.
     torchrun --nproc_per_node 2 dist_driver.py <recipe> <config> <workdir> <checkpoint> <case>...
 
 Cases are feature names from tests/recipes/features.py, plus "losses" (4 steps at batch_size 2 per
-rank, logs kept in <workdir>/losses for the test to compare with the single-device run).
+rank, logs kept in <workdir>/losses for the test to compare with the single-device run), plus
+"<feature>@<mutant>": the feature's check under that mutant of tests/recipes/mutants.py, whose
+result is "killed: ...", "survived" or "error: ..." (the mutation test of the distributed recipes).
+Each case's wall time goes to <workdir>/timings.json.
 """
 
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -17,11 +21,18 @@ import torch.distributed as dist
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "assets")]
 
+import features  # noqa: E402
 from conftest import load_recipe  # noqa: E402
 from features import CHECKS, read_log  # noqa: E402
+from mutants import mutant_named, outcome  # noqa: E402
 from tiny_checkpoint import tiny_overrides  # noqa: E402
 
 from ftune.config import load_config  # noqa: E402
+
+# The compile check here captures each layer with dynamo and runs its graph as is: two processes
+# tracing through FSDP2's hooks and AOTAutograd cost 1-2 minutes a recipe on 2 cores. The
+# single-device run checks AOTAutograd (aot_eager), and `-m slow` inductor.
+features.COMPILE_BACKEND = "eager"
 
 
 def main() -> None:
@@ -38,20 +49,27 @@ def main() -> None:
         dist.barrier()
         return read_log(output_dir), output_dir
 
-    results = {}
+    results, timings = {}, {}
     for case in cases:
-        out = workdir / case
+        out = workdir / case.replace("@", "_")
+        start = time.perf_counter()
         try:
-            if case == "losses":
-                run("max_steps=4", output_dir=out)
+            if "@" in case:
+                feature, name = case.split("@")
+                results[case] = outcome(feature, mutant_named(feature, name), run, out)
             else:
-                CHECKS[case](run, out)
-            results[case] = "ok"
+                if case == "losses":
+                    run("max_steps=4", output_dir=out)
+                else:
+                    CHECKS[case](run, out)
+                results[case] = "ok"
         except Exception:  # noqa: BLE001 - reported to the test, which fails with it
             results[case] = traceback.format_exc(limit=6)
+        timings[case] = round(time.perf_counter() - start, 2)
         dist.barrier()
     if dist.get_rank() == 0:
         (workdir / "results.json").write_text(json.dumps(results, indent=2))
+        (workdir / "timings.json").write_text(json.dumps(timings, indent=2))
     dist.destroy_process_group()
 
 

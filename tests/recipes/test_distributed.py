@@ -1,7 +1,8 @@
-"""The distributed recipes at world size 2 on CPU (gloo): equal to single device, exact resume, every feature.
+"""The distributed recipes at world size 2 on CPU (gloo): equal to single device, exact resume, every
+declared feature with its effect checked, and every feature's mutants killed.
 
-Each recipe is launched once with torchrun (tests/recipes/dist_driver.py runs all its cases in one
-process group); the per-case results are then checked here, one test per case.
+Each recipe is launched once with torchrun (tests/recipes/dist_driver.py runs all its cases, checks
+and mutant runs, in one process group); the per-case results are then checked here, one test per case.
 """
 
 import json
@@ -25,20 +26,6 @@ RECIPES = {
     "lora_finetune_distributed": ("smollm2/135M_lora", "lora_finetune_single_device"),
     "qat_distributed": ("smollm2/135M_qat_full", "full_finetune_single_device"),
 }
-SLOW = {"compile"}  # first torch.compile on 2 CPU cores takes minutes: run with -m slow
-# At world size 2, each launch costs ~1-3 minutes on 2 CPU cores. full_finetune_distributed runs
-# every declared feature by default; the LoRA and QAT recipes are the same lines by construction
-# (tests/recipes/test_skeleton.py), so by default they run the features that differ (adapters,
-# fake quantization), exact resume and the loss equality; `-m slow` runs all of them at world size 2.
-DEFAULT = {
-    "full_finetune_distributed": None,  # all
-    "lora_finetune_distributed": {"lora", "dora", "resume", "fsdp2"},
-    "qat_distributed": {"qat", "resume", "fsdp2"},
-}
-
-
-def is_slow(recipe, feature):
-    return feature in SLOW or (DEFAULT[recipe] is not None and feature not in DEFAULT[recipe])
 
 
 def features(recipe):
@@ -57,16 +44,26 @@ def _checks():
     return CHECKS
 
 
+def _mutants():
+    sys.path.insert(0, str(HERE))
+    from mutants import MUTANTS
+
+    return MUTANTS
+
+
+def mutant_cases(recipe):
+    return [f"{f}@{m.name}" for f in features(recipe) for m in _mutants()[f]]
+
+
 @pytest.fixture(scope="module")
-def launched(tiny_checkpoint, tmp_path_factory, request):
+def launched(tiny_checkpoint, tmp_path_factory):
     """recipe -> (results, workdir), launching each recipe's driver once (lazily)."""
     cache = {}
-    include_slow = "not slow" not in (request.config.getoption("-m") or "")
 
     def get(recipe):
         if recipe not in cache:
             workdir = tmp_path_factory.mktemp(recipe)
-            cases = ["losses", *[f for f in features(recipe) if include_slow or not is_slow(recipe, f)]]
+            cases = ["losses", *features(recipe), *mutant_cases(recipe)]
             if recipe == "qat_distributed":
                 cases.append("qat_off")
             if recipe == "lora_finetune_distributed":
@@ -86,7 +83,7 @@ def launched(tiny_checkpoint, tmp_path_factory, request):
                 *cases,
             ]
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
             results_file = workdir / "results.json"
             assert results_file.exists(), f"driver failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
             cache[recipe] = (json.loads(results_file.read_text()), workdir)
@@ -95,16 +92,17 @@ def launched(tiny_checkpoint, tmp_path_factory, request):
     return get
 
 
-CASES = [(r, f) for r in RECIPES for f in features(r)]
-
-
-@pytest.mark.parametrize(
-    "recipe, feature",
-    [pytest.param(r, f, marks=[pytest.mark.slow] if is_slow(r, f) else []) for r, f in CASES],
-)
+@pytest.mark.parametrize("recipe, feature", [(r, f) for r in RECIPES for f in features(r)])
 def test_feature_at_world_size_2(recipe, feature, launched):
     results, _ = launched(recipe)
     assert results.get(feature) == "ok", results.get(feature, "not run")
+
+
+@pytest.mark.parametrize("recipe, case", [(r, c) for r in RECIPES for c in mutant_cases(r)])
+def test_mutant_killed_at_world_size_2(recipe, case, launched):
+    results, _ = launched(recipe)
+    result = results.get(case, "not run")
+    assert result.startswith("killed"), f"{recipe}: the {case.replace('@', ' check under mutant ')}: {result}"
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

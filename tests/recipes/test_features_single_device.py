@@ -1,7 +1,7 @@
 """Every feature the registry declares for a single-device recipe, switched on, with its effect checked."""
 
 import pytest
-from features import CHECKS
+from features import CHECKS, compile
 
 from ftune import registry
 
@@ -10,7 +10,7 @@ RECIPES = {
     "lora_finetune_single_device": "smollm2/135M_lora",
 }
 CASES = [
-    pytest.param(recipe, feature, marks=[pytest.mark.slow] if feature == "compile" else [])
+    (recipe, feature)
     for recipe in RECIPES
     for feature, support in registry.RECIPES[recipe].features.items()
     if support == registry.YES
@@ -28,3 +28,18 @@ def test_feature(recipe, feature, run_recipe, tmp_path):
         return run_recipe(recipe, RECIPES[recipe], *overrides, output_dir=output_dir)
 
     CHECKS[feature](run, tmp_path)
+
+
+@pytest.mark.slow
+def test_compile_with_inductor(run_recipe, tmp_path):
+    """The compile check with torch.compile's default backend (C++ code generation: minutes on 2 cores)."""
+
+    def run(*overrides, output_dir):
+        return run_recipe(
+            "full_finetune_single_device",
+            RECIPES["full_finetune_single_device"],
+            *overrides,
+            output_dir=output_dir,
+        )
+
+    compile(run, tmp_path, backend="inductor")

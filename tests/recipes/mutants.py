@@ -1,0 +1,288 @@
+"""The mutation table of the feature matrix: feature -> (check, mutants).
+
+A mutant replaces a feature's primitive with a no-op or with the plain alternative, through
+monkeypatch, the way a recipe that silently stopped using the feature would behave. For every
+(recipe, feature) cell marked ✓ in ftune/registry.py, the feature's check must FAIL (an
+AssertionError) under each of its mutants: a ✓ whose check survives its mutant is not earned.
+tests/recipes/test_mutation.py runs this for the single-device recipes; the distributed recipes
+run their mutants inside their one torchrun launch (tests/recipes/dist_driver.py).
+
+Targets are what recipes look up at call time (`training.X`, `torch.nn.utils.clip_grad_norm_`)
+or methods and functions of library classes and modules, never a recipe file.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from features import CHECKS
+
+import ftune.data.packing
+import ftune.peft
+import ftune.peft.lora
+import ftune.quantization
+from ftune import training
+from ftune.peft import DoRALinear, LoRALinear
+
+Patch = Callable[[pytest.MonkeyPatch], None]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One way a feature can silently vanish: `apply` patches it in, `target` says where."""
+
+    name: str
+    target: str
+    apply: Patch
+
+
+def _wrap(owner: Any, attr: str, make: Callable[[Any], Any]) -> Patch:
+    """A patch replacing `owner.attr` by `make(original)` (looked up when the patch is applied)."""
+
+    def apply(mp: pytest.MonkeyPatch) -> None:
+        mp.setattr(owner, attr, make(getattr(owner, attr)))
+
+    return apply
+
+
+def _full_logits_cross_entropy(self, weight, hidden, labels):
+    """ChunkedCrossEntropyLoss.forward as plain cross-entropy: the whole fp32 logits at once."""
+    logits = F.linear(hidden, weight).float()  # (b, s, vocab)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1), labels.flatten(), ignore_index=self.ignore_index, reduction="sum"
+    )
+    return loss, int((labels != self.ignore_index).sum())
+
+
+def _one_sample_per_row(real):
+    def pack_sequences(tokens, labels, **kwargs):
+        rows = [real([t], [y], **kwargs) for t, y in zip(tokens, labels)]
+        return {k: __import__("numpy").concatenate([r[k] for r in rows]) for k in rows[0]}
+
+    return pack_sequences
+
+
+class _ForgetfulLoader:
+    """Stands in for the loader in `restore`: takes the saved position and drops it."""
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def _restore_without_loader(real):
+    def restore(state, **objects):
+        return real(state, **{**objects, "loader": _ForgetfulLoader()})
+
+    return restore
+
+
+def _no_switch(real):
+    def enable_fake_quant(model, enabled):
+        return sum(1 for m in model.modules() if hasattr(m, "weight_fake_quantizer"))
+
+    return enable_fake_quant
+
+
+def _train_everything(real):
+    def apply_lora(model, **kwargs):
+        swapped = real(model, **kwargs)
+        for p in model.parameters():
+            p.requires_grad_(p.dtype.is_floating_point)
+        return swapped
+
+    return apply_lora
+
+
+def _noop(result: Callable[..., Any]):
+    return lambda real: result
+
+
+MUTANTS: dict[str, tuple[Mutant, ...]] = {
+    "grad_accumulation": (
+        Mutant(
+            "accumulate_one_batch_per_step",
+            "training.accumulate",
+            _wrap(training, "accumulate", lambda real: lambda batches, n, **kw: real(batches, 1, **kw)),
+        ),
+    ),
+    "grad_clipping": (
+        Mutant(
+            "clip_measures_only",
+            "torch.nn.utils.clip_grad_norm_",
+            _wrap(
+                torch.nn.utils,
+                "clip_grad_norm_",
+                lambda real: lambda p, _, *a, **k: real(p, math.inf, *a, **k),
+            ),
+        ),
+    ),
+    "compile": (
+        Mutant(
+            "compile_model_noop",
+            "training.compile_model",
+            _wrap(training, "compile_model", _noop(lambda m, **k: None)),
+        ),
+    ),
+    "activation_checkpointing": (
+        Mutant(
+            "activation_checkpointing_noop",
+            "training.apply_activation_checkpointing",
+            _wrap(training, "apply_activation_checkpointing", _noop(lambda model: 0)),
+        ),
+    ),
+    "optimizer_in_backward": (
+        Mutant(
+            "optimizer_steps_after_backward",
+            "training.build_optimizer",
+            _wrap(
+                training,
+                "build_optimizer",
+                lambda real: lambda node, p, **k: real(node, p, in_backward=False),
+            ),
+        ),
+    ),
+    "low_precision_optimizers": (
+        Mutant(
+            "bf16_state_adamw_is_fp32_adamw",
+            "training.AdamWBf16State",
+            _wrap(training, "AdamWBf16State", lambda real: torch.optim.AdamW),
+        ),
+    ),
+    "chunked_loss": (
+        Mutant(
+            "chunked_loss_full_logits",
+            "ftune.training.ChunkedCrossEntropyLoss.forward",
+            _wrap(training.ChunkedCrossEntropyLoss, "forward", _noop(_full_logits_cross_entropy)),
+        ),
+    ),
+    "custom_collate": (
+        Mutant(
+            "config_collate_ignored",
+            "training.build_collate",
+            _wrap(training, "build_collate", lambda real: lambda node, pad_id: real(None, pad_id)),
+        ),
+    ),
+    "packing": (
+        Mutant(
+            "packing_one_sample_per_row",
+            "ftune.data.packing.pack_sequences",
+            _wrap(ftune.data.packing, "pack_sequences", _one_sample_per_row),
+        ),
+    ),
+    "validation": (
+        Mutant(
+            "validation_loader_none",
+            "training.validation_loader",
+            _wrap(training, "validation_loader", _noop(lambda dataset, **k: None)),
+        ),
+    ),
+    "step_checkpointing": (
+        Mutant(
+            "save_checkpoint_noop",
+            "training.save_checkpoint",
+            _wrap(training, "save_checkpoint", _noop(lambda *a, **k: None)),
+        ),
+    ),
+    "resume": (
+        Mutant(
+            "restore_forgets_loader_position",
+            "training.restore",
+            _wrap(training, "restore", _restore_without_loader),
+        ),
+    ),
+    "metric_logging": (
+        Mutant(
+            "disk_logger_writes_nothing",
+            "ftune.training.DiskLogger._write",
+            _wrap(training.DiskLogger, "_write", _noop(lambda self, metrics, step: None)),
+        ),
+    ),
+    "profiler": (
+        Mutant(
+            "profiler_disabled",
+            "training.Profiler",
+            _wrap(training, "Profiler", lambda real: lambda **kw: real(**{**kw, "enabled": False})),
+        ),
+    ),
+    "lora": (
+        Mutant(
+            "lora_base_not_frozen",
+            "ftune.peft.apply_lora",
+            _wrap(ftune.peft, "apply_lora", _train_everything),
+        ),
+    ),
+    "qlora": (
+        Mutant(
+            "nf4_base_stays_dense",
+            "ftune.peft.lora.to_nf4_parameter",
+            _wrap(
+                ftune.peft.lora,
+                "to_nf4_parameter",
+                _noop(lambda w, **k: torch.nn.Parameter(w.detach().clone(), requires_grad=False)),
+            ),
+        ),
+    ),
+    "dora": (
+        Mutant(
+            "dora_forward_is_lora",
+            "ftune.peft.DoRALinear.forward",
+            _wrap(DoRALinear, "forward", _noop(LoRALinear.forward)),
+        ),
+    ),
+    "qat": (
+        Mutant(
+            "fake_quant_switch_noop",
+            "ftune.quantization.enable_fake_quant",
+            _wrap(ftune.quantization, "enable_fake_quant", _no_switch),
+        ),
+        Mutant(
+            "fake_quant_never_on",
+            "ftune.quantization.enable_fake_quant",
+            _wrap(
+                ftune.quantization,
+                "enable_fake_quant",
+                lambda real: lambda model, enabled: real(model, False),
+            ),
+        ),
+    ),
+    "fsdp2": (
+        Mutant(
+            "shard_model_noop",
+            "training.shard_model",
+            _wrap(training, "shard_model", _noop(lambda model, *a, **k: model)),
+        ),
+    ),
+}
+
+# The one table: feature -> (its check, its mutants).
+TABLE: dict[str, tuple[Callable[..., None], tuple[Mutant, ...]]] = {
+    f: (CHECKS[f], m) for f, m in MUTANTS.items()
+}
+
+
+def mutant_named(feature: str, name: str) -> Mutant:
+    return next(m for m in MUTANTS[feature] if m.name == name)
+
+
+def outcome(feature: str, mutant: Mutant, run: Callable[..., Any], tmp_path: Any) -> str:
+    """Run `feature`'s check with `mutant` applied: "killed: <assertion>", "survived", or "error: <traceback>".
+
+    Only an AssertionError kills: a check must notice the missing effect, not crash on it.
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        mutant.apply(mp)
+        try:
+            CHECKS[feature](run, tmp_path)
+        except AssertionError as e:
+            first = (str(e).strip().splitlines() or ["(no message)"])[0]
+            return f"killed: {first[:200]}"
+        except Exception:  # noqa: BLE001 - reported to the test, which fails with it
+            return "error: " + traceback.format_exc(limit=8)
+    return "survived"
