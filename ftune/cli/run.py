@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ftune import registry
+from ftune.cli.preflight import check_distributed_config, check_launcher_options
 from ftune.config.errors import ConfigError, did_you_mean
 from ftune.config.run import report
 
@@ -92,6 +93,9 @@ def main(argv: list[str]) -> int:
             and not any(a.startswith("--config=") for a in recipe_args)
         ):
             recipe_args = ["--config", recipe.default_config, *recipe_args]
+        if launcher:
+            check_launcher_options(launcher)
+            check_distributed_config(recipe_args, path.name)
     except Exception as e:  # noqa: BLE001
         return report(e, debug)
     if launcher:
