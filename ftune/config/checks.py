@@ -8,6 +8,7 @@ from typing import Any
 
 from ftune.config.errors import did_you_mean
 from ftune.config.instantiate import COMPONENT, PARTIAL, resolve
+from ftune.config.trust import UntrustedComponentError
 
 _SCALARS = (bool, int, float, str)
 
@@ -63,7 +64,9 @@ def check_component(
         return [p for k, v in node.items() for p in check_component(v, f"{path}.{k}", nested=nested)]
     dotted = node[COMPONENT]
     try:
-        target = resolve(dotted)
+        target = resolve(dotted, f"{path}._component_")
+    except UntrustedComponentError as e:
+        return [str(e)]
     except ImportError as e:
         return [f"{path}._component_: cannot import {dotted!r}: {e}"]
     args = {k: v for k, v in node.items() if k not in (COMPONENT, PARTIAL)}

@@ -11,6 +11,15 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ftune.config.errors import ConfigError, did_you_mean
 from ftune.config.overrides import Override, is_component_path, parse_override
+from ftune.config.trust import (
+    TRUST_KEY,
+    components_of,
+    importable_top,
+    is_trusted,
+    trust_folder,
+    trust_packages,
+    untrusted_message,
+)
 
 
 def ftune_home() -> str:
@@ -190,4 +199,32 @@ def load_config(name_or_path: str | Path, overrides: list[str] | None = None) ->
         OmegaConf.resolve(node)
     except OmegaConfBaseException as e:
         raise ConfigError([f"interpolation: {str(e).splitlines()[0]}"], str(path)) from None
-    return Config(node, str(path), {ov.key for ov in parsed})
+    cfg = Config(node, str(path), {ov.key for ov in parsed})
+    _check_trust(cfg, path)
+    return cfg
+
+
+def _check_trust(cfg: Config, path: Path) -> None:
+    """Apply the config's `trusted_modules` and refuse any `_component_` outside the trusted packages.
+
+    Runs at load time, on the text of the paths: nothing is imported or built before the refusal.
+    """
+    data = cfg.to_dict()
+    named = data.get(TRUST_KEY, [])
+    if not isinstance(named, list) or not all(isinstance(n, str) and n for n in named):
+        raise ConfigError(
+            [
+                f"{TRUST_KEY}: expected a list of package or module names such as [my_pkg] "
+                f"({cfg.where(TRUST_KEY)}), got {named!r}."
+            ],
+            cfg.source,
+        )
+    trust_folder(path.parent)  # modules next to a user's config file
+    trust_packages(named)
+    problems = [
+        untrusted_message(dotted, f"{key}._component_", cfg.where(key))
+        for key, dotted in components_of(data)
+        if not is_trusted(dotted) and importable_top(dotted)  # a missing package is reported as such later
+    ]
+    if problems:
+        raise ConfigError(problems, cfg.source)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config, load_config
+from ftune.config.trust import trust_folder
 
 # Exceptions whose message is the whole story for a user: printed without a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, ValueError, KeyError, OSError, ImportError)
@@ -121,9 +122,12 @@ def run(main: Callable[[Config], Any], argv: list[str] | None = None) -> None:
             sys.exit(report(e, argv))
         return
     try:
+        recipe_file = getattr(sys.modules.get(main.__module__), "__file__", None)
+        if recipe_file:
+            trust_folder(Path(recipe_file).parent)  # modules next to a (copied) recipe
         config, overrides = parse_recipe_args(argv)
         if config is None:
-            config = default_config_for(getattr(sys.modules.get(main.__module__), "__file__", None))
+            config = default_config_for(recipe_file)
         if config is None:
             raise ConfigError(["no config given: pass --config <name|path> (see `ftune ls`)."])
         main(load_config(config, overrides))

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from ftune.config.checks import _type_name, _type_ok, check_component
 from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.trust import TRUST_KEY
 
 
 def setting(default: Any, help: str) -> Any:  # noqa: A002 - `help` reads best in the declarations
@@ -77,6 +78,8 @@ def collect_problems(cfg: Any, cls: type) -> list[str]:
     known = sorted(fields | set(components))
     problems = []
     for key, value in data.items():
+        if key == TRUST_KEY:
+            continue  # read by load_config (ftune.config.trust)
         if key in components:
             if value is None:
                 if components[key]:
