@@ -15,6 +15,7 @@ from pathlib import Path
 from ftune import registry
 from ftune.cli.preflight import check_distributed_config, check_launcher_options
 from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.fast_check import fast_check
 from ftune.config.run import report
 from ftune.config.trust import TRUST_ENV, env_packages
 
@@ -120,6 +121,7 @@ def main(argv: list[str]) -> int:
         if launcher:
             check_launcher_options(launcher)
             check_distributed_config(recipe_args, path.name)
+        fast_check(path, recipe_args)  # keys, types, ranges, trust: before torch is imported
     except Exception as e:  # noqa: BLE001
         return report(e, debug)
     if launcher:
