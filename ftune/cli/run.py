@@ -121,7 +121,8 @@ def main(argv: list[str]) -> int:
         if launcher:
             check_launcher_options(launcher)
             check_distributed_config(recipe_args, path.name)
-        fast_check(path, recipe_args)  # keys, types, ranges, trust: before torch is imported
+        if not {"-h", "--help"} & set(recipe_args):
+            fast_check(path, recipe_args)  # keys, types, ranges, trust: before torch is imported
     except Exception as e:  # noqa: BLE001
         return report(e, debug)
     if launcher:

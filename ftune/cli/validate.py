@@ -9,7 +9,6 @@ from pathlib import Path
 from ftune import registry
 from ftune.config.checks import check_component
 from ftune.config.errors import ConfigError, did_you_mean
-from ftune.config.fast_check import fast_check
 from ftune.config.loading import load_config
 from ftune.config.recipe_file import recipe_settings
 from ftune.config.run import report
@@ -44,8 +43,6 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None) 
     else:
         recipe = registry.recipe_for_config(config)
         file = recipe.file if recipe else None
-    if file is not None:
-        fast_check(file, ["--config", config, *overrides])  # the common mistakes, before torch is imported
     if file is None:
         problems = check_component(cfg.to_dict(), "config")
     else:

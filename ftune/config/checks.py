@@ -25,6 +25,8 @@ def _type_ok(value: Any, annotation: Any) -> bool | None:
         return value in typing.get_args(annotation)
     if annotation is type(None):
         return value is None
+    if isinstance(annotation, type) and annotation.__module__.split(".")[0] == "torch":
+        return False  # a YAML value is never a torch object (e.g. AdamW's `lr: float | Tensor`)
     if annotation in _SCALARS:
         if value is None:
             return False
@@ -116,7 +118,7 @@ def check_component(
             if key in hints and not isinstance(value, (dict, list)) and _type_ok(value, hints[key]) is False:
                 problems.append(
                     f"{path}.{key}: {dotted} expects {_type_name(hints[key])}, got {value!r} "
-                    f"({type(value).__name__})."
+                    f"({type(value).__name__}). Set {path}.{key} to a value of that type."
                 )
     for key, value in args.items():
         problems.extend(check_component(value, f"{path}.{key}", nested=True))

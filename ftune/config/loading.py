@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -97,6 +98,17 @@ class Config:
         return settings
 
 
+def _yaml_problem(path: Path, e: yaml.MarkedYAMLError) -> str:
+    """`file:line:column: what the parser says` for a YAML syntax error, with the fix."""
+    mark = e.problem_mark or e.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    what = "; ".join(p for p in (e.context, e.problem) if p)
+    return (
+        f"{where}: YAML syntax error ({what}). Fix the file at that line (check brackets, quotes, "
+        "indentation and the ': ' after each key); `ftune cat` shows a config once it parses."
+    )
+
+
 def resolve_config_path(name_or_path: str | Path) -> Path:
     """Find a config by registry name (``smollm2/135M_lora``) or by file path.
 
@@ -178,7 +190,9 @@ def load_config(name_or_path: str | Path, overrides: list[str] | None = None) ->
     path = resolve_config_path(name_or_path)
     try:
         node = OmegaConf.load(path)
-    except (OmegaConfBaseException, OSError, ValueError) as e:
+    except yaml.MarkedYAMLError as e:
+        raise ConfigError([_yaml_problem(path, e)], str(path)) from None
+    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
         raise ConfigError([f"{path}: cannot read the YAML ({str(e).splitlines()[0]})."], str(path)) from None
     if not isinstance(node, DictConfig):
         raise ConfigError([f"{path}: the top level must be a mapping of keys, got a {type(node).__name__}."])

@@ -146,9 +146,7 @@ def test_ftune_run_refuses_before_building_and_trust_makes_it_run(evil, tmp_path
     (recipes / "my_recipe.py").write_text(RECIPE)
     cfg = tmp_path / "run.yaml"
     cfg.write_text(f"thing:\n  _component_: {name}.touch\n  path: {tmp_path / 'called'}\n")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["run", str(recipes / "my_recipe.py"), "--config", str(cfg)])
-    assert exit_info.value.code == 1
+    assert main(["run", str(recipes / "my_recipe.py"), "--config", str(cfg)]) == 1
     assert f"thing._component_: refusing to import '{name}.touch' (in {cfg})" in capsys.readouterr().err
     assert not marker.exists() and not (tmp_path / "called").exists()
     assert main(["run", "--trust", name, str(recipes / "my_recipe.py"), "--config", str(cfg)]) == 0
