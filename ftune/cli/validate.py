@@ -44,7 +44,8 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None) 
         recipe = registry.recipe_for_config(config)
         file = recipe.file if recipe else None
     if file is None:
-        problems = check_component(cfg.to_dict(), "config")
+        # top-level keys as paths ("dataset.source"), so each problem names the override that fixes it
+        problems = [p for key, value in cfg.to_dict().items() for p in check_component(value, key)]
     else:
         problems = collect_problems(cfg, recipe_settings(file))
     if problems:

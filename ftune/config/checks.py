@@ -39,11 +39,19 @@ def _type_ok(value: Any, annotation: Any) -> bool | None:
 
 
 def _hints(target: Any) -> dict[str, Any]:
+    fn = target.__init__ if inspect.isclass(target) else target
     try:
-        fn = target.__init__ if inspect.isclass(target) else target
         return typing.get_type_hints(fn)
-    except Exception:  # unresolvable forward refs in third-party code: skip type checks
-        return {}
+    except Exception:  # noqa: BLE001 - one unresolvable name (a TYPE_CHECKING import): resolve the rest one by one
+        pass
+    hints: dict[str, Any] = {}
+    namespace = getattr(fn, "__globals__", {})
+    for name, annotation in getattr(fn, "__annotations__", {}).items():
+        try:
+            hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307
+        except Exception:  # noqa: BLE001 - that parameter goes unchecked
+            continue
+    return hints
 
 
 def check_component(

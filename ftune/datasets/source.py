@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ftune.datasets.file_check import diagnose
+from ftune.datasets.file_check import check_utf8, diagnose
 
 if TYPE_CHECKING:
     import datasets
@@ -145,6 +145,8 @@ def load_source(
             )
         if path.stat().st_size == 0:
             raise ValueError(f"Dataset source {diagnose(path)}")
+        if builder in ("json", "csv", "text"):
+            check_utf8(path)
         try:
             return datasets.load_dataset(builder, data_files=str(path), name=name, **kwargs)
         except Exception:
