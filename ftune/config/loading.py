@@ -195,7 +195,12 @@ def load_config(name_or_path: str | Path, overrides: list[str] | None = None) ->
     except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
         raise ConfigError([f"{path}: cannot read the YAML ({str(e).splitlines()[0]})."], str(path)) from None
     if not isinstance(node, DictConfig):
-        raise ConfigError([f"{path}: the top level must be a mapping of keys, got a {type(node).__name__}."])
+        raise ConfigError(
+            [
+                f"{path}: the top level must be a mapping of keys, got a {type(node).__name__}. A config is "
+                "a YAML mapping such as `batch_size: 4`, one key per line (see `ftune cat smollm2/135M_lora`)."
+            ]
+        )
     parsed: list[Override] = []
     problems: list[str] = []
     for text in overrides or []:
@@ -212,7 +217,15 @@ def load_config(name_or_path: str | Path, overrides: list[str] | None = None) ->
     try:
         OmegaConf.resolve(node)
     except OmegaConfBaseException as e:
-        raise ConfigError([f"interpolation: {str(e).splitlines()[0]}"], str(path)) from None
+        key = getattr(e, "full_key", None) or "interpolation"
+        where = "set on the command line" if key in {ov.key for ov in parsed} else f"in {path}"
+        raise ConfigError(
+            [
+                f"{key}: {str(e).splitlines()[0]} ({where}). A ${{...}} reference must name another key of "
+                "the config (e.g. ${output_dir}) or a resolver such as ${ftune_home:}."
+            ],
+            str(path),
+        ) from None
     cfg = Config(node, str(path), {ov.key for ov in parsed})
     _check_trust(cfg, path)
     return cfg

@@ -7,6 +7,7 @@ what was given and how to fix it, and no input file changed (hashes before and a
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -64,3 +65,19 @@ def test_bad_input(case: Case, tmp_path, tiny_checkpoint, demo_dir, capsys):
     changed = [p for p in before if before[p] != after.get(p)]
     assert not changed, f"inputs changed: {changed}"
     assert not (tmp / "owned").exists(), "a refused component ran"
+
+
+def test_errors_page_is_generated_from_the_catalogue():
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("make_errors_doc", root / "scripts" / "make_errors_doc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (root / "docs" / "errors.md").read_text(encoding="utf-8") == module.render(), (
+        "docs/errors.md is stale: run python scripts/make_errors_doc.py"
+    )
+
+
+def test_catalogue_size_and_ids():
+    assert len(CASES) >= 80
+    assert len({c.id for c in CASES}) == len(CASES)
+    assert all(c.what and c.where and c.given and c.fix for c in CASES)
