@@ -10,7 +10,9 @@ from ftune.checkpointing import HFCheckpointer, atomic
 
 
 def _hashes(folder):
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def test_disk_full_during_a_save_keeps_the_previous_step(tmp_path, monkeypatch):
