@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -236,6 +237,29 @@ class Checkpointer(abc.ABC):
             check_weights_only_safe(recipe_state)  # before writing gigabytes of weights
         family = self.family_of(self.checkpoint_dir)
         folder = atomic.step_dir(self.output_dir, step)
+        try:
+            self._write_step(
+                folder, step, model_state, base, adapter, family, recipe_state, adapter_config, epoch
+            )
+        except OSError as e:
+            raise self._save_failed(folder, step, e) from e
+        logger.info("Saved %s", folder)
+        if self.keep_last_n_checkpoints is not None:
+            atomic.prune(self.output_dir, self.keep_last_n_checkpoints)
+        return folder
+
+    def _write_step(
+        self,
+        folder: Path,
+        step: int,
+        model_state: StateDict,
+        base: StateDict,
+        adapter: StateDict,
+        family: str,
+        recipe_state: dict[str, Any] | None,
+        adapter_config: dict[str, Any] | None,
+        epoch: int | None,
+    ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         # Overwriting a folder (same step after a resume): it must not look complete meanwhile.
         atomic.mark_incomplete(folder)
@@ -262,10 +286,23 @@ class Checkpointer(abc.ABC):
         if recipe_state is not None:
             save_recipe_state(recipe_state, folder)
         atomic.mark_complete(folder, {"step": step, "epoch": epoch})
-        logger.info("Saved %s", folder)
-        if self.keep_last_n_checkpoints is not None:
-            atomic.prune(self.output_dir, self.keep_last_n_checkpoints)
-        return folder
+
+    def _save_failed(self, folder: Path, step: int, error: OSError) -> OSError:
+        """The error of a save that failed half-way (disk full...): what is safe, what to do."""
+        shutil.rmtree(folder, ignore_errors=True)  # no marker, so never resumed from; frees the space
+        latest = atomic.find_latest_complete(self.output_dir)
+        kept = (
+            f"the newest complete step folder, {latest}, is intact and resume picks it"
+            if latest is not None
+            else "no earlier step folder exists, so a resumed run starts from the base checkpoint"
+        )
+        where = f" writing {error.filename}" if error.filename else ""
+        return OSError(
+            error.errno,
+            f"saving step {step} failed{where}: {error.strerror or error}. The half-written {folder} was "
+            f"removed; {kept}. Free space on that disk (or point output_dir at another one) and resume "
+            "with checkpointer.resume_from_checkpoint=auto.",
+        )
 
     def _copy_side_files(self, folder: Path) -> None:
         for name in SIDE_FILES:

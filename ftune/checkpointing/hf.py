@@ -20,6 +20,7 @@ import torch
 from ftune.checkpointing import atomic
 from ftune.checkpointing._checkpointer import Checkpointer, StateDict
 from ftune.checkpointing.families import converter, family_from_hf_config
+from ftune.checkpointing.hf_config_check import check_against_weights
 from ftune.checkpointing.readers import read_json, read_weights, require_file
 
 logger = logging.getLogger(__name__)
@@ -132,8 +133,12 @@ class HFCheckpointer(Checkpointer):
         # Files on disk never alias, so the converter cannot see that a stored lm_head.weight is a
         # tied model's copy of the embeddings: config.json says so.
         config = folder / CONFIG_FILE
-        tied = read_json(config).get("tie_word_embeddings") if config.is_file() else None
-        return converter(family).hf_to_ftune(read_hf_weights(folder), tie_word_embeddings=tied)
+        hf_config = read_json(config) if config.is_file() else None
+        tied = hf_config.get("tie_word_embeddings") if hf_config is not None else None
+        weights = read_hf_weights(folder)
+        if hf_config is not None:
+            check_against_weights(hf_config, config, weights)
+        return converter(family).hf_to_ftune(weights, tie_word_embeddings=tied)
 
     def _write_model(self, folder: Path, state: StateDict, family: str) -> None:
         if bad := [k for k, t in state.items() if not _is_plain(t)]:

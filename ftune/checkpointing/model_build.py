@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ftune.checkpointing.hf_config_check import check_against_model
 from ftune.checkpointing.model_fit import load_into
 from ftune.checkpointing.readers import read_json
 from ftune.config import instantiate
@@ -46,16 +47,20 @@ def meta_model(
 
     Args:
         checkpoint_dir: the folder the weights come from; its `config.json` sizes the model when
-            `model` is None.
+            `model` is None, and is checked against the built model otherwise.
         model: the config's `model` section (a `_component_` builder), or None.
         dtype: parameter dtype.
 
     Raises:
-        ValueError: no `model` section and no config.json in `checkpoint_dir`.
+        ValueError: no `model` section and no config.json in `checkpoint_dir`, or a config.json
+            whose shapes disagree with the built model (other differences are warnings).
     """
     if model is not None:
         with default_dtype(dtype), torch.device("meta"):
-            return instantiate(model, _path="model")
+            net = instantiate(model, _path="model")
+        if checkpoint_dir is not None and (config := read_hf_config(checkpoint_dir)) is not None:
+            check_against_model(config, Path(checkpoint_dir) / HF_CONFIG_FILE, net)
+        return net
     config = read_hf_config(checkpoint_dir) if checkpoint_dir is not None else None
     if config is None:
         raise ValueError(
@@ -84,7 +89,8 @@ def build_model(
         state: the model weights in ftune names (``Loaded.model`` from a checkpointer).
         device: where the model lives.
         dtype: the parameter dtype (floating tensors of `state` are cast to it).
-        checkpoint_dir: the checkpoint folder, read only when `model` is None.
+        checkpoint_dir: the checkpoint folder: its config.json sizes the model when `model` is
+            None, and is checked against the built model otherwise.
 
     Returns:
         The loaded model on `device` (in train mode, as every new module; inference calls `.eval()`).

@@ -69,6 +69,21 @@ def check_fits(
             "The checkpoint is for a different model size: pick the model builder that matches it "
             "(see config.json / params.json in the checkpoint folder)."
         )
+    # A floating parameter cannot hold integer weights (load_state_dict would fail deep inside torch).
+    wrong_dtype = [
+        f"{k}: checkpoint has {str(v.dtype).removeprefix('torch.')}, model expects a floating dtype"
+        for k, v in state_dict.items()
+        if k in expected
+        and expected[k].is_floating_point()
+        and not v.is_floating_point()
+        and type(v) in (torch.Tensor, nn.Parameter)
+    ]
+    if wrong_dtype:
+        raise ValueError(
+            f"{len(wrong_dtype)} tensor(s) in the checkpoint have an integer dtype where the model has "
+            f"floating weights: {'; '.join(wrong_dtype[:_SHOW])}. The file holds quantized or corrupt weights: "
+            "use the unquantized (float/bf16) checkpoint, or a NativeCheckpointer folder saved by ftune quantize."
+        )
     missing = [
         k for k in expected if k not in state_dict and not (allow_missing_adapters and is_adapter_key(k))
     ]
@@ -78,7 +93,8 @@ def check_fits(
             " These are adapter weights: on a fresh LoRA run they start from their initial values "
             "(allow_missing_adapters=True); when resuming, the step folder must hold adapter_model.safetensors."
             if adapters_only
-            else " The checkpoint was saved from a different architecture or is incomplete."
+            else " The checkpoint was saved from a different architecture or is incomplete: pick the model "
+            "builder that matches it (see config.json in the checkpoint folder), or re-download the checkpoint."
         )
         raise ValueError(
             f"{len(missing)} tensor(s) of the model are missing from the checkpoint: {_listing(missing)}.{hint}"

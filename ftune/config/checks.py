@@ -8,6 +8,7 @@ from typing import Any
 
 from ftune.config.errors import did_you_mean
 from ftune.config.instantiate import COMPONENT, PARTIAL, resolve
+from ftune.config.trust import UntrustedComponentError
 
 _SCALARS = (bool, int, float, str)
 
@@ -24,6 +25,8 @@ def _type_ok(value: Any, annotation: Any) -> bool | None:
         return value in typing.get_args(annotation)
     if annotation is type(None):
         return value is None
+    if isinstance(annotation, type) and annotation.__module__.split(".")[0] == "torch":
+        return False  # a YAML value is never a torch object (e.g. AdamW's `lr: float | Tensor`)
     if annotation in _SCALARS:
         if value is None:
             return False
@@ -36,11 +39,19 @@ def _type_ok(value: Any, annotation: Any) -> bool | None:
 
 
 def _hints(target: Any) -> dict[str, Any]:
+    fn = target.__init__ if inspect.isclass(target) else target
     try:
-        fn = target.__init__ if inspect.isclass(target) else target
         return typing.get_type_hints(fn)
-    except Exception:  # unresolvable forward refs in third-party code: skip type checks
-        return {}
+    except Exception:  # noqa: BLE001 - one unresolvable name (a TYPE_CHECKING import): resolve the rest one by one
+        pass
+    hints: dict[str, Any] = {}
+    namespace = getattr(fn, "__globals__", {})
+    for name, annotation in getattr(fn, "__annotations__", {}).items():
+        try:
+            hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307
+        except Exception:  # noqa: BLE001 - that parameter goes unchecked
+            continue
+    return hints
 
 
 def check_component(
@@ -63,7 +74,9 @@ def check_component(
         return [p for k, v in node.items() for p in check_component(v, f"{path}.{k}", nested=nested)]
     dotted = node[COMPONENT]
     try:
-        target = resolve(dotted)
+        target = resolve(dotted, f"{path}._component_")
+    except UntrustedComponentError as e:
+        return [str(e)]
     except ImportError as e:
         return [f"{path}._component_: cannot import {dotted!r}: {e}"]
     args = {k: v for k, v in node.items() if k not in (COMPONENT, PARTIAL)}
@@ -113,7 +126,7 @@ def check_component(
             if key in hints and not isinstance(value, (dict, list)) and _type_ok(value, hints[key]) is False:
                 problems.append(
                     f"{path}.{key}: {dotted} expects {_type_name(hints[key])}, got {value!r} "
-                    f"({type(value).__name__})."
+                    f"({type(value).__name__}). Set {path}.{key} to a value of that type."
                 )
     for key, value in args.items():
         problems.extend(check_component(value, f"{path}.{key}", nested=True))

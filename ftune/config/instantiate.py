@@ -10,19 +10,25 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ftune.config.errors import ConfigError
+from ftune.config.trust import UntrustedComponentError, importable_top, is_trusted, untrusted_message
 
 COMPONENT = "_component_"
 PARTIAL = "_partial_"  # `_partial_: true` gives functools.partial(target, **kwargs), e.g. a collate function
 
 
-def resolve(dotted: str) -> Any:
+def resolve(dotted: str, key: str = "_component_") -> Any:
     """Import the object a dotted path names (``torch.optim.AdamW``, ``ftune.models.smollm2.smollm2_135m``).
 
+    Only paths inside the trusted packages are imported (see `ftune.config.trust`).
+
     Raises:
+        UntrustedComponentError: the path is outside the trusted packages (nothing was imported).
         ImportError: naming the path and the part that failed.
     """
     if not isinstance(dotted, str) or not dotted:
         raise ImportError(f"{dotted!r} is not a dotted path such as 'torch.optim.AdamW'.")
+    if not is_trusted(dotted) and importable_top(dotted):
+        raise UntrustedComponentError(untrusted_message(dotted, key))
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         module_name = ".".join(parts[:i])
@@ -61,7 +67,9 @@ def _build(value: Any, path: str) -> Any:
 def _call(node: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any], path: str) -> Any:
     dotted = node[COMPONENT]
     try:
-        target = resolve(dotted)
+        target = resolve(dotted, f"{path}._component_")
+    except UntrustedComponentError as e:
+        raise ConfigError([str(e)]) from None
     except ImportError as e:
         raise ConfigError([f"{path}._component_: cannot import {dotted!r}: {e}"]) from None
     cfg_kwargs = {k: _build(v, f"{path}.{k}") for k, v in node.items() if k not in (COMPONENT, PARTIAL)}

@@ -6,11 +6,21 @@ import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ftune.config.errors import ConfigError, did_you_mean
 from ftune.config.overrides import Override, is_component_path, parse_override
+from ftune.config.trust import (
+    TRUST_KEY,
+    components_of,
+    importable_top,
+    is_trusted,
+    trust_folder,
+    trust_packages,
+    untrusted_message,
+)
 
 
 def ftune_home() -> str:
@@ -86,6 +96,17 @@ class Config:
         settings = read_settings(self, cls)
         object.__setattr__(self, "declared", absent_values(cls))
         return settings
+
+
+def _yaml_problem(path: Path, e: yaml.MarkedYAMLError) -> str:
+    """`file:line:column: what the parser says` for a YAML syntax error, with the fix."""
+    mark = e.problem_mark or e.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    what = "; ".join(p for p in (e.context, e.problem) if p)
+    return (
+        f"{where}: YAML syntax error ({what}). Fix the file at that line (check brackets, quotes, "
+        "indentation and the ': ' after each key); `ftune cat` shows a config once it parses."
+    )
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
@@ -169,10 +190,17 @@ def load_config(name_or_path: str | Path, overrides: list[str] | None = None) ->
     path = resolve_config_path(name_or_path)
     try:
         node = OmegaConf.load(path)
-    except (OmegaConfBaseException, OSError, ValueError) as e:
+    except yaml.MarkedYAMLError as e:
+        raise ConfigError([_yaml_problem(path, e)], str(path)) from None
+    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
         raise ConfigError([f"{path}: cannot read the YAML ({str(e).splitlines()[0]})."], str(path)) from None
     if not isinstance(node, DictConfig):
-        raise ConfigError([f"{path}: the top level must be a mapping of keys, got a {type(node).__name__}."])
+        raise ConfigError(
+            [
+                f"{path}: the top level must be a mapping of keys, got a {type(node).__name__}. A config is "
+                "a YAML mapping such as `batch_size: 4`, one key per line (see `ftune cat smollm2/135M_lora`)."
+            ]
+        )
     parsed: list[Override] = []
     problems: list[str] = []
     for text in overrides or []:
@@ -189,5 +217,41 @@ def load_config(name_or_path: str | Path, overrides: list[str] | None = None) ->
     try:
         OmegaConf.resolve(node)
     except OmegaConfBaseException as e:
-        raise ConfigError([f"interpolation: {str(e).splitlines()[0]}"], str(path)) from None
-    return Config(node, str(path), {ov.key for ov in parsed})
+        key = getattr(e, "full_key", None) or "interpolation"
+        where = "set on the command line" if key in {ov.key for ov in parsed} else f"in {path}"
+        raise ConfigError(
+            [
+                f"{key}: {str(e).splitlines()[0]} ({where}). A ${{...}} reference must name another key of "
+                "the config (e.g. ${output_dir}) or a resolver such as ${ftune_home:}."
+            ],
+            str(path),
+        ) from None
+    cfg = Config(node, str(path), {ov.key for ov in parsed})
+    _check_trust(cfg, path)
+    return cfg
+
+
+def _check_trust(cfg: Config, path: Path) -> None:
+    """Apply the config's `trusted_modules` and refuse any `_component_` outside the trusted packages.
+
+    Runs at load time, on the text of the paths: nothing is imported or built before the refusal.
+    """
+    data = cfg.to_dict()
+    named = data.get(TRUST_KEY, [])
+    if not isinstance(named, list) or not all(isinstance(n, str) and n for n in named):
+        raise ConfigError(
+            [
+                f"{TRUST_KEY}: expected a list of package or module names such as [my_pkg] "
+                f"({cfg.where(TRUST_KEY)}), got {named!r}."
+            ],
+            cfg.source,
+        )
+    trust_folder(path.parent)  # modules next to a user's config file
+    trust_packages(named)
+    problems = [
+        untrusted_message(dotted, f"{key}._component_", cfg.where(key))
+        for key, dotted in components_of(data)
+        if not is_trusted(dotted) and importable_top(dotted)  # a missing package is reported as such later
+    ]
+    if problems:
+        raise ConfigError(problems, cfg.source)

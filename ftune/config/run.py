@@ -7,6 +7,7 @@ traceback (``--debug`` or ``FTUNE_DEBUG=1`` shows it).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -16,6 +17,7 @@ from typing import Any
 
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config, load_config
+from ftune.config.trust import trust_folder
 
 # Exceptions whose message is the whole story for a user: printed without a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, ValueError, KeyError, OSError, ImportError)
@@ -31,9 +33,24 @@ def is_user_error(exc: BaseException) -> bool:
     return isinstance(exc, USER_ERRORS) or getattr(exc, "user_facing", False)
 
 
+# What an OS error on a path means for a run, and the fix (the OS says only "[Errno 20] Not a directory").
+_OS_FIXES = {
+    errno.ENOTDIR: "a part of this path is a file, not a folder: point output_dir (or the key that holds this "
+    "path) at a folder, or move the file away",
+    errno.EEXIST: "a file is in the way of a folder ftune needs: point output_dir elsewhere or move the file",
+    errno.EACCES: "no permission to write there: choose a writable folder (e.g. output_dir=./output) or fix "
+    "the folder's permissions",
+    errno.EROFS: "the file system is read-only: choose a writable folder (e.g. output_dir=./output)",
+    errno.ENOSPC: "the disk is full: free space or point output_dir at another disk; step folders already "
+    "complete are intact",
+}
+
+
 def format_error(exc: BaseException) -> str:
     """The one message a user sees for `exc`."""
     text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+    if isinstance(exc, OSError) and exc.errno in _OS_FIXES and exc.filename:
+        text = f"{exc.filename}: {exc.strerror}; {_OS_FIXES[exc.errno]}."
     name = "ConfigError" if isinstance(exc, ConfigError) else type(exc).__name__
     return f"ftune: error: {name}: {text}"
 
@@ -121,9 +138,12 @@ def run(main: Callable[[Config], Any], argv: list[str] | None = None) -> None:
             sys.exit(report(e, argv))
         return
     try:
+        recipe_file = getattr(sys.modules.get(main.__module__), "__file__", None)
+        if recipe_file:
+            trust_folder(Path(recipe_file).parent)  # modules next to a (copied) recipe
         config, overrides = parse_recipe_args(argv)
         if config is None:
-            config = default_config_for(getattr(sys.modules.get(main.__module__), "__file__", None))
+            config = default_config_for(recipe_file)
         if config is None:
             raise ConfigError(["no config given: pass --config <name|path> (see `ftune ls`)."])
         main(load_config(config, overrides))

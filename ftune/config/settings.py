@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from ftune.config.checks import _type_name, _type_ok, check_component
 from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.trust import TRUST_KEY
 
 
 def setting(default: Any, help: str) -> Any:  # noqa: A002 - `help` reads best in the declarations
@@ -68,8 +69,12 @@ def _check_value(value: Any, annotation: Any) -> bool:
     return True if ok is None else ok
 
 
-def collect_problems(cfg: Any, cls: type) -> list[str]:
-    """Every problem with `cfg` (a `Config`) against the settings class `cls`; never raises."""
+def collect_problems(cfg: Any, cls: type, *, signatures: bool = True) -> list[str]:
+    """Every problem with `cfg` (a `Config`) against the settings class `cls`; never raises.
+
+    With ``signatures=False`` the `_component_` targets are not imported (their arguments are not
+    checked against their signatures): the check `ftune run` makes before torch is imported.
+    """
     data = cfg.to_dict()
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
@@ -77,6 +82,8 @@ def collect_problems(cfg: Any, cls: type) -> list[str]:
     known = sorted(fields | set(components))
     problems = []
     for key, value in data.items():
+        if key == TRUST_KEY:
+            continue  # read by load_config (ftune.config.trust)
         if key in components:
             if value is None:
                 if components[key]:
@@ -89,7 +96,8 @@ def collect_problems(cfg: Any, cls: type) -> list[str]:
                     f"{key}: expected a mapping with a _component_ ({cfg.where(key)}), got {value!r}."
                 )
                 continue
-            problems.extend(check_component(value, key, cls.RUNTIME.get(key, ())))  # type: ignore[attr-defined]
+            if signatures:
+                problems.extend(check_component(value, key, cls.RUNTIME.get(key, ())))  # type: ignore[attr-defined]
         elif key in fields:
             if not _check_value(value, hints[key]):
                 problems.append(

@@ -143,6 +143,33 @@ class StatefulDataLoader:
         self.seed = int(state["seed"])
 
 
+_PROBE = 32  # samples read at start-up: cheap (tokenizing a few rows), and enough to tell "all over-long"
+
+
+def check_some_labels(dataset: Sequence[Any], ignore_index: int = -100) -> None:
+    """Raise when none of the first samples has a labelled token (nothing to learn from).
+
+    Typically every prompt is longer than max_seq_len, so truncation cut off every response and
+    the run would train for its whole length on zero loss. Items without "labels" are not checked.
+
+    Raises:
+        ValueError: naming the number of samples read, the longest one and the fix.
+    """
+    n = min(len(dataset), _PROBE)
+    items = [dataset[i] for i in range(n)]
+    if not items or not all(isinstance(it, dict) and "labels" in it for it in items):
+        return
+    if any(label != ignore_index for it in items for label in it["labels"]):
+        return
+    longest = max(len(it["tokens"]) for it in items if "tokens" in it) if "tokens" in items[0] else "?"
+    raise ValueError(
+        f"the first {n} training samples have no labelled token: every response was cut off or masked "
+        f"(samples are {longest} tokens at most after truncation). The prompts are longer than "
+        "max_seq_len: raise tokenizer.max_seq_len (or the dataset's max_seq_len), shorten the prompts, "
+        "or check train_on_input / the column_map."
+    )
+
+
 def build_dataloader(
     dataset: Sequence[Any],
     *,
@@ -174,8 +201,10 @@ def build_dataloader(
         epoch; `state_dict()` / `load_state_dict()` save and restore the position.
 
     Raises:
-        ValueError: bad batch_size or rank, or a dataset too small for a single batch.
+        ValueError: bad batch_size or rank, a dataset too small for a single batch, or one whose
+            first samples have no labelled token at all (see `check_some_labels`).
     """
+    check_some_labels(dataset)
     return StatefulDataLoader(
         dataset,
         batch_size=batch_size,

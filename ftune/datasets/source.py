@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from ftune.datasets.file_check import check_utf8, diagnose
+
 if TYPE_CHECKING:
     import datasets
 
@@ -141,7 +143,16 @@ def load_source(
                 f"{sorted(SUFFIX_TO_BUILDER)}. Convert the file, or pass source=<builder> data_files={source} "
                 f"with a builder from {list(BUILDERS)}."
             )
-        return datasets.load_dataset(builder, data_files=str(path), name=name, **kwargs)
+        if path.stat().st_size == 0:
+            raise ValueError(f"Dataset source {diagnose(path)}")
+        if builder in ("json", "csv", "text"):
+            check_utf8(path)
+        try:
+            return datasets.load_dataset(builder, data_files=str(path), name=name, **kwargs)
+        except Exception:
+            if (problem := diagnose(path)) is not None:
+                raise ValueError(f"Dataset source {problem}") from None
+            raise
     if path.is_dir():
         return datasets.load_dataset(str(path), data_files=data_files, name=name, **kwargs)
     if source in BUILDERS:

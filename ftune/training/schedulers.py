@@ -14,27 +14,42 @@ there is warmup, as in torchtune and transformers); the decay reaches ``min_lr_r
 ``t = num_training_steps`` and stays there.
 """
 
+import logging
 import math
 
+import torch.distributed as dist
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
+
+logger = logging.getLogger(__name__)
 
 
 def _check(
     name: str, num_warmup_steps: int, num_training_steps: int | None, min_lr_ratio: float = 0.0
-) -> None:
+) -> int:
+    """Check the arguments; return the warm-up, clamped to the run's length (a short run must work)."""
     for key, value in (("num_warmup_steps", num_warmup_steps), ("num_training_steps", num_training_steps)):
         if value is None and key == "num_training_steps":
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name}: {key} must be an int >= 0, got {value!r}.")
-    if num_training_steps is not None and num_warmup_steps > num_training_steps:
-        raise ValueError(
-            f"{name}: num_warmup_steps ({num_warmup_steps}) is larger than num_training_steps "
-            f"({num_training_steps}); lower num_warmup_steps or raise max_steps."
-        )
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise ValueError(f"{name}: min_lr_ratio must be in [0, 1], got {min_lr_ratio!r}.")
+    if num_training_steps is not None and num_warmup_steps > num_training_steps:
+        # A smoke test (max_steps=3) with a shipped config (100 warm-up steps) should run, as in
+        # transformers and Lightning, where a warm-up past the end simply never finishes; we clamp it
+        # so the decay still ends at min_lr_ratio, and say so once (rank 0 only under torchrun).
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
+            logger.warning(
+                "%s: num_warmup_steps (%d) is larger than the run's num_training_steps (%d); "
+                "warming up over %d steps instead (set lr_scheduler.num_warmup_steps to silence this).",
+                name,
+                num_warmup_steps,
+                num_training_steps,
+                num_training_steps,
+            )
+        return num_training_steps
+    return num_warmup_steps
 
 
 def _warmup(step: int, num_warmup_steps: int) -> float | None:
@@ -62,9 +77,10 @@ def constant_with_warmup(
         The scheduler; call ``step()`` once after each optimizer step.
 
     Raises:
-        ValueError: if a step count is negative or warmup is longer than training.
+        ValueError: if a step count is negative. A warm-up longer than training is clamped to it,
+            with one warning.
     """
-    _check("constant_with_warmup", num_warmup_steps, num_training_steps)
+    num_warmup_steps = _check("constant_with_warmup", num_warmup_steps, num_training_steps)
 
     def multiplier(step: int) -> float:
         warm = _warmup(step, num_warmup_steps)
@@ -88,9 +104,10 @@ def linear_with_warmup(
         The scheduler; call ``step()`` once after each optimizer step.
 
     Raises:
-        ValueError: for negative step counts, warmup longer than training, or a ratio outside [0, 1].
+        ValueError: for negative step counts or a ratio outside [0, 1]. A warm-up longer than
+            training is clamped to it, with one warning.
     """
-    _check("linear_with_warmup", num_warmup_steps, num_training_steps, min_lr_ratio)
+    num_warmup_steps = _check("linear_with_warmup", num_warmup_steps, num_training_steps, min_lr_ratio)
 
     def multiplier(step: int) -> float:
         warm = _warmup(step, num_warmup_steps)
@@ -116,9 +133,10 @@ def cosine_with_warmup(
         The scheduler; call ``step()`` once after each optimizer step.
 
     Raises:
-        ValueError: for negative step counts, warmup longer than training, or a ratio outside [0, 1].
+        ValueError: for negative step counts or a ratio outside [0, 1]. A warm-up longer than
+            training is clamped to it, with one warning.
     """
-    _check("cosine_with_warmup", num_warmup_steps, num_training_steps, min_lr_ratio)
+    num_warmup_steps = _check("cosine_with_warmup", num_warmup_steps, num_training_steps, min_lr_ratio)
 
     def multiplier(step: int) -> float:
         warm = _warmup(step, num_warmup_steps)

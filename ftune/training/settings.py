@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from ftune.config.settings import Settings, setting
-from ftune.training.optimizer_in_backward import check_optimizer_in_backward
 
 
 @dataclass
@@ -83,6 +82,9 @@ class FullSettings(Settings):
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             out.append(f"clip_grad_norm: must be > 0 or null (no clipping), got {self.clip_grad_norm!r}.")
         if self.optimizer_in_backward:
+            # Imported here: `ftune run` checks settings before torch is imported (ftune.config.fast_check).
+            from ftune.training.optimizer_in_backward import check_optimizer_in_backward
+
             try:
                 check_optimizer_in_backward(
                     grad_accum_steps=self.grad_accum_steps, clip_grad_norm=self.clip_grad_norm

@@ -76,8 +76,14 @@ def test_cp_no_clobber_and_parents(ftune_cli, tmp_path):
     assert "does not exist; create it or pass --make-parents" in proc.stderr
     assert ftune_cli("cp", "dist_check", str(dest), "--make-parents").returncode == 0
     dest.write_text("mine")
-    ftune_cli("cp", "dist_check", str(dest), "--no-clobber")
+    assert ftune_cli("cp", "dist_check", str(dest), "--no-clobber").returncode == 0
     assert dest.read_text() == "mine"
+    proc = ftune_cli("cp", "dist_check", str(dest))
+    assert f"{dest} already exists; ftune cp does not overwrite it. Pass --force" in proc.stderr
+    assert_no_traceback(proc)
+    assert dest.read_text() == "mine"
+    assert ftune_cli("cp", "dist_check", str(dest), "--force").returncode == 0
+    assert dest.read_text() == registry.RECIPES["dist_check"].file.read_text()
 
 
 def test_cp_unknown(ftune_cli, tmp_path):

@@ -61,10 +61,6 @@ def test_resume_continues_the_schedule():
 def test_errors_name_the_argument():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(
-        ValueError, match=r"cosine_with_warmup: num_warmup_steps \(20\) is larger than num_training_steps"
-    ):
-        cosine_with_warmup(opt, num_warmup_steps=20, num_training_steps=10)
-    with pytest.raises(
         ValueError, match="linear_with_warmup: num_training_steps must be an int >= 0, got -1"
     ):
         linear_with_warmup(opt, num_warmup_steps=0, num_training_steps=-1)
@@ -74,3 +70,16 @@ def test_errors_name_the_argument():
         ValueError, match="constant_with_warmup: num_warmup_steps must be an int >= 0, got 2.5"
     ):
         constant_with_warmup(opt, num_warmup_steps=2.5)
+
+
+@pytest.mark.parametrize("make", [constant_with_warmup, linear_with_warmup, cosine_with_warmup])
+def test_warmup_longer_than_the_run_is_clamped_with_one_warning(make, caplog):
+    # A smoke test (max_steps=3) with a shipped config's 10 warm-up steps must run.
+    with caplog.at_level("WARNING", logger="ftune.training.schedulers"):
+        clamped = _lrs(make, 4, num_warmup_steps=10, num_training_steps=3)
+    assert clamped == _lrs(make, 4, num_warmup_steps=3, num_training_steps=3)
+    assert clamped[:3] == pytest.approx([0.0, 2 / 3, 4 / 3])  # the warm-up spans the whole run
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert "num_warmup_steps (10) is larger than the run's num_training_steps (3)" in warnings[0]
+    assert "\n" not in warnings[0]

@@ -1,0 +1,59 @@
+"""Checks `ftune run` makes before torchrun starts any rank: a launch that cannot work fails in the launcher.
+
+Torch is not imported here: a bad `--nproc_per_node` or a QLoRA config on a distributed recipe is
+refused in well under a second, instead of after every rank has started (and buried in each rank's log).
+"""
+
+from __future__ import annotations
+
+from ftune.config.errors import ConfigError
+from ftune.config.loading import load_config
+from ftune.config.run import parse_recipe_args
+
+# torchrun's own spellings of --nproc_per_node that are not a number.
+_NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+
+
+def check_launcher_options(launcher: list[str]) -> None:
+    """Refuse torchrun options ftune can check without torch: `--nproc_per_node` / `--nproc-per-node`.
+
+    Raises:
+        ConfigError: a process count that is not a positive integer (or one of torchrun's words).
+    """
+    for i, arg in enumerate(launcher):
+        name, eq, value = arg.partition("=")
+        if name not in ("--nproc_per_node", "--nproc-per-node"):
+            continue
+        if not eq:
+            value = launcher[i + 1] if i + 1 < len(launcher) else ""
+        if value in _NPROC_WORDS or (value.isdigit() and int(value) >= 1):
+            continue
+        raise ConfigError(
+            [
+                f"{name} {value!r}: the number of processes per node must be an integer >= 1 (or one of "
+                f"{', '.join(_NPROC_WORDS)}). Fix it, e.g. `ftune run {name} 2 <recipe>`."
+            ]
+        )
+
+
+def check_distributed_config(recipe_args: list[str], recipe_name: str) -> None:
+    """Load the config of a distributed launch and refuse what no rank could run (QLoRA under FSDP2).
+
+    Raises:
+        ConfigError: for a config error (the same one each rank would raise), or `peft.quantize_base` true.
+    """
+    config, overrides = parse_recipe_args(recipe_args)
+    if config is None:
+        return  # the recipe reports its missing config itself
+    cfg = load_config(config, overrides)
+    peft = cfg.node.get("peft") if "peft" in cfg else None
+    if peft is not None and hasattr(peft, "get") and peft.get("quantize_base") is True:
+        raise ConfigError(
+            [
+                f"peft.quantize_base: true ({cfg.where('peft.quantize_base')}) is QLoRA, and {recipe_name} runs "
+                "under torchrun with FSDP2, which cannot shard NF4 base weights. Run QLoRA on one device "
+                "(`ftune run lora_finetune_single_device --config ...`), or set peft.quantize_base=false for "
+                "distributed LoRA."
+            ],
+            cfg.source,
+        )

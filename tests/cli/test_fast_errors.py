@@ -1,0 +1,75 @@
+"""Config mistakes are reported by `ftune run` before torch is imported.
+
+(`ftune validate` reports every problem at once, component signatures included, so it imports
+the components; `ftune run` stops at the first group of problems it can find without torch.)
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from ftune import registry
+from ftune.config import ConfigError
+from ftune.config.fast_check import fast_check, settings_path
+
+SCRIPT = """
+import sys, contextlib, io
+from ftune.cli.main import main
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    rc = main({argv!r})
+assert rc == 1, rc
+assert {expected!r} in err.getvalue(), err.getvalue()
+assert 'torch' not in sys.modules, 'torch was imported before the error'
+assert not [m for m in sys.modules if m.startswith('ftune.training')], 'a placeholder package was left'
+"""
+
+CASES = [
+    (
+        ["run", "lora_finetune_single_device", "batchsize=3"],
+        "batchsize: unknown key (set on the command line)",
+    ),
+    (["run", "full_finetune_single_device", "epochs=-1"], "epochs: must be >= 1, got -1"),
+    (["run", "lora_finetune_single_device", "batch_size=many"], "batch_size: expected int, got 'many'"),
+    (
+        ["run", "--nproc_per_node", "2", "qat_distributed", "save_every_n_steps=0"],
+        "save_every_n_steps: must be",
+    ),
+    (["run", "generate", "max_new_tokens=lots"], "max_new_tokens: expected int"),
+    (["run", "lora_finetune_single_device", "--config", "nope.yaml"], "no such file and no shipped config"),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), CASES, ids=[" ".join(a[:3]) for a, _ in CASES])
+def test_error_before_torch_is_imported(argv, expected):
+    code = SCRIPT.format(argv=argv, expected=expected)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=registry.recipes_dir().parent)
+
+
+def test_the_real_import_after_a_fast_check_is_the_normal_one():
+    code = (
+        "from ftune import registry\n"
+        "from ftune.config.fast_check import fast_check\n"
+        "assert fast_check(registry.RECIPES['qat_distributed'].file, [])\n"
+        "import ftune.training\n"
+        "assert ftune.training.settings.QATSettings is ftune.training.QATSettings\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=registry.recipes_dir().parent)
+
+
+def test_settings_read_from_the_recipe_text_for_every_shipped_recipe():
+    for recipe in registry.RECIPES.values():
+        assert settings_path(recipe.file), recipe.name
+        assert fast_check(recipe.file, []) is True, recipe.name  # the default config passes
+
+
+def test_a_recipe_with_its_own_settings_class_has_no_fast_check(tmp_path):
+    mine = tmp_path / "mine.py"
+    mine.write_text(
+        "from dataclasses import dataclass\nfrom ftune import config, training\n\n"
+        "@dataclass\nclass Mine(training.LoRASettings):\n    x: int = 1\n\nSETTINGS = Mine\n"
+    )
+    assert fast_check(mine, ["--config", "smollm2/135M_lora", "x=2"]) is False
+    with pytest.raises(ConfigError, match="no such file and no shipped config"):
+        fast_check(mine, ["--config", "nope.yaml"])  # the config file itself is still checked

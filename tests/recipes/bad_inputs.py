@@ -1,0 +1,242 @@
+"""The bad-input catalogue: commands a new user gets wrong, and what ftune must say about each.
+
+Each `Case` is one command line (run in-process by tests/recipes/test_bad_inputs.py) and the
+fragments its error must contain: what is wrong, where (key, file:line, option), what was given,
+and how to fix it. `setup` names a function of `SETUPS` that writes the bad file the case uses.
+Placeholders: {tmp} the case's own folder, {ckpt} a copy of the tiny checkpoint, {tiny} the
+overrides that point a shipped config at the tiny checkpoint and demo data.
+docs/errors.md is generated from this table by scripts/make_errors_doc.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    group: str
+    argv: tuple[str, ...]
+    what: str  # names what is wrong
+    where: str  # the key, file:line, option or rank
+    given: str  # what was given
+    fix: str  # how to fix it
+    setup: str | None = None
+
+
+LORA = ("run", "lora_finetune_single_device", "{tiny}")
+FULL = ("run", "full_finetune_single_device", "{tiny}")
+V = ("validate", "smollm2/135M_lora")
+DATA = ("~dataset", "dataset._component_=ftune.datasets.instruct_dataset")  # replaces the demo dataset
+
+
+def _c(id, group, argv, what, where, given, fix, setup=None):
+    return Case(id, group, tuple(argv), what, where, given, fix, setup)
+
+
+# fmt: off
+CASES: list[Case] = [
+    # config file
+    _c('config-missing', 'config file', ('validate', 'nope/7B_lora'), 'no such file and no shipped config', "--config 'nope/7B_lora'", 'nope/7B_lora', 'ftune ls'),
+    _c('config-typo-name', 'config file', ('validate', 'smollm2/135M_lorra'), 'no such file', '--config', '135M_lorra', "Did you mean 'smollm2/135M_lora'?"),
+    _c('yaml-syntax', 'config file', ('validate', '{tmp}/bad.yaml'), 'YAML syntax error', 'bad.yaml:3:4', "did not find expected ',' or ']'", 'Fix the file at that line', 'yaml_syntax'),
+    _c('yaml-tab', 'config file', ('validate', '{tmp}/tab.yaml'), 'YAML syntax error', 'tab.yaml:2:', 'tab character', 'indentation', 'yaml_tab'),
+    _c('yaml-top-list', 'config file', ('validate', '{tmp}/list.yaml'), 'the top level must be a mapping', 'list.yaml', 'ListConfig', 'mapping of keys', 'yaml_list'),
+    _c('yaml-unknown-key', 'config file', ('validate', '{tmp}/typo.yaml', '--recipe', 'lora_finetune_single_device'), 'unknown key', 'typo.yaml', 'batchsize', "Did you mean 'batch_size'?", 'yaml_typo'),
+    _c('yaml-wrong-type', 'config file', ('validate', '{tmp}/type.yaml', '--recipe', 'lora_finetune_single_device'), 'expected int', 'type.yaml', "'four'", 'batch_size', 'yaml_type'),
+    _c('yaml-bad-interpolation', 'config file', ('validate', '{tmp}/interp.yaml'), "Interpolation key 'nowhere' not found", 'output_dir', 'interp.yaml', 'must name another key of the config', 'yaml_interp'),
+    _c('yaml-run-bad-file', 'config file', ('run', 'lora_finetune_single_device', '--config', '{tmp}/bad.yaml'), 'YAML syntax error', 'bad.yaml:3:4', 'flow sequence', 'Fix the file', 'yaml_syntax'),
+    _c('trusted-modules-type', 'config file', ('validate', '{tmp}/trust.yaml'), 'trusted_modules: expected a list', 'trust.yaml', "'my_pkg'", '[my_pkg]', 'yaml_trust'),
+    # overrides
+    _c('override-no-equals', 'overrides', (*V, 'batch_size'), 'batch_size', 'override', 'batch_size', 'key=value'),
+    _c('override-unknown-key', 'overrides', (*V, 'batchsize=3'), 'unknown key', 'set on the command line', 'batchsize', "Did you mean 'batch_size'?"),
+    _c('override-wrong-type-int', 'overrides', (*V, 'batch_size=many'), 'expected int', 'batch_size', "'many'", '(set on the command line)'),
+    _c('override-wrong-type-bool', 'overrides', (*V, 'compile=maybe'), 'expected bool', 'compile', "'maybe'", '(set on the command line)'),
+    _c('override-literal', 'overrides', (*V, 'dtype=fp64'), 'expected', 'dtype', "'fp64'", 'bf16'),
+    _c('override-delete-missing', 'overrides', (*V, '~dataset_vall'), "no key 'dataset_vall' to delete", 'override', '~dataset_vall', "Did you mean 'dataset_val'?"),
+    _c('override-into-scalar', 'overrides', (*V, 'batch_size.x=1'), 'not a mapping', 'batch_size', 'batch_size.x=1', 'cannot be set'),
+    _c('override-epochs-negative', 'overrides', (*V, 'epochs=-1'), 'must be >= 1', 'epochs', '-1', 'max_steps'),
+    _c('override-save-zero', 'overrides', (*V, 'save_every_n_steps=0'), 'must be >= 1 or null', 'save_every_n_steps', 'got 0', 'null saves only at the end'),
+    _c('override-log-zero', 'overrides', (*V, 'log_every_n_steps=0'), 'must be >= 1', 'log_every_n_steps', 'got 0', '(set on the command line)'),
+    _c('override-val-zero', 'overrides', (*V, 'run_val_every_n_steps=0'), 'must be >= 1 or null', 'run_val_every_n_steps', 'got 0', 'null'),
+    _c('override-grad-accum-zero', 'overrides', (*V, 'grad_accum_steps=0'), 'must be >= 1', 'grad_accum_steps', 'got 0', '1 means no accumulation'),
+    _c('override-clip-zero', 'overrides', (*V, 'clip_grad_norm=0'), 'must be > 0 or null', 'clip_grad_norm', '0', 'no clipping'),
+    _c('override-oib-accum', 'overrides', (*V, 'optimizer_in_backward=true', 'grad_accum_steps=2'), 'needs grad_accum_steps=1', 'optimizer_in_backward', 'grad_accum_steps=2', 'Set grad_ac'),
+    _c('override-seed-type', 'overrides', (*V, 'seed=abc'), 'expected int', 'seed', "'abc'", '(set on the command line)'),
+    _c('override-max-steps-type', 'overrides', (*V, 'max_steps=1.5'), 'expected', 'max_steps', '1.5', '(set on the command line)'),
+    _c('override-bad-interp', 'overrides', (*V, 'output_dir=${nope}'), "Interpolation key 'nope' not found", 'output_dir', 'set on the command line', 'must name another key'),
+    _c('override-section-null', 'overrides', (*V, 'model=null'), 'required section is null', 'model', 'null', 'give it a _component_'),
+    _c('override-section-deleted', 'overrides', (*V, '~model'), 'required section is missing', 'model', 'model', 'add `model: {_component_: ...}`'),
+    _c('override-section-scalar', 'overrides', (*V, 'optimizer=3'), 'expected a mapping with a _component_', 'optimizer', '3', '_component_'),
+    # components
+    _c('component-arg-typo', 'components', (*V, 'optimizer.weight_decy=0.1'), "has no argument 'weight_decy'", 'optimizer.weight_decy', 'weight_decy', "Did you mean 'weight_decay'?"),
+    _c('component-arg-type', 'components', (*V, 'optimizer.lr=fast'), 'expects float', 'optimizer.lr', "'fast'", 'Set optimizer.lr to a value of that type'),
+    _c('component-missing-module', 'components', (*V, 'model=ftune.models.nope.builder'), 'cannot import', 'model._component_', 'ftune.models.nope.builder', 'ftune.models'),
+    _c('component-missing-attr', 'components', (*V, 'model=ftune.models.smollm2.smollm2_9000b'), "has no attribute 'smollm2_9000b'", 'model._component_', 'smollm2_9000b', 'ftune.models.smollm2'),
+    _c('component-typo-package', 'components', (*V, 'optimizer=torhc.optim.AdamW'), "no module named 'torhc'", 'optimizer._component_', 'torhc.optim.AdamW', 'cannot import'),
+    _c('component-untrusted', 'components', (*V, 'model=subprocess.getoutput', 'model.cmd=touch {tmp}/owned'), "refusing to import 'subprocess.getoutput'", 'model._component_', 'set on the command line', '--trust subprocess'),
+    _c('component-untrusted-run', 'components', (*LORA, 'model=subprocess.getoutput', 'model.cmd=touch {tmp}/owned'), "refusing to import 'subprocess.getoutput'", 'model._component_', 'set on the command line', 'FTUNE_TRUST=subprocess'),
+    _c('component-denied-in-torch', 'components', (*V, 'model=torch.hub.load'), 'torch.hub can load or compile code', 'model._component_', 'torch.hub.load', '--trust torch.hub.load'),
+    _c('component-required-arg', 'components', (*V, '~lr_scheduler.num_warmup_steps'), 'required by ftune.training.cosine_with_warmup', 'lr_scheduler.num_warmup_steps', 'not set', 'lr_scheduler.num_warmup_steps=<value>'),
+    _c('component-peft-rank-type', 'components', (*V, 'peft.rank=abc'), 'expects int', 'peft.rank', "'abc'", 'Set peft.rank'),
+    _c('component-literal-arg', 'components', ('validate', '{tmp}/chat.yaml'), 'expects Literal', 'dataset.conversation_style', "'yaml'", 'Set dataset.conversation_style', 'chat_style'),
+    # checkpoints
+    _c('ckpt-missing-dir', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/nowhere'), 'does not exist', 'nowhere', 'nowhere', 'ftune download'),
+    _c('ckpt-truncated', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt'), 'model.safetensors', 'model.safetensors', 'model.safetensors', 'download', 'ckpt_truncated'),
+    _c('ckpt-wrong-arch', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt'), 'Unsupported architecture', 'config.json', 'gpt2', 'LlamaForCausalLM', 'ckpt_wrong_arch'),
+    _c('ckpt-no-config-json', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt'), 'is missing, so the model family is unknown', 'config.json', 'config.json', 'model_type=<family>', 'ckpt_no_config'),
+    _c('ckpt-config-json-corrupt', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt'), 'cannot parse', 'config.json', 'JSON', 'config.json', 'ckpt_bad_json'),
+    _c('ckpt-sharded-missing-shard', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt'), 'missing', 'model-00002-of-00002.safetensors', 'model.safetensors.index.json', 'model-00002-of-00002.safetensors', 'ckpt_missing_shard'),
+    _c('ckpt-layers-disagree', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt'), 'disagrees with the weights next to it', 'config.json', 'num_hidden_layers is 3 there, 2 in the model', 'Fix config.json', 'ckpt_layers'),
+    _c('ckpt-wrong-model-size', 'checkpoints', (*LORA, 'model.num_layers=3'), 'missing from the checkpoint', 'layers.2', 'layers.2.attn_norm.weight', 'pick the model builder that matches it'),
+    _c('ckpt-wrong-width', 'checkpoints', (*LORA, 'model.intermediate_dim=96'), 'do not fit the model', 'gate_proj.weight', '(128, 64)', 'model builder'),
+    _c('ckpt-wrong-dtype', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt'), 'integer dtype where the model has floating weights', 'tok_embeddings.weight', 'checkpoint has int8', 'use the unquantized', 'ckpt_int_weights'),
+    _c('ckpt-resume-missing', 'checkpoints', (*LORA, 'checkpointer.resume_from_checkpoint={tmp}/step_9'), 'does not exist', 'resume_from_checkpoint', 'step_9', 'resume_from_checkpoint=auto'),
+    _c('ckpt-resume-incomplete', 'checkpoints', (*LORA, 'checkpointer.resume_from_checkpoint={tmp}/out/step_2'), 'is incomplete', 'step_2', 'no', 'resume_from_checkpoint=auto', 'incomplete_step'),
+    # tokenizers
+    _c('tokenizer-missing', 'tokenizers', (*LORA, 'tokenizer.path={tmp}/none'), 'does not exist', 'none', 'none', 'tokenizer'),
+    _c('tokenizer-corrupt', 'tokenizers', (*LORA, 'tokenizer.path={tmp}/tok/tokenizer.json'), 'tokenizer.json', 'tokenizer.json', 'tokenizer.json', 'tokenizer', 'tok_corrupt'),
+    _c('tokenizer-seq-len-type', 'tokenizers', (*V, 'tokenizer.max_seq_len=long'), 'expects', 'tokenizer.max_seq_len', "'long'", 'Set tokenizer.max_seq_len'),
+    # datasets
+    _c('data-missing', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/none.jsonl'), 'does not exist', 'none.jsonl', 'none.jsonl', 'Check the path'),
+    _c('data-empty', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/empty.jsonl'), 'is empty', 'empty.jsonl', 'no training examples', "Point the dataset's source", 'data_empty'),
+    _c('data-broken-line', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/broken.jsonl'), 'not valid JSON', 'broken.jsonl:2', '{"input": "a", "output":', 'fix or delete that line', 'data_broken'),
+    _c('data-not-object', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/list.jsonl'), "has no column(s) ['input', 'output']", 'list.jsonl', 'its columns are', 'column_map', 'data_list'),
+    _c('data-missing-column', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/cols.jsonl'), "has no column(s) ['input', 'output']", 'cols.jsonl', "its columns are ['question', 'answer']", "column_map={'input': 'question'}", 'data_columns'),
+    _c('data-overlong', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/long.jsonl'), 'have no labelled token', 'the first 8 training samples', '64 tokens at most', 'raise tokenizer.max_seq_len', 'data_long'),
+    _c('data-not-utf8', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/latin.jsonl'), 'not UTF-8', 'latin.jsonl:8', '0xe9', 'UTF-8', 'data_latin'),
+    _c('data-bad-suffix', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/data.xlsx'), "has suffix '.xlsx'", 'data.xlsx', '.xlsx', 'Convert the file', 'data_xlsx'),
+    _c('data-builder-no-files', 'datasets', (*LORA, *DATA, 'dataset.source=json'), 'needs data_files', 'json', 'json', 'data_files=path/to/file'),
+    _c('data-chat-style', 'datasets', (*V, '~dataset', 'dataset._component_=ftune.datasets.chat_dataset', 'dataset.source=x.jsonl', 'dataset.conversation_style=yaml'), 'expects Literal', 'dataset.conversation_style', "'yaml'", 'Set dataset.conversation_style'),
+    # launches
+    _c('launch-nproc-zero', 'launches', ('run', '--nproc_per_node', '0', 'dist_check'), 'must be an integer >= 1', '--nproc_per_node', "'0'", '--nproc_per_node 2'),
+    _c('launch-nproc-abc', 'launches', ('run', '--nproc_per_node', 'abc', 'dist_check'), 'must be an integer >= 1', '--nproc_per_node', "'abc'", '--nproc_per_node 2'),
+    _c('launch-nproc-negative', 'launches', ('run', '--nproc_per_node=-2', 'dist_check'), 'must be an integer >= 1', '--nproc_per_node', "'-2'", 'auto'),
+    _c('launch-single-device-recipe', 'launches', ('run', '--nproc_per_node', '2', 'lora_finetune_single_device'), 'runs on one device', '--nproc_per_node 2', 'lora_finetune_single_device', 'Use lora_finetune_distributed'),
+    _c('launch-qlora-distributed', 'launches', ('run', '--nproc_per_node', '2', 'lora_finetune_distributed', '--config', 'smollm2/135M_qlora'), 'is QLoRA', 'peft.quantize_base', 'true', 'Run QLoRA on one device'),
+    _c('launch-bad-config-before-ranks', 'launches', ('run', '--nproc_per_node', '2', 'full_finetune_distributed', 'batchsize=2'), 'unknown key', 'batchsize', 'set on the command line', "Did you mean 'batch_size'?"),
+    # outputs
+    _c('output-dir-is-file', 'outputs', (*LORA, 'output_dir={tmp}/taken', 'max_steps=1'), 'Not a directory', '{tmp}/taken', 'taken', 'a part of this path is a file, not a folder', 'output_file'),
+    _c('output-parent-is-file', 'outputs', (*LORA, 'output_dir={tmp}/taken/sub', 'max_steps=1'), 'Not a directory', '{tmp}/taken/sub', 'taken/sub', 'point output_dir', 'output_file'),
+    # subcommands
+    _c('cmd-unknown', 'subcommands', ('valdate',), "unknown command 'valdate'", 'valdate', 'valdate', "Did you mean 'validate'?"),
+    _c('run-unknown-recipe', 'subcommands', ('run', 'lora_finetune_single_devic'), 'no such recipe', 'lora_finetune_single_devic', 'lora_finetune_single_devic', "Did you mean 'lora_finetune_single_device'?"),
+    _c('run-missing-py', 'subcommands', ('run', '{tmp}/mine.py'), 'does not exist', 'mine.py', 'mine.py', 'recipe file'),
+    _c('run-no-recipe', 'subcommands', ('run', '--nproc_per_node', '2'), 'no recipe given', 'ftune run', 'ftune run', 'usage'),
+    _c('run-copied-no-config', 'subcommands', ('run', '{tmp}/my_check.py'), 'no config given', '--config', 'no config given', '--config <name|path>', 'copied_recipe'),
+    _c('run-unknown-option', 'subcommands', ('run', 'lora_finetune_single_device', '--confg', 'x'), "unknown option '--confg'", '--confg', '--confg', '--config <name|path>'),
+    _c('run-trust-no-value', 'subcommands', ('run', 'lora_finetune_single_device', '--trust'), '--trust needs a value', '--trust', '--trust', '--trust my_pkg'),
+    _c('validate-unknown-recipe', 'subcommands', (*V, '--recipe', 'lora'), 'no such recipe', "--recipe 'lora'", 'lora', "Give a shipped recipe's name"),
+    _c('cat-unknown-config', 'subcommands', ('cat', 'smollm2/135M_lorra'), 'no such file', '--config', '135M_lorra', 'Did you mean'),
+    _c('cat-bad-override', 'subcommands', ('cat', 'smollm2/135M_lora', '~nokey'), "no key 'nokey' to delete", 'override', '~nokey', 'delete'),
+    _c('cp-unknown', 'subcommands', ('cp', 'lora_finetune_single_devic', '{tmp}'), 'neither a recipe nor a shipped config', 'lora_finetune_single_devic', 'lora_finetune_single_devic', 'Did you mean'),
+    _c('cp-existing-file', 'subcommands', ('cp', 'dist_check', '{tmp}/mine.py'), 'already exists', 'mine.py', 'mine.py', 'Pass --force', 'existing_file'),
+    _c('cp-missing-parent', 'subcommands', ('cp', 'dist_check', '{tmp}/a/b/c.py'), 'does not exist', 'a/b', 'a/b', '--make-parents'),
+    _c('convert-unknown', 'subcommands', ('convert', 'gguf', 'nosuchmodel'), 'does not exist', 'GGUF file nosuchmodel', 'nosuchmodel', '`smollm2` for the quickstart model'),
+]
+# fmt: on
+
+
+def _write(path: Path, text: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+
+
+def _copy_ckpt(tmp: Path, ckpt: Path) -> Path:
+    dest = tmp / "ckpt"
+    shutil.copytree(ckpt, dest)
+    return dest
+
+
+def _edit_config_json(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _truncate(tmp, ckpt):
+    path = _copy_ckpt(tmp, ckpt) / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def _missing_shard(tmp, ckpt):
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy_ckpt(tmp, ckpt)
+    state = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    keys = sorted(state)
+    first = {k: state[k] for k in keys[: len(keys) // 2]}
+    save_file(first, str(folder / "model-00001-of-00002.safetensors"))
+    weight_map = {
+        k: "model-00001-of-00002.safetensors" if k in first else "model-00002-of-00002.safetensors"
+        for k in keys
+    }
+    _write(folder / "model.safetensors.index.json", json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def _int_weights(tmp, ckpt):
+    from safetensors.torch import load_file, save_file
+
+    folder = _copy_ckpt(tmp, ckpt)
+    state = load_file(str(folder / "model.safetensors"))
+    save_file(
+        {k: (v * 100).to(__import__("torch").int8) for k, v in state.items()},
+        str(folder / "model.safetensors"),
+    )
+
+
+def _incomplete_step(tmp, ckpt):
+    _write(tmp / "out" / "step_2" / "adapter_model.safetensors", b"partial")
+
+
+SETUPS = {
+    "yaml_syntax": lambda tmp, ckpt: _write(tmp / "bad.yaml", "batch_size: 4\nmodel: [unclosed\n  x: 1\n"),
+    "yaml_tab": lambda tmp, ckpt: _write(tmp / "tab.yaml", "batch_size: 4\n\tmodel: 1\n"),
+    "yaml_list": lambda tmp, ckpt: _write(tmp / "list.yaml", "- a\n- b\n"),
+    "yaml_typo": lambda tmp, ckpt: _write(tmp / "typo.yaml", "batchsize: 4\n"),
+    "yaml_type": lambda tmp, ckpt: _write(tmp / "type.yaml", "batch_size: four\n"),
+    "yaml_interp": lambda tmp, ckpt: _write(tmp / "interp.yaml", "output_dir: ${nowhere}/out\n"),
+    "yaml_trust": lambda tmp, ckpt: _write(tmp / "trust.yaml", "trusted_modules: my_pkg\n"),
+    "chat_style": lambda tmp, ckpt: _write(
+        tmp / "chat.yaml",
+        "model: {_component_: ftune.models.smollm2.smollm2_135m}\n"
+        "dataset: {_component_: ftune.datasets.chat_dataset, source: x.jsonl, conversation_style: yaml}\n",
+    ),
+    "ckpt_truncated": _truncate,
+    "ckpt_wrong_arch": lambda tmp, ckpt: _edit_config_json(
+        _copy_ckpt(tmp, ckpt), model_type="gpt2", architectures=["GPT2LMHeadModel"]
+    ),
+    "ckpt_no_config": lambda tmp, ckpt: (_copy_ckpt(tmp, ckpt) / "config.json").unlink(),
+    "ckpt_bad_json": lambda tmp, ckpt: _write(
+        _copy_ckpt(tmp, ckpt) / "config.json", '{"model_type": "llama",'
+    ),
+    "ckpt_missing_shard": _missing_shard,
+    "ckpt_layers": lambda tmp, ckpt: _edit_config_json(_copy_ckpt(tmp, ckpt), num_hidden_layers=3),
+    "ckpt_int_weights": _int_weights,
+    "incomplete_step": _incomplete_step,
+    "tok_corrupt": lambda tmp, ckpt: _write(tmp / "tok" / "tokenizer.json", '{"version": "1.0", "model": '),
+    "data_empty": lambda tmp, ckpt: _write(tmp / "empty.jsonl", ""),
+    "data_broken": lambda tmp, ckpt: _write(
+        tmp / "broken.jsonl",
+        '{"input": "a", "output": "b"}\n{"input": "a", "output":\n{"input": "c", "output": "d"}\n',
+    ),
+    "data_list": lambda tmp, ckpt: _write(tmp / "list.jsonl", '["input", "output"]\n'),
+    "data_columns": lambda tmp, ckpt: _write(tmp / "cols.jsonl", '{"question": "a", "answer": "b"}\n' * 4),
+    "data_long": lambda tmp, ckpt: _write(
+        tmp / "long.jsonl", (json.dumps({"input": "word " * 400, "output": "b"}) + "\n") * 8
+    ),
+    "data_latin": lambda tmp, ckpt: _write(
+        tmp / "latin.jsonl", b'{"input": "a", "output": "b"}\n' * 7 + b'{"input": "caf\xe9", "output": "b"}\n'
+    ),
+    "data_xlsx": lambda tmp, ckpt: _write(tmp / "data.xlsx", b"PK\x03\x04"),
+    "output_file": lambda tmp, ckpt: _write(tmp / "taken", "a file, not a folder"),
+    "copied_recipe": lambda tmp, ckpt: _write(
+        tmp / "my_check.py", "from ftune import config\n\ndef main(cfg):\n    pass\n\nconfig.run(main)\n"
+    ),
+    "existing_file": lambda tmp, ckpt: _write(tmp / "mine.py", "# my edits\n"),
+}
