@@ -26,7 +26,9 @@ def main(cfg: config.Config) -> None:
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
 
-    model = training.build_model(cfg.model, loaded.model, device=device, dtype=dtype)
+    model = training.build_model(
+        cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
+    )  # config.json is checked against the model the config builds
     if s.activation_checkpointing:
         training.apply_activation_checkpointing(model)
     if s.activation_offloading:

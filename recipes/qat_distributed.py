@@ -25,7 +25,9 @@ def main(cfg: config.Config) -> None:
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
 
-    model = training.build_model(cfg.model, loaded.model, device=device, dtype=dtype)
+    model = training.build_model(
+        cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
+    )  # config.json is checked against the model the config builds
     quantizer = config.instantiate(cfg.quantizer)  # [qat]
     quantizer.prepare(model)  # [qat] fake quantization, before sharding
     fq_after = s.fake_quant_after_n_steps  # [qat] float training until this step

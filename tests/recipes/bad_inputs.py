@@ -136,7 +136,7 @@ CASES: list[Case] = [
     _c('cp-unknown', 'subcommands', ('cp', 'lora_finetune_single_devic', '{tmp}'), 'neither a recipe nor a shipped config', 'lora_finetune_single_devic', 'lora_finetune_single_devic', 'Did you mean'),
     _c('cp-existing-file', 'subcommands', ('cp', 'dist_check', '{tmp}/mine.py'), 'already exists', 'mine.py', 'mine.py', 'Pass --force', 'existing_file'),
     _c('cp-missing-parent', 'subcommands', ('cp', 'dist_check', '{tmp}/a/b/c.py'), 'does not exist', 'a/b', 'a/b', '--make-parents'),
-    _c('convert-unknown', 'subcommands', ('convert', 'gguf', 'nosuchmodel'), 'does not exist', 'GGUF file nosuchmodel', 'nosuchmodel', '`smollm2` for the quickstart model'),
+    _c('convert-unknown', 'subcommands', ('convert', 'gguf', 'nosuchmodel'), 'does not exist', 'GGUF file nosuchmodel', 'nosuchmodel', '`smollm2` (the quickstart model'),
 ]
 # fmt: on
 
