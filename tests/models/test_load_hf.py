@@ -152,15 +152,17 @@ def test_load_hf_errors(tmp_path: Path) -> None:
     config = json.loads((tmp_path / "config.json").read_text())
 
     (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    # config.json that disagrees with the weights next to it is refused before anything is built
     with pytest.raises(
-        ValueError, match=r"9 tensor\(s\) of the model are missing from the checkpoint: layers.2"
+        ValueError,
+        match=r"config.json' disagrees with the weights next to it: num_hidden_layers is 3 there, 2",
     ):
         load_hf(tmp_path)
 
     (tmp_path / "config.json").write_text(json.dumps({**config, "intermediate_size": 100}))
     with pytest.raises(
         ValueError,
-        match=r"layers.0.mlp.gate_proj.weight: checkpoint has shape \(96, 64\), model expects \(100, 64\)",
+        match=r"config.json' disagrees with the weights next to it: intermediate_size is 100 there, 96 in",
     ):
         load_hf(tmp_path)
 
