@@ -39,7 +39,9 @@ def wait_for_steps(out: Path, proc: subprocess.Popen, n: int = 2, timeout: float
 CONSTANT_LR = "~lr_scheduler"  # the resumed run's max_steps differs: keep the LR independent of it
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+# SIGINT takes the same handler (exit 128 + 2): tests/training/test_stop_on_signal.py checks it in-process,
+# so one signal runs end to end here.
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143)])
 def test_a_signal_saves_the_step_and_exits(signum, code, tiny_checkpoint, demo_dir, tmp_path, run_recipe):
     out = tmp_path / "run"
     proc = start(tiny_checkpoint, demo_dir, out, "max_steps=400", CONSTANT_LR)
@@ -55,8 +57,6 @@ def test_a_signal_saves_the_step_and_exits(signum, code, tiny_checkpoint, demo_d
     assert f"after step {stopped}; saved {out}/step_{stopped}." in err
     assert "checkpointer.resume_from_checkpoint=auto" in err
 
-    if signum != signal.SIGTERM:
-        return
     # The saved step resumes exactly: two more steps land where an uninterrupted run does.
     both, _ = run_recipe(
         "full_finetune_single_device", "smollm2/135M_full", f"max_steps={stopped + 2}", CONSTANT_LR,
