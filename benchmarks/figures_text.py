@@ -182,7 +182,7 @@ def readme_tests() -> str:
         "**Tests** (sets up `.venv` if needed, then ruff and the whole default suite on tiny seeded models; "
         f"at commit {load('test_suite')['commit'][:7]} a clean-clone CI run of its {t['tests']} tests, set-up "
         f"included, took {minutes(t['total_seconds'])} on an idle 2-core machine, {minutes(t['tests_seconds'])} "
-        "of it tests; `-m slow` adds first-compile and the full world-size-2 matrix). "
+        "of it tests; `-m slow` adds torch.compile with the inductor backend; `-m gemma3_gguf` the real Gemma 3 270M file). "
         + provenance("test_suite", up="")
     )
 
