@@ -26,7 +26,12 @@ import numpy as np
 import torch
 
 from ftune.checkpointing.atomic import atomic_path, save_safetensors, write_json
-from ftune.checkpointing.gguf_tensors import _FLOAT_TYPES, check_tensor_types, dequantize
+from ftune.checkpointing.gguf_tensors import (
+    _FLOAT_TYPES,
+    check_tensor_types,
+    dequantize,
+    dequantized_state_dict,
+)
 from ftune.checkpointing.gguf_tokenizer import (
     build_tokenizer,
     generation_config,
@@ -325,28 +330,23 @@ def read_state_dict(
     `config` (the file's `hf_config`) gives the head counts for the q/k rows and the layer count.
     """
     heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
-    state_dict = {}
-    for name, t in tensors.items():
-        key = hf_key(name, source=source)
-        value = dequantize(t.data, t.tensor_type)
-        if tuple(value.shape) != (shape := tuple(int(d) for d in reversed(t.shape))):
-            raise ValueError(f"{source}: tensor {name!r} dequantized to {tuple(value.shape)}, not {shape}.")
+
+    def adjust(name: str, value: torch.Tensor) -> torch.Tensor:
         kind = name.split(".")[2] if name.startswith("blk.") else None
-        if kind in heads:
-            value = from_meta_qk(value, heads[kind])  # llama.cpp keeps Meta's interleaved q/k rows
-        state_dict[key] = value.to(dtype).contiguous()
-    layers = config["num_hidden_layers"]
-    expected = {f"model.layers.{i}.{v}.weight" for i in range(layers) for v in _LAYER_NAMES.values()}
-    expected |= {
-        v for k, v in _GLOBAL_NAMES.items() if k != "output.weight" or not config["tie_word_embeddings"]
-    }
-    missing, extra = sorted(expected - state_dict.keys()), sorted(state_dict.keys() - expected)
-    if missing or extra:
-        raise ValueError(
-            f"{source}: the tensors do not form a {layers}-layer llama model (block_count): missing "
-            f"{missing[:3]}, unexpected {extra[:3]} (HF names). The file is truncated or inconsistent."
-        )
-    return state_dict
+        # llama.cpp keeps Meta's interleaved q/k rows
+        return from_meta_qk(value, heads[kind]) if kind in heads else value
+
+    return dequantized_state_dict(
+        tensors,
+        config,
+        key_of=lambda name: hf_key(name, source=source),
+        adjust=adjust,
+        layer_names=_LAYER_NAMES.values(),
+        global_names=_GLOBAL_NAMES,
+        family="llama",
+        dtype=dtype,
+        source=source,
+    )
 
 
 def _default_dtype(tensors: Iterable[Any]) -> torch.dtype:

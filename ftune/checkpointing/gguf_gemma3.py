@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ftune.checkpointing import gguf as _gguf
+from ftune.checkpointing.gguf_tensors import dequantized_state_dict
 from ftune.checkpointing.gguf_tokenizer import generation_config as _generation_config
 from ftune.checkpointing.gguf_tokenizer import require, special_token_ids
 
@@ -154,24 +155,19 @@ def read_state_dict(
     tensors: Mapping[str, Any], config: Mapping[str, Any], *, dtype: torch.dtype, source: Any
 ) -> dict[str, torch.Tensor]:
     """Dequantize every tensor into an HF-keyed state dict; norm weights back from `1 + w` to `w`."""
-    state_dict = {}
-    for name, t in tensors.items():
-        key = hf_key(name, source=source)
-        value = _gguf.dequantize(t.data, t.tensor_type)
-        if tuple(value.shape) != (shape := tuple(int(d) for d in reversed(t.shape))):
-            raise ValueError(f"{source}: tensor {name!r} dequantized to {tuple(value.shape)}, not {shape}.")
-        if name.endswith("norm.weight"):
-            value = value - 1.0  # float32, as transformers' GGUF loader does
-        state_dict[key] = value.to(dtype).contiguous()
-    layers = config["num_hidden_layers"]
-    expected = {f"model.layers.{i}.{v}.weight" for i in range(layers) for v in _LAYER_NAMES.values()}
-    expected |= {
-        v for k, v in _GLOBAL_NAMES.items() if k != "output.weight" or not config["tie_word_embeddings"]
-    }
-    missing, extra = sorted(expected - state_dict.keys()), sorted(state_dict.keys() - expected)
-    if missing or extra:
-        raise ValueError(
-            f"{source}: the tensors do not form a {layers}-layer Gemma 3 model (block_count): missing "
-            f"{missing[:3]}, unexpected {extra[:3]} (HF names). The file is truncated or inconsistent."
-        )
-    return state_dict
+
+    def adjust(name: str, value: torch.Tensor) -> torch.Tensor:
+        # float32, as transformers' GGUF loader does
+        return value - 1.0 if name.endswith("norm.weight") else value
+
+    return dequantized_state_dict(
+        tensors,
+        config,
+        key_of=lambda name: hf_key(name, source=source),
+        adjust=adjust,
+        layer_names=_LAYER_NAMES.values(),
+        global_names=_GLOBAL_NAMES,
+        family="Gemma 3",
+        dtype=dtype,
+        source=source,
+    )

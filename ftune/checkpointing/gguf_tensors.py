@@ -7,7 +7,7 @@ The block arithmetic is the `gguf` package's (llama.cpp's own reader), which is 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import gguf
@@ -60,3 +60,53 @@ def dequantize(data: np.ndarray, qtype: GGMLType) -> torch.Tensor:
     if not values.flags.writeable:  # F32 comes back as a view of the read-only file
         values = values.copy()
     return torch.from_numpy(values)
+
+
+def dequantized_state_dict(
+    tensors: Mapping[str, Any],
+    config: Mapping[str, Any],
+    *,
+    key_of: Callable[[str], str],
+    adjust: Callable[[str, torch.Tensor], torch.Tensor],
+    layer_names: Iterable[str],
+    global_names: Mapping[str, str],
+    family: str,
+    dtype: torch.dtype,
+    source: str | os.PathLike,
+) -> dict[str, torch.Tensor]:
+    """Dequantize every tensor (GGUF name -> `GGUFReader` tensor) into an HF-keyed `dtype` state dict.
+
+    Args:
+        tensors: the file's tensors by GGUF name.
+        config: the file's HF config (layer count, tied embeddings).
+        key_of: GGUF name -> HF key (raises on an unknown name).
+        adjust: the family's fix-up of a dequantized float32 tensor (e.g. q/k row order), by GGUF name.
+        layer_names: the HF names (without ``model.layers.<i>.`` and ``.weight``) every layer must have.
+        global_names: GGUF name -> HF key of the tensors outside the layers.
+        family: the architecture's name, for the message.
+        dtype: the dtype of the returned tensors.
+        source: the file, for messages.
+
+    Raises:
+        ValueError: a tensor whose data does not have its declared shape, or a set of tensors that
+            is not a whole model of ``config["num_hidden_layers"]`` layers.
+    """
+    state_dict = {}
+    for name, t in tensors.items():
+        key = key_of(name)
+        value = dequantize(t.data, t.tensor_type)
+        if tuple(value.shape) != (shape := tuple(int(d) for d in reversed(t.shape))):
+            raise ValueError(f"{source}: tensor {name!r} dequantized to {tuple(value.shape)}, not {shape}.")
+        state_dict[key] = adjust(name, value).to(dtype).contiguous()
+    layers = config["num_hidden_layers"]
+    expected = {f"model.layers.{i}.{v}.weight" for i in range(layers) for v in layer_names}
+    expected |= {
+        v for k, v in global_names.items() if k != "output.weight" or not config["tie_word_embeddings"]
+    }
+    missing, extra = sorted(expected - state_dict.keys()), sorted(state_dict.keys() - expected)
+    if missing or extra:
+        raise ValueError(
+            f"{source}: the tensors do not form a {layers}-layer {family} model (block_count): missing "
+            f"{missing[:3]}, unexpected {extra[:3]} (HF names). The file is truncated or inconsistent."
+        )
+    return state_dict
