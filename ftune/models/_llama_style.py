@@ -1,7 +1,7 @@
 """The one decoder architecture every ftune family shares, with sizes and options as arguments.
 
-Llama 2/3/3.1/3.2, Qwen2.5, Mistral and SmolLM2 differ only in numbers and in three switches
-(q/k/v bias, tied output, Llama-3.1 RoPE scaling), so each family's component builder is a thin
+Llama 2/3/3.1/3.2, Qwen2.5, Qwen3, Mistral and SmolLM2 differ only in numbers and in three switches
+(q/k/v bias, q/k norm, tied output, Llama-3.1 RoPE scaling), so each family's component builder is a thin
 wrapper over `llama_style_decoder` that fixes the family's traits and defaults.
 """
 
@@ -30,6 +30,7 @@ def llama_style_decoder(
     norm_eps: float,
     tie_word_embeddings: bool,
     qkv_bias: bool = False,
+    qk_norm: bool = False,
     rope_scaling: Llama3RopeScaling | None = None,
     sliding_window: int | None = None,
 ) -> TransformerDecoder:
@@ -49,6 +50,7 @@ def llama_style_decoder(
         norm_eps: RMSNorm epsilon (HF `rms_norm_eps`).
         tie_word_embeddings: reuse the embedding matrix as output projection (no `output` module).
         qkv_bias: give q/k/v projections a bias (Qwen2).
+        qk_norm: an RMSNorm over each query and key head, before RoPE (Qwen3).
         rope_scaling: Llama-3.1 frequency scaling, or None.
         sliding_window: attention window in positions (Mistral v0.1), or None for full causal.
 
@@ -83,6 +85,8 @@ def llama_style_decoder(
             head_dim=head_dim,
             rope=rope,
             sliding_window=sliding_window,
+            q_norm=RMSNorm(head_dim, norm_eps) if qk_norm else None,
+            k_norm=RMSNorm(head_dim, norm_eps) if qk_norm else None,
         )
         mlp = SwiGLU(
             gate_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),

@@ -5,13 +5,7 @@ over each query and key head (q/k norm, before RoPE); head_dim is set explicitly
 embed_dim // num_heads; the models up to 4B tie their embeddings.
 """
 
-from torch import nn
-
-from ftune.modules.attention import GroupedQueryAttention
-from ftune.modules.decoder_layer import DecoderLayer
-from ftune.modules.feed_forward import SwiGLU
-from ftune.modules.rms_norm import RMSNorm
-from ftune.modules.rope import RotaryEmbedding
+from ftune.models._llama_style import llama_style_decoder
 from ftune.modules.transformer import TransformerDecoder
 
 
@@ -51,45 +45,18 @@ def qwen3(
     Raises:
         ValueError: if the head counts and widths do not fit together.
     """
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"qwen3(): num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})."
-        )
-    if head_dim is None:
-        if embed_dim % num_heads:
-            raise ValueError(
-                f"qwen3(): embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}) "
-                "unless head_dim is given explicitly."
-            )
-        head_dim = embed_dim // num_heads
-    rope = RotaryEmbedding(head_dim, base=rope_base)  # shared by every layer: frequencies only
-
-    def layer() -> DecoderLayer:
-        attn = GroupedQueryAttention(
-            q_proj=nn.Linear(embed_dim, num_heads * head_dim, bias=False),
-            k_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            v_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            o_proj=nn.Linear(num_heads * head_dim, embed_dim, bias=False),
-            num_heads=num_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            rope=rope,
-            q_norm=RMSNorm(head_dim, norm_eps),
-            k_norm=RMSNorm(head_dim, norm_eps),
-        )
-        mlp = SwiGLU(
-            gate_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            up_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            down_proj=nn.Linear(intermediate_dim, embed_dim, bias=False),
-        )
-        return DecoderLayer(
-            attn=attn, mlp=mlp, attn_norm=RMSNorm(embed_dim, norm_eps), mlp_norm=RMSNorm(embed_dim, norm_eps)
-        )
-
-    return TransformerDecoder(
-        tok_embeddings=nn.Embedding(vocab_size, embed_dim),
-        layers=nn.ModuleList(layer() for _ in range(num_layers)),
-        norm=RMSNorm(embed_dim, norm_eps),
-        output=None if tie_word_embeddings else nn.Linear(embed_dim, vocab_size, bias=False),
+    return llama_style_decoder(
+        builder="qwen3",
+        vocab_size=vocab_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        embed_dim=embed_dim,
+        intermediate_dim=intermediate_dim,
         max_seq_len=max_seq_len,
+        head_dim=head_dim,
+        rope_base=rope_base,
+        norm_eps=norm_eps,
+        tie_word_embeddings=tie_word_embeddings,
+        qk_norm=True,
     )
