@@ -19,7 +19,7 @@ _ftune_pip() {  # pip with its output in the log; on failure, say where the log 
   fi
 }
 
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import ftune, pytest, transformers, peft, matplotlib" 2>/dev/null; then
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import ftune, pytest, transformers, peft, matplotlib, trl, lm_eval, xdist" 2>/dev/null; then
   echo "Setting up $VENV (about a minute; log in $VENV/setup.log) ..."
   python3 -m venv "$VENV"
   _ftune_pip install --upgrade pip
