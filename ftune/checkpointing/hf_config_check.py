@@ -73,6 +73,11 @@ def check_against_model(config: Mapping[str, Any], path: Path, model: nn.Module)
     if layers is None or len(layers) == 0:
         return  # not an ftune decoder (a custom component): nothing to compare
     attn, mlp = layers[0].attn, layers[0].mlp
+    # config.json's rope_theta is the global layers' base: Gemma 3's sliding-window layers have their
+    # own (rope_local_base_freq), so read it from the first layer without a window.
+    global_attn = next(
+        (layer.attn for layer in layers if not getattr(layer.attn, "sliding_window", None)), attn
+    )
     actual: dict[str, Any] = {
         "num_hidden_layers": len(layers),
         "vocab_size": model.tok_embeddings.weight.shape[0],
@@ -83,7 +88,7 @@ def check_against_model(config: Mapping[str, Any], path: Path, model: nn.Module)
         "head_dim": attn.head_dim,
         "max_position_embeddings": model.max_seq_len,
         "rms_norm_eps": float(model.norm.eps),
-        "rope_theta": float(attn.rope.base),
+        "rope_theta": float(global_attn.rope.base),
     }
     errors, warnings = _compare(config, actual, _SHAPES)
     _report(path, errors, warnings, "the model built from the config's model section")

@@ -54,3 +54,24 @@ def test_config_json_against_the_model_section(tmp_path, caplog):
     ]
     with pytest.raises(ValueError, match=r"num_attention_heads is 4 there, 8 in the model"):
         meta_model(folder, {**MODEL, "num_heads": 8, "num_kv_heads": 4}, dtype=torch.float32)
+
+
+def test_gemma3_rope_theta_is_the_global_layers_base(tmp_path, caplog):
+    # Gemma 3's sliding-window layers use rope_local_base_freq (10k); config.json's rope_theta (1M)
+    # is the global layers' base, which is what the check must compare (a false warning before).
+    from ftune.checkpointing.hf_config_check import check_against_model
+    from ftune.models.gemma3 import gemma3
+
+    sizes = dict(vocab_size=64, num_layers=6, num_heads=2, num_kv_heads=1, embed_dim=16, intermediate_dim=32)
+    model = gemma3(**sizes, max_seq_len=64, head_dim=8, sliding_window=4, query_pre_attn_scalar=8)
+    config = {
+        "num_hidden_layers": 6, "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "max_position_embeddings": 64,
+        "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
+    }  # fmt: skip
+    with caplog.at_level("WARNING"):
+        check_against_model(config, tmp_path / "config.json", model)
+    assert not caplog.records
+    with caplog.at_level("WARNING"):
+        check_against_model({**config, "rope_theta": 10_000.0}, tmp_path / "config.json", model)
+    assert "rope_theta is 10000.0 there, 1000000.0 in the model" in caplog.records[0].getMessage()
