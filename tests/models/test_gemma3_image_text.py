@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from ftune_tiny_hf import _COMMON, GEMMA3_TINY
+from ftune_tiny_hf import build_tiny_gemma3_image_text
 from safetensors.torch import load_file, save_file
 
 from ftune.checkpointing import HFCheckpointer, meta_model
@@ -21,15 +21,6 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-TINY_VISION = dict(
-    model_type="siglip_vision_model",
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    image_size=28,
-    patch_size=14,
-)
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.")
 
 
@@ -56,20 +47,7 @@ def image_text(tmp_path_factory) -> tuple[torch.nn.Module, dict[str, Path]]:
     writes it (language_model.model.*), `v5` in transformers 5's names (model.language_model.*),
     sharded so that the second shard holds only the vision tower and projector."""
     root = tmp_path_factory.mktemp("gemma3_image_text")
-    text = transformers.Gemma3TextConfig(**{**_COMMON, **GEMMA3_TINY}).to_dict()
-    config = transformers.Gemma3Config(
-        text_config=text,
-        vision_config=TINY_VISION,
-        mm_tokens_per_image=4,
-        boi_token_index=125,
-        eoi_token_index=126,
-        image_token_index=127,
-    )
-    torch.manual_seed(0)
-    model = transformers.Gemma3ForConditionalGeneration(config).float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.uniform_(0.5, 1.5) if name.endswith("norm.weight") else p.normal_(0.0, 0.1)
+    model = build_tiny_gemma3_image_text()
     model.save_pretrained(root / "v4")
     v4 = load_file(root / "v4" / "model.safetensors")
     assert any(k.startswith("language_model.model.") for k in v4)  # what transformers 5.24 writes
