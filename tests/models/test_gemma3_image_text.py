@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from ftune.checkpointing import HFCheckpointer, meta_model
 from ftune.models import builder_kwargs, family_from_hf_config, load_hf, model_from_hf_config
 from ftune.models.gemma3 import gemma3_4b
-from ftune.models.gemma3._image_text import TEXT_CONFIG_DEFAULTS, text_decoder_key
+from ftune.models.gemma3._image_text import TEXT_CONFIG_DEFAULTS, omitted_text_keys, text_decoder_key
 from ftune.peft import apply_lora
 
 transformers = pytest.importorskip("transformers")
@@ -202,6 +202,13 @@ def test_published_4b_text_config_takes_transformers_defaults() -> None:
     }
     defaults = transformers.Gemma3TextConfig()
     assert {k: getattr(defaults, k) for k in TEXT_CONFIG_DEFAULTS} == TEXT_CONFIG_DEFAULTS
+    omitted = omitted_text_keys(config)  # what the log line lists
+    assert omitted == {
+        **{k: v for k, v in TEXT_CONFIG_DEFAULTS.items() if k not in config["text_config"]},
+        "rope_theta": defaults.rope_parameters["full_attention"]["rope_theta"],
+        "rope_local_base_freq": defaults.rope_parameters["sliding_attention"]["rope_theta"],
+        "sliding_window_pattern": 6,
+    }
     assert family_from_hf_config(config) == "gemma3"
     _, ours = model_from_hf_config(config, device="meta")
     with torch.device("meta"):

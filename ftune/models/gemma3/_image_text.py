@@ -18,6 +18,9 @@ from typing import Any
 
 import torch
 
+from ftune.models.gemma3._component_builders import FULL, SLIDING
+from ftune.models.gemma3._hf_config import GLOBAL_ROPE_BASE, LOCAL_ROPE_BASE, SLIDING_WINDOW_PATTERN
+
 IMAGE_TEXT_MODEL_TYPE = "gemma3"
 IMAGE_TEXT_ARCHITECTURE = "Gemma3ForConditionalGeneration"
 TEXT_MODEL_TYPE = "gemma3_text"
@@ -80,10 +83,19 @@ def is_image_text_config(config: Mapping[str, Any]) -> bool:
 
 
 def omitted_text_keys(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The keys of `TEXT_CONFIG_DEFAULTS` that the image-text config's `text_config` omits, with the
-    value transformers takes for each (for the message saying so)."""
+    """The keys the image-text config's `text_config` omits and transformers defaults, with the value
+    it takes for each (for the message saying so): those of `TEXT_CONFIG_DEFAULTS`, and the RoPE
+    bases and layer pattern when no key of either layout gives them."""
     text = config.get("text_config") or {}
-    return {k: v for k, v in TEXT_CONFIG_DEFAULTS.items() if k not in text}
+    omitted = {k: v for k, v in TEXT_CONFIG_DEFAULTS.items() if k not in text}
+    rope = text.get("rope_parameters") or {}
+    if "rope_theta" not in text and "rope_theta" not in (rope.get(FULL) or rope):
+        omitted["rope_theta"] = GLOBAL_ROPE_BASE
+    if "rope_local_base_freq" not in text and "rope_theta" not in (rope.get(SLIDING) or {}):
+        omitted["rope_local_base_freq"] = LOCAL_ROPE_BASE
+    if not {"layer_types", "sliding_window_pattern", "_sliding_window_pattern"} & text.keys():
+        omitted["sliding_window_pattern"] = SLIDING_WINDOW_PATTERN
+    return omitted
 
 
 def text_only_config(config: Mapping[str, Any]) -> dict[str, Any]:
