@@ -141,6 +141,17 @@ class HFCheckpointer(Checkpointer):
         path = self.checkpoint_dir / CONFIG_FILE
         return image_text_kind(read_json(path)) if path.is_file() else None
 
+    def _announce_output(self) -> None:
+        if self._announced_text_only or (kind := self._input_image_text()) is None:
+            return
+        logger.warning(
+            "%s is a %s: step folders hold %s; its vision tower and projector are not saved",
+            self.checkpoint_dir,
+            kind.DESCRIPTION,
+            kind.SAVED_AS,
+        )
+        self._announced_text_only = True
+
     def _detect_family(self, folder: Path) -> str:
         path = folder / CONFIG_FILE
         if not path.is_file():
@@ -169,7 +180,8 @@ class HFCheckpointer(Checkpointer):
     def _text_decoder(kind: Any, raw: dict[str, Any], weights: StateDict, folder: Path) -> StateDict:
         """An image-text checkpoint's text decoder, in the text-only model's HF names; says what it skips."""
         text, skipped = kind.split_text_decoder(weights)
-        logger.info(
+        # A warning so that it shows without any logging set up (ftune configures none): weights are left out.
+        logger.warning(
             "%s is a %s: loading its text decoder; skipped %s (%d tensors, %s parameters)",
             folder,
             kind.DESCRIPTION,
@@ -239,16 +251,7 @@ class HFCheckpointer(Checkpointer):
                 "%s has no config.json: transformers will not load %s", self.checkpoint_dir, folder
             )
             return
-        config = read_json(src)
-        if (kind := image_text_kind(config)) is not None and not self._announced_text_only:
-            logger.info(
-                "%s is a %s: step folders hold %s; its vision tower and projector are not saved",
-                self.checkpoint_dir,
-                kind.DESCRIPTION,
-                kind.SAVED_AS,
-            )
-            self._announced_text_only = True
-        config = text_model_config(config)
+        config = text_model_config(read_json(src))
         # The config's dtype tells transformers (dtype="auto") what the weights are: keep it true.
         dtype = _dtype_name(hf_state)
         for key in ("dtype", "torch_dtype"):

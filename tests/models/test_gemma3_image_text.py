@@ -105,12 +105,20 @@ def test_ftune_loads_the_text_decoder_with_transformers_logits(image_text, layou
 
 
 @pytest.mark.parametrize("layout", ["v4", "v5"])
-def test_full_save_is_a_text_only_folder_that_transformers_loads(image_text, layout, tmp_path) -> None:
+def test_full_save_is_a_text_only_folder_that_transformers_loads(
+    image_text, layout, tmp_path, caplog
+) -> None:
     model, folders = image_text
     ckpt = HFCheckpointer(folders[layout], tmp_path)
     loaded = ckpt.load()
     assert loaded.family == "gemma3"
-    out = ckpt.save(1, loaded.model)
+    with caplog.at_level(logging.INFO, logger="ftune.checkpointing.hf"):
+        ckpt.save(2, loaded.model)
+        out = ckpt.save(1, loaded.model)
+    announced = [r for r in caplog.records if "step folders hold its text decoder" in r.getMessage()]
+    assert (
+        len(announced) == 1 and "Gemma3ForCausalLM folder" in announced[0].getMessage()
+    )  # once, not per save
 
     config = json.loads((out / "config.json").read_text())
     source = json.loads((folders[layout] / "config.json").read_text())

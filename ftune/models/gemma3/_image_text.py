@@ -30,7 +30,8 @@ DESCRIPTION = "Gemma 3 image-text checkpoint (Gemma3ForConditionalGeneration)"
 SKIPPED_PARTS = "the vision tower and the multi-modal projector"
 SAVED_AS = (
     "its text decoder as a text-only Gemma3ForCausalLM folder (config.json from text_config, "
-    "model_type gemma3_text), which transformers loads with AutoModelForCausalLM"
+    "model_type gemma3_text), which transformers loads with AutoModelForCausalLM, and LoRA adapters "
+    "for that text-only model"
 )
 
 # What transformers (5.24, Gemma3TextConfig) takes for a key `text_config` omits; Google's 4B/12B/27B
