@@ -120,6 +120,11 @@ class Checkpointer(abc.ABC):
     def _write_model(self, folder: Path, state: StateDict, family: str) -> None:
         """Write a full model (ftune names) into `folder` in this format, with its config file(s)."""
 
+    def _announce_output(self) -> None:
+        """Say once, before the first save, what step folders hold when a format writes something
+        other than its input (HF: the text decoder of an image-text checkpoint); default: nothing."""
+        return None
+
     # ---- shared behaviour -------------------------------------------------------------------
 
     def family_of(self, folder: Path) -> str:
@@ -236,6 +241,7 @@ class Checkpointer(abc.ABC):
         if recipe_state is not None:
             check_weights_only_safe(recipe_state)  # before writing gigabytes of weights
         family = self.family_of(self.checkpoint_dir)
+        self._announce_output()
         folder = atomic.step_dir(self.output_dir, step)
         try:
             self._write_step(

@@ -41,6 +41,21 @@ def converter(family: str) -> Any:
     return CONVERTERS[check_family(family)]
 
 
+def image_text_kind(config: dict[str, Any]) -> Any:
+    """`ftune.models.image_text_kind`: for an image-text checkpoint's config.json (Gemma 3 4B/12B/27B)
+    the module that maps it to its text decoder, else None."""
+    from ftune.models import image_text_kind as kind
+
+    return kind(config)
+
+
+def text_model_config(config: dict[str, Any]) -> dict[str, Any]:
+    """`ftune.models.text_model_config`: the config.json of the text model ftune builds."""
+    from ftune.models import text_model_config as text_config
+
+    return text_config(config)
+
+
 def family_from_hf_config(config: dict[str, Any], *, config_path: Path | None = None) -> str:
     """The ftune family of an HF `config.json` (its model_type/architectures and sizes).
 

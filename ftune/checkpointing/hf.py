@@ -7,6 +7,11 @@ Out: the same file names and shard layout as the input (each tensor goes to the 
 index put it in), a fresh index (`total_size` recomputed, `weight_map` kept), `config.json`, and
 the tokenizer/generation files, so `transformers.AutoModelForCausalLM.from_pretrained(step_dir)`
 loads a step folder as it is.
+
+Image-text checkpoints (Gemma 3 4B/12B/27B, `ftune.models.IMAGE_TEXT`): ftune reads their text
+decoder, skips the vision tower and projector (one log line says how many tensors and
+parameters), and writes step folders of the text-only causal LM (Gemma3ForCausalLM: config.json
+from `text_config`), in the input's shard files minus those that held only vision tensors.
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ftune.checkpointing import atomic
 from ftune.checkpointing._checkpointer import Checkpointer, StateDict
-from ftune.checkpointing.families import converter, family_from_hf_config
+from ftune.checkpointing.families import converter, family_from_hf_config, image_text_kind, text_model_config
 from ftune.checkpointing.hf_config_check import check_against_weights
 from ftune.checkpointing.readers import read_json, read_weights, require_file
 
@@ -50,6 +56,14 @@ class HFLayout:
     @property
     def safetensors(self) -> bool:
         return self.files[0].endswith(".safetensors")
+
+    def renamed(self, rename: Any) -> HFLayout:
+        """The layout with each tensor name passed through `rename` (None drops the tensor), and
+        the files left without tensors dropped."""
+        weight_map = {new: f for k, f in self.weight_map.items() if (new := rename(k)) is not None}
+        if self.index is None:
+            return HFLayout(None, self.files, {})
+        return HFLayout(self.index, [f for f in self.files if f in weight_map.values()], weight_map)
 
 
 def read_layout(folder: Path) -> HFLayout:
@@ -120,6 +134,24 @@ class HFCheckpointer(Checkpointer):
     See `Checkpointer` for the arguments, `load()` and `save()`.
     """
 
+    _announced_text_only = False  # the one line saying what an image-text input's step folders hold
+
+    def _input_image_text(self) -> Any:
+        """`image_text_kind` of checkpoint_dir's config.json (None without one)."""
+        path = self.checkpoint_dir / CONFIG_FILE
+        return image_text_kind(read_json(path)) if path.is_file() else None
+
+    def _announce_output(self) -> None:
+        if self._announced_text_only or (kind := self._input_image_text()) is None:
+            return
+        logger.warning(
+            "%s is a %s: step folders hold %s; its vision tower and projector are not saved",
+            self.checkpoint_dir,
+            kind.DESCRIPTION,
+            kind.SAVED_AS,
+        )
+        self._announced_text_only = True
+
     def _detect_family(self, folder: Path) -> str:
         path = folder / CONFIG_FILE
         if not path.is_file():
@@ -133,12 +165,37 @@ class HFCheckpointer(Checkpointer):
         # Files on disk never alias, so the converter cannot see that a stored lm_head.weight is a
         # tied model's copy of the embeddings: config.json says so.
         config = folder / CONFIG_FILE
-        hf_config = read_json(config) if config.is_file() else None
-        tied = hf_config.get("tie_word_embeddings") if hf_config is not None else None
+        raw = read_json(config) if config.is_file() else None
         weights = read_hf_weights(folder)
+        kind = image_text_kind(raw) if raw is not None else None
+        if kind is not None:
+            weights = self._text_decoder(kind, raw, weights, folder)
+        hf_config = text_model_config(raw) if raw is not None else None
+        tied = hf_config.get("tie_word_embeddings") if hf_config is not None else None
         if hf_config is not None:
             check_against_weights(hf_config, config, weights)
         return converter(family).hf_to_ftune(weights, tie_word_embeddings=tied)
+
+    @staticmethod
+    def _text_decoder(kind: Any, raw: dict[str, Any], weights: StateDict, folder: Path) -> StateDict:
+        """An image-text checkpoint's text decoder, in the text-only model's HF names; says what it skips."""
+        text, skipped = kind.split_text_decoder(weights)
+        # A warning so that it shows without any logging set up (ftune configures none): weights are left out.
+        logger.warning(
+            "%s is a %s: loading its text decoder; skipped %s (%d tensors, %s parameters)",
+            folder,
+            kind.DESCRIPTION,
+            kind.SKIPPED_PARTS,
+            len(skipped),
+            f"{sum(t.numel() for t in skipped.values()):,}",
+        )
+        if omitted := kind.omitted_text_keys(raw):
+            logger.info(
+                "%s: text_config omits %s; taking transformers' defaults for them, as transformers does",
+                folder / CONFIG_FILE,
+                ", ".join(f"{k}={v!r}" for k, v in omitted.items()),
+            )
+        return text
 
     def _write_model(self, folder: Path, state: StateDict, family: str) -> None:
         if bad := [k for k, t in state.items() if not _is_plain(t)]:
@@ -148,6 +205,8 @@ class HFCheckpointer(Checkpointer):
             )
         hf_state = converter(family).ftune_to_hf(state)
         layout = read_layout(self.checkpoint_dir)
+        if (kind := self._input_image_text()) is not None:
+            layout = layout.renamed(kind.text_decoder_key)
         shards = self._assign_shards(hf_state, layout)
         for name, tensors in shards.items():
             if layout.safetensors:
@@ -192,7 +251,7 @@ class HFCheckpointer(Checkpointer):
                 "%s has no config.json: transformers will not load %s", self.checkpoint_dir, folder
             )
             return
-        config = read_json(src)
+        config = text_model_config(read_json(src))
         # The config's dtype tells transformers (dtype="auto") what the weights are: keep it true.
         dtype = _dtype_name(hf_state)
         for key in ("dtype", "torch_dtype"):

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ftune.checkpointing.families import text_model_config
 from ftune.checkpointing.hf_config_check import check_against_model
 from ftune.checkpointing.model_fit import load_into
 from ftune.checkpointing.readers import read_json
@@ -35,9 +36,13 @@ def cast_floating(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict
 
 
 def read_hf_config(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The parsed `config.json` of `folder`, or None when there is none."""
+    """The parsed `config.json` of `folder`, or None when there is none.
+
+    For an image-text checkpoint (Gemma 3 4B/12B/27B) it is the config.json of the text decoder
+    that ftune builds, loads and saves (`ftune.models.text_model_config`).
+    """
     path = Path(folder) / HF_CONFIG_FILE
-    return read_json(path) if path.is_file() else None
+    return text_model_config(read_json(path)) if path.is_file() else None
 
 
 def meta_model(

@@ -11,10 +11,13 @@ from ftune.models import gemma3, llama2, llama3, llama3_1, llama3_2, mistral, qw
 from ftune.models._converter import Converter
 from ftune.models._hf_config import (
     COMPONENT_BUILDERS,
+    IMAGE_TEXT,
     SUPPORTED_ARCHITECTURES,
     builder_kwargs,
     family_from_hf_config,
+    image_text_kind,
     model_from_hf_config,
+    text_model_config,
 )
 from ftune.models._load_hf import load_hf
 
@@ -46,10 +49,13 @@ __all__ = [
     "COMPONENT_BUILDERS",
     "CONVERTERS",
     "FAMILIES",
+    "IMAGE_TEXT",
     "SUPPORTED_ARCHITECTURES",
     "Converter",
     "builder_kwargs",
     "family_from_hf_config",
+    "image_text_kind",
     "load_hf",
     "model_from_hf_config",
+    "text_model_config",
 ]

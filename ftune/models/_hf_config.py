@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ftune.models.gemma3 import _image_text as gemma3_image_text
 from ftune.models.gemma3 import gemma3
 from ftune.models.gemma3._hf_config import gemma3_builder_kwargs
 from ftune.models.llama2 import llama2
@@ -47,8 +48,25 @@ _ONE_FAMILY = {"qwen2": "qwen2_5", "mistral": "mistral", "qwen3": "qwen3", "gemm
 _SUPPORTED_TEXT = (
     "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2), "
     "Qwen2ForCausalLM ('qwen2': qwen2_5), MistralForCausalLM ('mistral': mistral), "
-    "Qwen3ForCausalLM ('qwen3': qwen3), Gemma3ForCausalLM ('gemma3_text': gemma3; text-only checkpoints)"
+    "Qwen3ForCausalLM ('qwen3': qwen3), Gemma3ForCausalLM ('gemma3_text': gemma3), "
+    "Gemma3ForConditionalGeneration ('gemma3': the gemma3 text decoder of Gemma 3 4B/12B/27B)"
 )
+# Image-text checkpoints whose text decoder ftune builds: model_type -> the module that turns their
+# config.json and weights into those of the text-only model (text_only_config, split_text_decoder,
+# text_decoder_key, omitted_text_keys).
+IMAGE_TEXT = {gemma3_image_text.IMAGE_TEXT_MODEL_TYPE: gemma3_image_text}
+
+
+def image_text_kind(config: dict[str, Any]) -> Any:
+    """The `IMAGE_TEXT` entry of an image-text config.json, or None for a text model's."""
+    return next((kind for kind in IMAGE_TEXT.values() if kind.is_image_text_config(config)), None)
+
+
+def text_model_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config.json of the text model ftune builds from `config`: for an image-text checkpoint
+    (Gemma 3 4B/12B/27B) that of its text decoder as a causal LM, else `config` itself."""
+    kind = image_text_kind(config)
+    return kind.text_only_config(config) if kind is not None else config
 
 
 def _model_type(config: dict[str, Any]) -> str:
@@ -80,11 +98,13 @@ def family_from_hf_config(config: dict[str, Any]) -> str:
 
     llama + "llama3" RoPE scaling -> llama3_1 (llama3_2 if the embeddings are tied); llama without
     scaling -> smollm2 if tied, llama3 if rope_theta is 500000, else llama2; qwen2 -> qwen2_5;
-    mistral -> mistral; qwen3 -> qwen3; gemma3_text -> gemma3.
+    mistral -> mistral; qwen3 -> qwen3; gemma3_text -> gemma3, and gemma3 (image-text) -> gemma3 for
+    its text decoder.
 
     Raises:
         ValueError: for an unsupported architecture or RoPE scaling type.
     """
+    config = text_model_config(config)
     model_type = _model_type(config)
     if model_type in _ONE_FAMILY:
         return _ONE_FAMILY[model_type]
@@ -141,6 +161,7 @@ def _sliding_window(config: dict[str, Any]) -> int | None:
 
 def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
     """Keyword arguments of `COMPONENT_BUILDERS[family]` read from an HF config.json."""
+    config = text_model_config(config)
     if family == "gemma3":
         return gemma3_builder_kwargs(config)
     num_heads = _require(config, "num_attention_heads")
@@ -197,7 +218,7 @@ def model_from_hf_config(
     """Build the ftune model an HF config.json describes (random weights).
 
     Args:
-        config: the parsed config.json.
+        config: the parsed config.json (of an image-text Gemma 3: its text decoder is built).
         dtype: parameter dtype (floating); None = the current default dtype.
         device: where to allocate; "meta" builds without memory, for loading with assign=True.
 
@@ -207,6 +228,7 @@ def model_from_hf_config(
     Raises:
         ValueError: for an unsupported architecture or option, or a missing size.
     """
+    config = text_model_config(config)
     model_type = _model_type(config)
     if model_type != "gemma3_text":  # its own reader checks Gemma's options (GeGLU, soft-capping...)
         _check_supported_options(config, model_type)

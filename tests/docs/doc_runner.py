@@ -274,10 +274,29 @@ def make_outputs(ws: Workspace, load_recipe) -> None:
     from test_gguf import Q, write_tiny_gguf
 
     write_tiny_gguf(shared / GGUF, qtype=Q.Q8_0)
+    make_gemma3_image_text(ws)
     quantize = [f"checkpointer.checkpoint_dir={ws.model}", "output_dir=output/quantized", "device=cpu"]
     with chdir_env(shared, ws.env), contextlib.redirect_stdout(io.StringIO()):
         load_recipe("quantize").main(load_config("quantization", quantize))
     ws.ran.add(("quantize", "quantization"))
+
+
+def make_gemma3_image_text(ws: Workspace) -> None:
+    """A tiny image-text Gemma 3 folder as `$FTUNE_HOME/models/gemma-3-4b-it`, and a LoRA step folder
+    saved from it, `runs/gemma3_lora/step_400` (docs/checkpoints.md's Gemma 3 4B/12B/27B section)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from ftune_tiny_hf import build_tiny_gemma3_image_text
+
+    from ftune.checkpointing import HFCheckpointer
+    from ftune.models import load_hf
+    from ftune.peft import apply_lora
+
+    folder = ws.ftune_home / "models" / "gemma-3-4b-it"
+    build_tiny_gemma3_image_text().save_pretrained(folder)
+    model = load_hf(folder)
+    apply_lora(model, targets=["q_proj", "v_proj"], rank=4, alpha=8.0)
+    settings = {"rank": 4, "alpha": 8.0, "dropout": 0.0, "use_dora": False}
+    HFCheckpointer(folder, ws.shared / "runs/gemma3_lora").save(400, model.state_dict(), adapter_config=settings)
 
 
 def summary(ws: Workspace, blocks: list[Block]) -> str:

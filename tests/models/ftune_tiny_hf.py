@@ -92,3 +92,38 @@ def build_tiny_hf(family: str, seed: int = 0, **overrides: Any) -> torch.nn.Modu
             else:
                 p.normal_(0.0, 0.1)
     return model
+
+
+# A tiny SigLIP vision tower for a Gemma 3 image-text model (Gemma3ForConditionalGeneration).
+GEMMA3_TINY_VISION: dict[str, Any] = dict(
+    model_type="siglip_vision_model",
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    image_size=28,
+    patch_size=14,
+)
+
+
+def build_tiny_gemma3_image_text(seed: int = 0) -> torch.nn.Module:
+    """A seeded tiny `Gemma3ForConditionalGeneration` (the layout of Gemma 3 4B/12B/27B): the tiny
+    Gemma 3 text decoder of `TINY_HF` plus a tiny vision tower and projector, every parameter
+    randomised, fp32, eval mode."""
+    import transformers
+
+    text = transformers.Gemma3TextConfig(**{**_COMMON, **GEMMA3_TINY}).to_dict()
+    config = transformers.Gemma3Config(
+        text_config=text,
+        vision_config=GEMMA3_TINY_VISION,
+        mm_tokens_per_image=4,
+        boi_token_index=125,
+        eoi_token_index=126,
+        image_token_index=127,
+    )
+    torch.manual_seed(seed)
+    model = transformers.Gemma3ForConditionalGeneration(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.uniform_(0.5, 1.5) if name.endswith("norm.weight") else p.normal_(0.0, 0.1)
+    return model

@@ -37,14 +37,25 @@ def _check_options(config: dict[str, Any]) -> None:
             )
 
 
+# What transformers (5.24, Gemma3TextConfig) takes when a config.json leaves them out: the RoPE
+# bases of the global and the local layers, and one global layer after five local ones.
+GLOBAL_ROPE_BASE, LOCAL_ROPE_BASE, SLIDING_WINDOW_PATTERN = 1_000_000.0, 10_000.0, 6
+
+
 def _ropes(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(global, local) RoPE parameter dicts, each with rope_theta and rope_type."""
     params = config.get("rope_parameters") or {}
     if FULL in params or SLIDING in params:
-        return dict(params.get(FULL) or {}), dict(params.get(SLIDING) or {})
+        return (
+            {"rope_theta": GLOBAL_ROPE_BASE, **(params.get(FULL) or {})},
+            {"rope_theta": LOCAL_ROPE_BASE, **(params.get(SLIDING) or {})},
+        )
     scaling = dict(config.get("rope_scaling") or {})
-    global_rope = {"rope_theta": config.get("rope_theta", params.get("rope_theta", 1_000_000.0)), **scaling}
-    local_rope = {"rope_theta": config.get("rope_local_base_freq", 10_000.0)}
+    global_rope = {
+        "rope_theta": config.get("rope_theta", params.get("rope_theta", GLOBAL_ROPE_BASE)),
+        **scaling,
+    }
+    local_rope = {"rope_theta": config.get("rope_local_base_freq", LOCAL_ROPE_BASE)}
     return global_rope, local_rope
 
 
@@ -94,6 +105,6 @@ def gemma3_builder_kwargs(config: dict[str, Any]) -> dict[str, Any]:
         kwargs["layer_types"] = list(config["layer_types"])
     else:
         kwargs["sliding_window_pattern"] = config.get(
-            "sliding_window_pattern", config.get("_sliding_window_pattern", 6)
+            "sliding_window_pattern", config.get("_sliding_window_pattern", SLIDING_WINDOW_PATTERN)
         )
     return kwargs
