@@ -62,6 +62,9 @@ class FullSettings(Settings):
     fsdp_cpu_offload: bool = setting(
         False, "distributed only: keep sharded params and optimizer state on CPU"
     )
+    dist_timeout_s: float = setting(
+        1800.0, "distributed only: seconds a rank waits for the others in a collective before the run fails"
+    )
 
     def problems(self) -> list[str]:
         """Counts that make no sense (zero or negative) and settings that cannot work together."""
@@ -79,6 +82,10 @@ class FullSettings(Settings):
             )
             if (value is not None or not nullable) and (value is None or value < 1)
         ]
+        if not self.dist_timeout_s > 0:
+            out.append(
+                f"dist_timeout_s: must be > 0 (seconds), got {self.dist_timeout_s!r}. The default is 1800."
+            )
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             out.append(f"clip_grad_norm: must be > 0 or null (no clipping), got {self.clip_grad_norm!r}.")
         if self.optimizer_in_backward:
