@@ -107,12 +107,17 @@ def test_cat_error_has_no_traceback(ftune_cli):
 
 
 def test_validate_reports_all_problems(ftune_cli):
+    """Every problem of a round at once: settings first (before torch is imported), then components."""
     proc = ftune_cli("validate", "smollm2/135M_lora", "batch_sise=3", "optimizer.weight_decy=0.1")
     assert "batch_sise: unknown key (set on the command line). Did you mean 'batch_size'?" in proc.stderr
+    assert "1 problem(s)" in proc.stderr and "weight_decy" not in proc.stderr
+    assert_no_traceback(proc)
+    proc = ftune_cli("validate", "smollm2/135M_lora", "optimizer.weight_decy=0.1", "optimizer.lr=fast")
     assert (
         "optimizer.weight_decy: torch.optim.AdamW has no argument 'weight_decy'. Did you mean 'weight_decay'?"
         in proc.stderr
     )
+    assert "optimizer.lr: torch.optim.AdamW expects float" in proc.stderr
     assert "2 problem(s)" in proc.stderr
     assert_no_traceback(proc)
 
