@@ -213,7 +213,9 @@ def logged_losses(out: Path) -> list[tuple[int, float]]:
 
 def campaign(name, recipe, world, n_kills, rng, base, workdir, results):
     """Kill `n_kills` times (restarting each time), starting a fresh output folder whenever a run finishes."""
-    extra = [*EXTRA, f"max_steps={MAX_STEPS}"] + (["batch_size=2"] if world == 2 else [])
+    extra = [*EXTRA, f"max_steps={MAX_STEPS}"] + (
+        ["batch_size=2", "dist_timeout_s=120"] if world == 2 else []
+    )
     ref_out = workdir / f"{name}_ref"
     start = time.perf_counter()
     if world == 1:  # in this process: it also warms every fork up (lazy imports, caches)
@@ -247,8 +249,9 @@ def campaign(name, recipe, world, n_kills, rng, base, workdir, results):
         codes, picked, _ = launch(recipe, [*base(out), *extra], out, plan, world, victim, delay)
         last = time.perf_counter() - start
         stats["resumes"] += latest is not None
-        for p in filter(None, picked):
-            if p["picked"] is not None and (not p["complete"] or Path(p["picked"]) != latest):
+        for p in filter(None, picked):  # what each rank's checkpointer resumed from
+            got = Path(p["picked"]) if p["picked"] else None
+            if got != latest or (got is not None and not p["complete"]):
                 problems.append(f"{name}: resume picked {p}, the newest complete folder was {latest}")
         if codes[victim] == -signal.SIGKILL:
             stats["kills"] += 1
