@@ -47,9 +47,9 @@ def _restore_rng(saved: dict[str, Any] | list[dict[str, Any]]) -> None:
     if isinstance(saved, list):  # one state per rank (saved at world size > 1)
         if len(saved) != world_size():
             logger.warning(
-                "recipe_state.pt holds the RNG states of %d ranks and this run has %d: each rank takes "
-                "the state of rank (its rank mod %d), so random draws (dropout, ...) will differ from an "
-                "uninterrupted run. Resume at world size %d to continue exactly.",
+                "recipe_state.pt holds the RNG states of %d ranks and this run has %d: rank r takes the "
+                "state saved by rank r mod %d, so random draws (dropout, ...) will differ from an "
+                "uninterrupted run's. Resume at world size %d to continue exactly.",
                 len(saved), world_size(), len(saved), len(saved),
             )  # fmt: skip
         saved = saved[get_rank() % len(saved)]
