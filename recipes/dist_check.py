@@ -6,12 +6,20 @@ a long run.
 """
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
 
 from ftune import config
 from ftune.runtime import DistCheckSettings, default_backend, init_distributed
+
+
+class RankFailed(RuntimeError):
+    """The failure fail_rank asks for: reported as one line, like any user error."""
+
+    user_facing = True
+
 
 # The settings this recipe reads; `ftune run/validate/--help` read them from here.
 SETTINGS = DistCheckSettings
@@ -21,10 +29,12 @@ def main(cfg: config.Config) -> None:
     s = cfg.settings(SETTINGS)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     backend = s.backend or default_backend(device)
-    info = init_distributed(device, backend)
+    info = init_distributed(device, backend, timeout_s=s.dist_timeout_s)
     rank, world = info.rank, info.world_size
     if s.fail_rank == rank:
-        raise RuntimeError(f"rank {rank} fails on purpose (fail_rank={s.fail_rank}).")
+        raise RankFailed(f"rank {rank} fails on purpose (fail_rank={s.fail_rank}).")
+    if s.hang_rank == rank:  # the other ranks wait in the all-reduce below until dist_timeout_s
+        time.sleep(10 * s.dist_timeout_s)
     if device.type == "cuda":
         device = torch.device("cuda", info.local_rank)
         torch.cuda.set_device(device)

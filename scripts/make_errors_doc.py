@@ -30,12 +30,17 @@ def _command(argv: tuple[str, ...]) -> str:
         if arg == "{tiny}":
             words.append("<tiny-model overrides>")
         else:
-            words.append(arg.replace("{tmp}", "./case").replace("{ckpt}", "./tiny"))
+            words.append(
+                arg.replace("{tmp}", "./case")
+                .replace("{ckpt}", "./tiny")
+                .replace("{busy_port}", "<a port in use>")
+            )
     return " ".join(words)
 
 
 def _cell(text: str) -> str:
-    return text.replace("{tmp}", "./case").replace("|", "\\|").replace("`", "'")
+    text = text.replace("{tmp}", "./case").replace("{busy_port}", "<a port in use>")
+    return text.replace("|", "\\|").replace("`", "'")
 
 
 def render() -> str:

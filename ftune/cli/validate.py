@@ -9,6 +9,7 @@ from pathlib import Path
 from ftune import registry
 from ftune.config.checks import check_component
 from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.fast_check import fast_problems
 from ftune.config.loading import load_config
 from ftune.config.recipe_file import recipe_settings
 from ftune.config.run import report
@@ -18,6 +19,10 @@ from ftune.config.trust import components_of, trust_folder, trust_packages
 
 def validate(config: str, overrides: list[str], recipe_name: str | None = None) -> str:
     """Check a config against its recipe's settings and every component's signature.
+
+    The settings' problems (keys, types, ranges, sections, trusted components) are found without
+    importing torch and, if there are any, reported alone; otherwise every component is imported
+    and its arguments checked against its signature.
 
     Returns:
         The name of the recipe whose settings were used, or "" when only components were checked.
@@ -47,7 +52,8 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None) 
         # top-level keys as paths ("dataset.source"), so each problem names the override that fixes it
         problems = [p for key, value in cfg.to_dict().items() for p in check_component(value, key)]
     else:
-        problems = collect_problems(cfg, recipe_settings(file))
+        # Keys, types, ranges and sections first, without torch: the common mistakes answer at once.
+        problems = fast_problems(cfg, file) or collect_problems(cfg, recipe_settings(file))
     if problems:
         raise ConfigError(problems, cfg.source)
     return file.stem if file else ""
@@ -57,9 +63,16 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="ftune validate",
         description="Check a config: keys and types of the recipe's settings, and that every _component_ "
-        "imports and its arguments fit the target's signature (recursively). Builds nothing.",
+        "imports and its arguments fit the target's signature (recursively). Builds nothing. Problems with "
+        "the settings are reported first, before torch is imported; the components are checked once there "
+        "are none.",
     )
-    parser.add_argument("config", help="shipped config name (see `ftune ls`) or path to a .yaml file")
+    parser.add_argument(
+        "config", nargs="?", help="shipped config name (see `ftune ls`) or path to a .yaml file"
+    )
+    parser.add_argument(
+        "--config", dest="config_option", metavar="CONFIG", help="the same, as in `ftune run`"
+    )
     parser.add_argument("overrides", nargs="*", help="key=value, a.b=value, ~key")
     parser.add_argument(
         "--recipe",
@@ -75,6 +88,11 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
+    if args.config_option is not None:  # `--config X a=1`: the first word was an override
+        args.overrides[:0] = [args.config] if args.config is not None else []
+        args.config = args.config_option
+    elif args.config is None:
+        parser.error("no config given: `ftune validate <config>` or `ftune validate --config <config>`")
     try:
         trust_packages(p for value in args.trust for p in value.split(","))
         recipe = validate(args.config, args.overrides, args.recipe)

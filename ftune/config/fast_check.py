@@ -1,6 +1,6 @@
 """Check a config against a recipe's settings before torch is imported: common mistakes in under a second.
 
-`ftune run` and `ftune validate` call `fast_check` first. It reads the recipe file's
+`ftune run` calls `fast_check` first, `ftune validate` `fast_problems`. It reads the recipe file's
 ``SETTINGS = ...`` line with `ast` (the file is not run, so its ``import torch`` is not either),
 imports only the `settings` module of the package the class comes from (``from ftune import
 training`` + ``training.LoRASettings`` -> ``ftune.training.settings``) with that package's
@@ -107,6 +107,22 @@ def _settings_class(dotted: str) -> Iterator[type | None]:
             sys.modules.pop(key, None)
 
 
+def fast_problems(cfg, recipe: Path) -> list[str] | None:
+    """The problems of `cfg` against the recipe file's settings, found without importing torch.
+
+    Returns:
+        The problems (empty: none), or None when the settings class cannot be had without running
+        the recipe (SETTINGS defined in the file itself, or outside ftune).
+    """
+    dotted = settings_path(recipe)
+    if dotted is None:
+        return None
+    with _settings_class(dotted) as cls:
+        if cls is None:
+            return None
+        return collect_problems(cfg, cls, signatures=False)
+
+
 def fast_check(recipe: Path, recipe_args: list[str]) -> bool:
     """Load the config a recipe would load and check it against the recipe's settings, without torch.
 
@@ -122,13 +138,7 @@ def fast_check(recipe: Path, recipe_args: list[str]) -> bool:
     if config is None:
         return False
     cfg = load_config(config, overrides)
-    dotted = settings_path(recipe)
-    if dotted is None:
-        return False
-    with _settings_class(dotted) as cls:
-        if cls is None:
-            return False
-        problems = collect_problems(cfg, cls, signatures=False)
+    problems = fast_problems(cfg, recipe)
     if problems:
         raise ConfigError(problems, cfg.source)
-    return True
+    return problems is not None

@@ -57,6 +57,9 @@ def format_error(exc: BaseException) -> str:
 
 def report(exc: BaseException, argv: list[str] | None = None) -> int:
     """Print `exc` for a user (traceback only when debugging or for internal errors); return the exit code."""
+    distributed = sys.modules.get("ftune.runtime.distributed")  # loaded: a process group may have failed
+    if distributed is not None:
+        exc = distributed.explain_collective_failure(exc) or exc
     if debug_enabled(argv) or not is_user_error(exc):
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
         if not is_user_error(exc):

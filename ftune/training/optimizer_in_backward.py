@@ -11,32 +11,6 @@ import torch
 from torch import nn
 
 
-def check_optimizer_in_backward(*, grad_accum_steps: int, clip_grad_norm: float | None) -> None:
-    """Raise if a setting is incompatible with stepping the optimizer during backward.
-
-    The settings classes call it (ftune.training.settings), so a conflict is a config error before anything is built; ``StepLoss`` checks accumulation again.
-
-    Args:
-        grad_accum_steps: micro-batches per optimizer step.
-        clip_grad_norm: max gradient norm, or None for no clipping.
-
-    Raises:
-        ValueError: if ``grad_accum_steps != 1`` or ``clip_grad_norm`` is set.
-    """
-    if grad_accum_steps != 1:
-        raise ValueError(
-            f"optimizer_in_backward needs grad_accum_steps=1, got grad_accum_steps={grad_accum_steps}: each "
-            "parameter is updated as soon as its gradient is ready, so gradients cannot accumulate. "
-            "Set grad_accum_steps=1 (raise batch_size instead) or optimizer_in_backward=False."
-        )
-    if clip_grad_norm is not None:
-        raise ValueError(
-            f"optimizer_in_backward cannot clip gradients (clip_grad_norm={clip_grad_norm}): the total norm "
-            "needs every gradient, but each is applied and freed as soon as it is ready. "
-            "Set clip_grad_norm=null or optimizer_in_backward=False."
-        )
-
-
 class OptimizerInBackward(torch.optim.Optimizer):
     """One optimizer per parameter, stepped by a post-accumulate-grad hook during ``backward()``.
 

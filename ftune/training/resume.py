@@ -7,6 +7,7 @@ recipe wrote it, and `transformers` / `peft` load it.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -19,12 +20,40 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from ftune.checkpointing.dcp import full_state_dict
-from ftune.runtime.rank import is_rank_zero, world_size
+from ftune.runtime.rank import get_rank, is_rank_zero, world_size
 from ftune.runtime.seed import get_rng_state, set_rng_state
 from ftune.training.fsdp import is_sharded
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 
+logger = logging.getLogger(__name__)
+
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def _rng_states() -> dict[str, Any] | list[dict[str, Any]] | None:
+    """This process's generator states; with several ranks, every rank's, gathered on rank 0 (None elsewhere).
+
+    Each rank draws its own amount (its dropout masks follow its own batches' shapes), so the
+    ranks' generators differ after the first step and each must get its own state back.
+    """
+    if world_size() == 1:
+        return get_rng_state()
+    gathered: list[Any] | None = [None] * world_size() if is_rank_zero() else None
+    dist.gather_object(get_rng_state(), gathered, dst=0)
+    return gathered
+
+
+def _restore_rng(saved: dict[str, Any] | list[dict[str, Any]]) -> None:
+    if isinstance(saved, list):  # one state per rank (saved at world size > 1)
+        if len(saved) != world_size():
+            logger.warning(
+                "recipe_state.pt holds the RNG states of %d ranks and this run has %d: rank r takes the "
+                "state saved by rank r mod %d, so random draws (dropout, ...) will differ from an "
+                "uninterrupted run's. Resume at world size %d to continue exactly.",
+                len(saved), world_size(), len(saved), len(saved),
+            )  # fmt: skip
+        saved = saved[get_rank() % len(saved)]
+    set_rng_state(saved)
 
 
 def _optimizer_state(model: nn.Module, optimizer: Any) -> dict[str, Any]:
@@ -52,13 +81,14 @@ def snapshot(
 
     Returns:
         {"step", "epoch", "optimizer", "lr_scheduler", "rng", "dataloader"}; call on every rank.
+        "rng" is one state on a single device and a list, one per rank, when distributed.
     """
     return {
         "step": step,
         "epoch": loader.state_dict()["epoch"],
         "optimizer": _optimizer_state(model, optimizer),
         "lr_scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "rng": get_rng_state(),
+        "rng": _rng_states(),
         "dataloader": loader.state_dict(),
     }
 
@@ -88,7 +118,7 @@ def restore(
     if scheduler is not None and state.get("lr_scheduler") is not None:
         scheduler.load_state_dict(state["lr_scheduler"])
     loader.load_state_dict(state["dataloader"])
-    set_rng_state(state["rng"])
+    _restore_rng(state["rng"])
     return int(state["step"])
 
 

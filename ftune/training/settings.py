@@ -14,6 +14,33 @@ from typing import ClassVar, Literal
 from ftune.config.settings import Settings, setting
 
 
+def check_optimizer_in_backward(*, grad_accum_steps: int, clip_grad_norm: float | None) -> None:
+    """Raise if a setting is incompatible with stepping the optimizer during backward.
+
+    Here, without torch: the settings classes call it, so a conflict is a config error before
+    anything is built (and before torch is imported); ``StepLoss`` checks accumulation again.
+
+    Args:
+        grad_accum_steps: micro-batches per optimizer step.
+        clip_grad_norm: max gradient norm, or None for no clipping.
+
+    Raises:
+        ValueError: if ``grad_accum_steps != 1`` or ``clip_grad_norm`` is set.
+    """
+    if grad_accum_steps != 1:
+        raise ValueError(
+            f"optimizer_in_backward needs grad_accum_steps=1, got grad_accum_steps={grad_accum_steps}: each "
+            "parameter is updated as soon as its gradient is ready, so gradients cannot accumulate. "
+            "Set grad_accum_steps=1 (raise batch_size instead) or optimizer_in_backward=False."
+        )
+    if clip_grad_norm is not None:
+        raise ValueError(
+            f"optimizer_in_backward cannot clip gradients (clip_grad_norm={clip_grad_norm}): the total norm "
+            "needs every gradient, but each is applied and freed as soon as it is ready. "
+            "Set clip_grad_norm=null or optimizer_in_backward=False."
+        )
+
+
 @dataclass
 class FullSettings(Settings):
     """Full fine-tuning (full_finetune_single_device, full_finetune_distributed)."""
@@ -62,6 +89,9 @@ class FullSettings(Settings):
     fsdp_cpu_offload: bool = setting(
         False, "distributed only: keep sharded params and optimizer state on CPU"
     )
+    dist_timeout_s: float = setting(
+        1800.0, "distributed only: seconds a rank waits for the others in a collective before the run fails"
+    )
 
     def problems(self) -> list[str]:
         """Counts that make no sense (zero or negative) and settings that cannot work together."""
@@ -79,12 +109,13 @@ class FullSettings(Settings):
             )
             if (value is not None or not nullable) and (value is None or value < 1)
         ]
+        if not self.dist_timeout_s > 0:
+            out.append(
+                f"dist_timeout_s: must be > 0 (seconds), got {self.dist_timeout_s!r}. The default is 1800."
+            )
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             out.append(f"clip_grad_norm: must be > 0 or null (no clipping), got {self.clip_grad_norm!r}.")
         if self.optimizer_in_backward:
-            # Imported here: `ftune run` checks settings before torch is imported (ftune.config.fast_check).
-            from ftune.training.optimizer_in_backward import check_optimizer_in_backward
-
             try:
                 check_optimizer_in_backward(
                     grad_accum_steps=self.grad_accum_steps, clip_grad_norm=self.clip_grad_norm

@@ -20,7 +20,8 @@ from ftune.runtime.rank import world_size
 from ftune.training.batch_loss import LossFn, batch_loss, check_batch, shift_labels
 from ftune.training.fsdp import all_reduce_sum
 from ftune.training.loss import IGNORE_INDEX
-from ftune.training.optimizer_in_backward import OptimizerInBackward, check_optimizer_in_backward
+from ftune.training.optimizer_in_backward import OptimizerInBackward
+from ftune.training.settings import check_optimizer_in_backward
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
-"""Config mistakes are reported by `ftune run` before torch is imported.
+"""Config mistakes are reported by `ftune run` and `ftune validate` before torch is imported.
 
-(`ftune validate` reports every problem at once, component signatures included, so it imports
-the components; `ftune run` stops at the first group of problems it can find without torch.)
+(Both stop at the first group of problems they can find without torch: keys, types, ranges,
+sections. A config without such problems goes on to the component signature checks, which import
+the components, and so torch.)
 """
 
 import subprocess
@@ -38,6 +39,12 @@ CASES = [
     ),
     (["run", "generate", "max_new_tokens=lots"], "max_new_tokens: expected int"),
     (["run", "lora_finetune_single_device", "--config", "nope.yaml"], "no such file and no shipped config"),
+    (["validate", "smollm2/135M_lora", "batchsize=3"], "batchsize: unknown key (set on the command line)"),
+    (["validate", "--config", "smollm2/135M_full", "dist_timeout_s=0"], "dist_timeout_s: must be > 0"),
+    (
+        ["validate", "smollm2/135M_lora", "optimizer_in_backward=true", "grad_accum_steps=2"],
+        "optimizer_in_backward needs grad_accum_steps=1",
+    ),
 ]
 
 

@@ -5,6 +5,7 @@ per run would cost ~10 s each). Writes {case: "ok" | error} as JSON on rank 0.
 
 Cases are feature names from tests/recipes/features.py, plus "losses" (4 steps at batch_size 2 per
 rank, logs kept in <workdir>/losses for the test to compare with the single-device run), plus
+"resume_dropout" (the resume check with LoRA dropout on), plus
 "<feature>@<mutant>": the feature's check under that mutant of tests/recipes/mutants.py, whose
 result is "killed: ...", "survived" or "error: ..." (the mutation test of the distributed recipes).
 Each case's wall time goes to <workdir>/timings.json.
@@ -60,6 +61,10 @@ def main() -> None:
             else:
                 if case == "losses":
                     run("max_steps=4", output_dir=out)
+                elif case == "resume_dropout":  # LoRA dropout draws in every step after the restore point
+                    features.resume(
+                        lambda *o, output_dir: run(*o, "peft.dropout=0.1", output_dir=output_dir), out
+                    )
                 else:
                     CHECKS[case](run, out)
                 results[case] = "ok"

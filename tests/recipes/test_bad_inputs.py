@@ -6,9 +6,12 @@ what was given and how to fix it, and no input file changed (hashes before and a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,17 +29,34 @@ def _hashes(*roots: Path) -> dict[str, str]:
     return out
 
 
-def _argv(case: Case, tmp: Path, ckpt: Path, demo: Path) -> list[str]:
+@contextlib.contextmanager
+def _busy_port(case: Case) -> Iterator[str]:
+    """A port another socket listens on while the case runs (for {busy_port}), else ''."""
+    if not any("{busy_port}" in a for a in case.argv):
+        yield ""
+        return
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        yield str(busy.getsockname()[1])
+
+
+def _fill(text: str, tmp: Path, ckpt: Path, port: str) -> str:
+    return text.replace("{tmp}", str(tmp)).replace("{ckpt}", str(ckpt)).replace("{busy_port}", port)
+
+
+def _argv(case: Case, tmp: Path, ckpt: Path, demo: Path, port: str) -> list[str]:
     argv: list[str] = []
     for arg in case.argv:
         if arg == "{tiny}":
             argv += tiny_overrides(ckpt, demo, tmp / "out")
         else:
-            argv.append(arg.replace("{tmp}", str(tmp)).replace("{ckpt}", str(ckpt)))
+            argv.append(_fill(arg, tmp, ckpt, port))
     return argv
 
 
-def invoke(argv: list[str], capsys) -> tuple[int, str]:
+def invoke(argv: list[str], capfd) -> tuple[int, str]:
+    """Run `ftune <argv>` in this process; the exit code and stderr (the launched ranks' too)."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     try:
         rc = main(argv)
@@ -44,22 +64,23 @@ def invoke(argv: list[str], capsys) -> tuple[int, str]:
         rc = e.code if isinstance(e.code, int) else 1
     finally:
         sys.argv[:], sys.path[:] = saved_argv, saved_path
-    captured = capsys.readouterr()
+    captured = capfd.readouterr()
     return rc, captured.err
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, tmp_path, tiny_checkpoint, demo_dir, capsys):
+def test_bad_input(case: Case, tmp_path, tiny_checkpoint, demo_dir, capfd):
     tmp = tmp_path / "case"
     tmp.mkdir()
     if case.setup:
         SETUPS[case.setup](tmp, tiny_checkpoint)
     before = _hashes(tmp, tiny_checkpoint)
-    rc, err = invoke(_argv(case, tmp, tiny_checkpoint, demo_dir), capsys)
+    with _busy_port(case) as port:
+        rc, err = invoke(_argv(case, tmp, tiny_checkpoint, demo_dir, port), capfd)
     assert rc != 0, f"exit code 0; stderr:\n{err}"
     assert "Traceback" not in err, err
     for part in ("what", "where", "given", "fix"):
-        expected = getattr(case, part).replace("{tmp}", str(tmp))
+        expected = _fill(getattr(case, part), tmp, tiny_checkpoint, port)
         assert expected in err, f"{part}: {expected!r} not in:\n{err}"
     after = _hashes(tmp, tiny_checkpoint)
     changed = [p for p in before if before[p] != after.get(p)]

@@ -67,7 +67,7 @@ def launched(tiny_checkpoint, tmp_path_factory):
             if recipe == "qat_distributed":
                 cases.append("qat_off")
             if recipe == "lora_finetune_distributed":
-                cases.append("qlora_refused")
+                cases += ["qlora_refused", "resume_dropout"]
             cmd = [
                 sys.executable,
                 "-m",
@@ -122,6 +122,12 @@ def test_losses_equal_single_device(recipe, launched):
 def test_distributed_lora_refuses_qlora_with_a_message(launched):
     results, _ = launched("lora_finetune_distributed")
     assert results["qlora_refused"] == "ok", results["qlora_refused"]
+
+
+def test_resume_with_dropout_is_exact_at_world_size_2(launched):
+    """Each rank's dropout draws follow its own batches, so each rank's RNG state is saved and restored."""
+    results, _ = launched("lora_finetune_distributed")
+    assert results["resume_dropout"] == "ok", results["resume_dropout"]
 
 
 def test_qat_with_fake_quant_off_equals_full(launched):

@@ -6,8 +6,9 @@ import torch
 from recipe_step import train_step
 
 from ftune.training.loss import CrossEntropyLoss
-from ftune.training.optimizer_in_backward import OptimizerInBackward, check_optimizer_in_backward
+from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.schedulers import cosine_with_warmup
+from ftune.training.settings import check_optimizer_in_backward
 from ftune.training.step import NonFiniteError
 
 CPU = torch.device("cpu")
