@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{tool:9s} {v['name']:18s} steps {[round(s, 2) for s in run['step_seconds']]} "
                       f"peak {run['peak_rss_gib']:.2f} GiB, first step {run['first_step_s']} s, "
                       f"loss1 {run['step1_loss']}, load {run['load1_before']}/{run['load1_after']}, "
-                      f"others {run['others_cores']:.2f} cores" + (f"\n  ERROR {run['error']}" if "error" in run else ""),
+                      f"others {run['others_cores']:.2f} cores" + (f"\n  ERROR {run['error']}; last lines:\n    " + "\n    ".join(run["log_tail"]) if "error" in run else ""),
                       flush=True)  # fmt: skip
     peaks.append(measure.matmul_peak_gflops())
     shutil.rmtree(tmp, ignore_errors=True)
