@@ -43,7 +43,7 @@ def ensure_venv(home: Path) -> Path:
     venv = home / "bench-venvs" / VENV_NAME
     python = venv / "bin" / "python"
     check = "import torch, torchtune, torchao; assert torch.__version__.startswith('2.13.0')"
-    if python.is_file() and subprocess.run([python, "-c", check], capture_output=True).returncode == 0:
+    if python.is_file() and subprocess.run([python, "-I", "-c", check], capture_output=True).returncode == 0:
         return python
     print(f"creating {venv} ({', '.join(TORCHTUNE_PINS)}); log in {venv}/setup.log ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
@@ -54,7 +54,7 @@ def ensure_venv(home: Path) -> Path:
     with open(venv / "setup.log", "w") as log:
         done = subprocess.run([python, "-m", "pip", "install", "-c", constraints, *TORCHTUNE_PINS],
                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    if done.returncode != 0 or subprocess.run([python, "-c", check]).returncode != 0:
+    if done.returncode != 0 or subprocess.run([python, "-I", "-c", check]).returncode != 0:
         sys.exit(f"installing {TORCHTUNE_PINS} into {venv} failed; see {venv}/setup.log")
     return python
 
@@ -184,8 +184,12 @@ def main(argv: list[str] | None = None) -> None:
     home = args.ftune_home
     model = ensure_model(home)
     tt_python = ensure_venv(home)
-    site = subprocess.run([tt_python, "-c", "import recipes, os; print(os.path.dirname(recipes.__file__))"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    # torchtune installs its recipes as a top-level `recipes` folder in site-packages (importing it raises)
+    purelib = subprocess.run([tt_python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    site = Path(purelib) / "recipes"
+    if not (site / "full_finetune_single_device.py").is_file():
+        sys.exit(f"torchtune's recipes are not in {site}; delete {tt_python.parents[1]} to recreate the venv")
     variants = [
         {"name": f"{m}-{d}" + ("-compile" if c == "on" else ""), "method": m, "dtype": d, "compile": c == "on",
          "steps": steps, "batch": batch, "seq_len": seq_len, "warmup": 3 if c == "on" else 1}
@@ -196,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = corpus_rows(model, steps * batch, seq_len)
     rows_file.write_text(json.dumps({"rows": rows}))
     ctx = {"home": home, "model": model, "rows": rows_file, "tmp": tmp, "torchtune_python": tt_python,
-           "torchtune_recipes": Path(site), "threads": args.threads, "hf_config": json.loads((model / "config.json").read_text())}  # fmt: skip
+           "torchtune_recipes": site, "threads": args.threads, "hf_config": json.loads((model / "config.json").read_text())}  # fmt: skip
     peaks = [measure.matmul_peak_gflops()]
     print(
         f"fp32 matmul peak {peaks[0]:.0f} GFLOP/s; {len(variants)} variants x {repeats} x {TOOLS}", flush=True
