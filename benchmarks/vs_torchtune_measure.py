@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 # One log line a step: ftune's StdoutLogger "step 3 | loss 2.345 | ...", torchtune's "Step 3 | loss:2.3456 ...".
-STEP_LINE = re.compile(r"^[Ss]tep (\d+) \|.*?\bloss[: ]\s*([-+0-9.eE]+|nan|inf)")
+# Searched, not matched at the start: torchtune's progress bar (stderr, no newline) ends up before it on the line.
+STEP_LINE = re.compile(r"(?<![\w|])[Ss]tep (\d+) \|.*?\bloss[: ]\s*([-+0-9.eE]+|nan|inf)")
 
 
 def matmul_params(hf_config: dict[str, Any]) -> int:
@@ -77,7 +78,7 @@ def step_lines(lines: list[tuple[float, str]]) -> list[tuple[int, float, float]]
     """(step, arrival time, loss) of each step log line among (arrival time, line) pairs, in order."""
     out = []
     for t, line in lines:
-        m = STEP_LINE.match(line.strip())
+        m = STEP_LINE.search(line)
         if m:
             out.append((int(m.group(1)), t, float(m.group(2))))
     steps = [s for s, _, _ in out]

@@ -66,7 +66,10 @@ def test_lora_params_match_peft():
 def test_step_times_are_the_gaps_between_step_lines_of_either_tool():
     lines = [
         (0.5, "Setting manual seed to local seed 0."),
-        (10.0, "Step 1 | loss:10.812345 lr:5e-05 tokens_per_second_per_gpu:120.1 "),  # torchtune
+        (
+            10.0,
+            "1|1|Loss: 10.81: 33%|###| 1/3 [00:54<01:49]Step 1 | loss:10.812345 lr:5e-05 grad_norm:4.6 ",
+        ),  # torchtune
         (12.5, "step 2 | loss 10.5 | lr 5e-05 | tokens_per_second 130"),  # ftune
         (14.0, "1|3|Loss: 10.4: 100%|####| 3/3"),  # a progress bar is not a step line
         (15.5, "step 3 | loss 1.04e+01 | lr 4e-05"),
