@@ -175,3 +175,45 @@ def targets() -> str:
         ],
     ]
     return table(["target", "reached"], table_rows, "ll")
+
+
+def vs_torchtune(result: dict | None = None) -> str:
+    """torchtune 0.6.1 against ftune (benchmarks/vs_torchtune.py); no figure while the file holds a contended run."""
+    r = load("vs_torchtune") if result is None else result
+    where = provenance("vs_torchtune") if result is None else ""
+    if r["contended"] or r["quick"]:
+        worst = max(run["others_cores"] for run in r["runs"])
+        kind = "a `--quick` run (plumbing, not figures)" if r["quick"] else "a run on a busy machine"
+        return (
+            f"No figures yet: the results file holds {kind}, measured while other processes used up to "
+            f"{worst:.2f} cores, so this page quotes nothing from it. Rerun `python benchmarks/vs_torchtune.py` "
+            "on an idle machine, then `python benchmarks/report.py`. " + where
+        ).strip()
+    by = {(row["variant"], row["tool"]): row for row in r["rows"]}
+    rows = []
+    for variant in dict.fromkeys(row["variant"] for row in r["rows"]):
+        tt, ft = by.get((variant, "torchtune")), by.get((variant, "ftune"))
+        if tt is None or ft is None:
+            continue
+        rows.append([
+            variant,
+            f"{tt['tok_s']:.0f} [{tt['tok_s_min']:.0f}-{tt['tok_s_max']:.0f}]",
+            f"{ft['tok_s']:.0f} [{ft['tok_s_min']:.0f}-{ft['tok_s_max']:.0f}]",
+            f"{ft['tok_s'] / tt['tok_s']:.2f}x",
+            f"{tt['peak_rss_gib']:.2f}", f"{ft['peak_rss_gib']:.2f}", f"{ft['peak_rss_gib'] / tt['peak_rss_gib']:.2f}",
+            f"{tt['first_step_s']:.1f} / {ft['first_step_s']:.1f}",
+            f"{tt['step1_loss']:.4f} / {ft['step1_loss']:.4f}",
+            f"{tt['matmul_fraction']:.0%} / {ft['matmul_fraction']:.0%}",
+        ])  # fmt: skip
+    header = ["variant", "torchtune tok/s", "ftune tok/s", "ftune / torchtune", "torchtune peak GiB",
+              "ftune peak GiB", "ftune / torchtune", "first step s (tt / ftune)", "step-1 loss (tt / ftune)",
+              "of matmul peak (tt / ftune)"]  # fmt: skip
+    w = r["workload"]
+    loads = [run["others_cores"] for run in r["runs"]]
+    run_line = (
+        f"`{r['command']}`: {w['steps']} steps of {w['batch']} x {w['seq_len']} tokens, {w['repeats']} repeats "
+        f"alternating torchtune and ftune; tok/s = median [range] over the repeats; fp32 matrix-product peak "
+        f"{max(r['matmul_peak_gflops']):.0f} GFLOP/s (measured before and after); other processes used "
+        f"{min(loads):.2f}-{max(loads):.2f} cores during the runs."
+    )
+    return "\n\n".join(x for x in (table(header, rows, "lrrrrrrrrr"), run_line, where) if x)

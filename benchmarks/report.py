@@ -43,6 +43,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "ablation_summary": ("docs/benchmarks.md", text.ablation_summary),
     "why_lora": ("docs/benchmarks.md", text.why_lora),
     "optimizer_state": ("docs/benchmarks.md", text.optimizer_state),
+    "vs_torchtune": ("docs/benchmarks.md", training.vs_torchtune),
     "readme_speed": ("README.md", pages.readme_speed),
     "readme_quickstart": ("README.md", pages.readme_quickstart),
     "readme_tests": ("README.md", text.readme_tests),

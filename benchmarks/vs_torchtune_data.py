@@ -1,0 +1,47 @@
+"""The data side of benchmarks/vs_torchtune.py, imported by both tools' runs (in two different venvs).
+
+Both recipes get the same pre-tokenised rows from one JSON file that benchmarks/vs_torchtune.py wrote
+(a list of token-id lists, every row `seq_len` tokens), so neither tool's tokenizer or packing code
+decides what the model sees. This module imports neither ftune nor torchtune.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class PretokenizedRows:
+    """Rows of token ids as {"tokens", "labels"} items, labels equal to tokens (every token is trained on)."""
+
+    def __init__(self, rows: list[list[int]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        return {"tokens": list(self.rows[index]), "labels": list(self.rows[index])}
+
+
+def pretokenized(tokenizer: Any, *, path: str, packed: bool = False) -> PretokenizedRows:
+    """The dataset component of both configs; the recipe's tokenizer (passed positionally) is not used.
+
+    `packed` is the key torchtune's recipes read from the dataset node; the rows are packed already
+    (contiguous text, no padding), so the recipes' own packing stays off.
+    """
+    if packed:
+        raise ValueError("dataset.packed: the rows are packed already; set packed: false")
+    with open(path, encoding="utf-8") as f:
+        return PretokenizedRows(json.load(f)["rows"])
+
+
+def torchtune_tokenizer(path: str, pad_id: int) -> Any:
+    """torchtune's tokenizer for a Hugging Face tokenizer.json, with the pad id its recipes' collate reads."""
+    from torchtune.modules.transforms.tokenizers import HuggingFaceBaseTokenizer
+
+    tokenizer = HuggingFaceBaseTokenizer(
+        f"{path}/tokenizer.json", tokenizer_config_json_path=f"{path}/tokenizer_config.json"
+    )
+    tokenizer.pad_id = pad_id
+    return tokenizer
