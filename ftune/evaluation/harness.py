@@ -138,8 +138,8 @@ def score_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
     rows = []
     for task, metrics in results.get("results", {}).items():
         for key, value in metrics.items():
-            metric, _, filter_name = key.partition(",")
-            if metric.endswith("_stderr") or not isinstance(value, (int, float)) or isinstance(value, bool):
+            metric, comma, filter_name = key.partition(",")
+            if not comma or metric.endswith("_stderr") or not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue
             stderr = metrics.get(f"{metric}_stderr,{filter_name}")
             name = f"{task} {metric}" + ("" if filter_name in ("none", "") else f" ({filter_name})")
