@@ -117,7 +117,7 @@ class FtuneLM(TemplateLM):
     ) -> list[tuple[float, bool]]:
         """(sum of the continuation's log-probs, whether greedy decoding gives the continuation) per request."""
         rows: list[tuple[list[int], list[int]]] = []
-        for (context, continuation), context_enc, continuation_enc in requests:
+        for (_, continuation), context_enc, continuation_enc in requests:
             if not continuation_enc or len(continuation_enc) > self.max_length:
                 raise ValueError(
                     f"loglikelihood: the continuation {continuation!r} has {len(continuation_enc)} tokens; "
@@ -148,7 +148,6 @@ class FtuneLM(TemplateLM):
 
     def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list[float]:
         """Each document's log-likelihood over disjoint windows of max_length tokens."""
-        self.model.eval()
         out = []
         for (text,) in (request.args for request in requests):
             logprobs = rolling_token_logprobs(

@@ -40,7 +40,7 @@ class EvalSettings(InferenceModelSettings):
     )
     lm_eval_builtin_tasks: bool = setting(
         True,
-        "lm-eval: also index its built-in tasks (about a minute on 2 CPU cores); false: include path only",
+        "lm-eval: also index its ~15,000 built-in tasks (tens of seconds); false: include path only",
     )
     lm_eval_num_fewshot: int | None = setting(
         None, "lm-eval: few-shot examples per prompt (null: each task's own)"
