@@ -9,6 +9,7 @@ within 1e-4. The eval recipe's lm-eval mode is checked against the same run, and
 when lm_eval is missing is pinned.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ftune import registry
 from ftune.config import load_config
 from ftune.evaluation import harness
 from ftune.generation import generate
@@ -27,7 +29,13 @@ from ftune.models.smollm2 import smollm2_tokenizer
 pytest.importorskip("lm_eval")
 pytest.importorskip("transformers")
 
-from conftest import load_recipe  # noqa: E402
+
+def load_recipe(name: str):
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", registry.RECIPES[name].file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 TASKS = ["ftune_mc", "ftune_gen", "ftune_ppl"]
 MAX_LENGTH = 48  # short, so that rolling windows and left truncation happen
