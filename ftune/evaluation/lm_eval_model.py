@@ -7,7 +7,7 @@ so a task scores the same through either on the same checkpoint:
   is scored in one forward over (context + continuation)[:-1], left-truncated to `max_length`,
   and only the continuation's positions are projected to the vocabulary.
 - `loglikelihood_rolling`: ftune's `rolling_token_logprobs` (the harness's disjoint windows of
-  `max_length` tokens after a BOS/EOS prefix), summed per document.
+  `max_length` tokens after a BOS/EOS prefix, chosen as the harness does), summed per document.
 - `generate_until`: `ftune.generation.generate_batch` (KV cache, greedy unless the task asks
   to sample) until a stop token, a stop string, or `max_gen_toks`; the text is cut at the
   first stop string.
@@ -47,8 +47,8 @@ class FtuneLM(TemplateLM):
     Args:
         model: an ftune decoder in eval mode (`hidden`/`project`, `setup_caches`), adapters merged.
         tokenizer: an ftune tokenizer; `encode(add_bos=True)` is the harness's default encoding
-            (BOS only when the model's tokenizer adds one), its BOS (else EOS) prefixes rolling
-            windows and empty contexts, its `stop_tokens` end generations.
+            (BOS only when the model's tokenizer adds one), its BOS token (else EOS) prefixes
+            rolling windows and empty contexts, its `stop_tokens` end generations.
         batch_size: requests (or rolling windows) per forward pass.
         max_length: the longest input in tokens; longer inputs lose their start. None: the
             model's `max_seq_len`.
@@ -93,9 +93,15 @@ class FtuneLM(TemplateLM):
 
     @property
     def prefix_token_id(self) -> int:
-        # Conditions an empty context and the first rolling window, as ftune's perplexity does.
-        bos = self.tokenizer.bos_id
-        return bos if bos is not None else self.tokenizer.eos_id
+        # Conditions an empty context and the first rolling window. lm-eval's HF model takes the
+        # tokenizer's BOS token whenever the tokenizer names one, even one encoding never prepends
+        # (SmolLM2's <|im_start|>), else EOS; ftune's HFTokenizer keeps such a token only among
+        # its chat-template tokens, so look there too.
+        if self.tokenizer.bos_id is not None:
+            return self.tokenizer.bos_id
+        declared = getattr(self.tokenizer, "template_tokens", {}).get("bos_token")
+        token_id = None if declared is None else self.tokenizer.token_to_id(declared)
+        return token_id if token_id is not None else self.tokenizer.eos_id
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
         """Token ids of `string`; BOS as the tokenizer adds it by default, unless the text already starts with it."""

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -69,10 +70,21 @@ def offline(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def task_dir(tiny_checkpoint, tmp_path_factory, offline) -> Path:
+def ckpt(tiny_checkpoint, tmp_path_factory) -> Path:
+    """The tiny checkpoint with a BOS token its tokenizer names but never prepends (as SmolLM2's):
+    lm-eval conditions rolling windows on it, not on EOS."""
+    folder = tmp_path_factory.mktemp("bos") / "ckpt"
+    shutil.copytree(tiny_checkpoint, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "bos_token": "<|im_start|>"}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def task_dir(ckpt, tmp_path_factory, offline) -> Path:
     root = tmp_path_factory.mktemp("lm_eval_tasks")
-    tokenizer = smollm2_tokenizer(tiny_checkpoint)
-    model = load_hf(tiny_checkpoint).eval()
+    tokenizer = smollm2_tokenizer(ckpt)
+    model = load_hf(ckpt).eval()
     mc, gen, ppl = [], [], []
     for i in range(8):
         y, m, d = date(i)
@@ -137,20 +149,18 @@ def evaluate(lm, task_dir: Path, **kwargs) -> dict:
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_checkpoint, task_dir) -> dict:
+def reference(ckpt, task_dir) -> dict:
     from lm_eval.models.huggingface import HFLM
 
-    lm = HFLM(
-        pretrained=str(tiny_checkpoint), device="cpu", dtype="float32", batch_size=4, max_length=MAX_LENGTH
-    )
+    lm = HFLM(pretrained=str(ckpt), device="cpu", dtype="float32", batch_size=4, max_length=MAX_LENGTH)
     return evaluate(lm, task_dir)
 
 
 @pytest.fixture(scope="module")
-def ours(tiny_checkpoint, task_dir) -> dict:
+def ours(ckpt, task_dir) -> dict:
     from ftune.evaluation.lm_eval_model import FtuneLM
 
-    model, tokenizer = load_hf(tiny_checkpoint).eval(), smollm2_tokenizer(tiny_checkpoint)
+    model, tokenizer = load_hf(ckpt).eval(), smollm2_tokenizer(ckpt)
     return evaluate(FtuneLM(model, tokenizer, batch_size=3, max_length=MAX_LENGTH), task_dir)
 
 
@@ -181,12 +191,16 @@ def test_generation_matches_lm_evals_hf_model(reference, ours):
     assert ours["results"]["ftune_gen"]["exact_match,none"] == score and 0 < score < 1
 
 
-def test_rolling_loglikelihood_matches_lm_evals_hf_model(reference, ours, tiny_checkpoint, task_dir):
+def test_rolling_loglikelihood_matches_lm_evals_hf_model(reference, ours, ckpt, task_dir):
     want, got = responses(reference, "ftune_ppl"), responses(ours, "ftune_ppl")
     for w, g in zip(want, got):
         assert g[0] == pytest.approx(w[0], abs=1e-4)
     # The longest document spans several windows of MAX_LENGTH tokens.
-    tokenizer = smollm2_tokenizer(tiny_checkpoint)
+    tokenizer = smollm2_tokenizer(ckpt)
+    from ftune.evaluation.lm_eval_model import FtuneLM
+
+    prefix = FtuneLM(load_hf(ckpt), tokenizer).prefix_token_id  # the named BOS, as lm-eval's HF model
+    assert tokenizer.bos_id is None and prefix == tokenizer.token_to_id("<|im_start|>") != tokenizer.eos_id
     longest = max(json.loads(line)["text"] for line in (task_dir / "ppl.jsonl").read_text().splitlines())
     assert len(tokenizer.encode(longest, add_bos=False, add_eos=False)) > 3 * MAX_LENGTH
     for metric in ("word_perplexity,none", "byte_perplexity,none", "bits_per_byte,none"):
@@ -195,11 +209,11 @@ def test_rolling_loglikelihood_matches_lm_evals_hf_model(reference, ours, tiny_c
         )
 
 
-def test_eval_recipe_runs_lm_eval_tasks(tiny_checkpoint, task_dir, ours, tmp_path, capsys):
+def test_eval_recipe_runs_lm_eval_tasks(ckpt, task_dir, ours, tmp_path, capsys):
     out = tmp_path / "eval.json"
     overrides = [
-        f"checkpointer.checkpoint_dir={tiny_checkpoint}",
-        f"tokenizer.path={tiny_checkpoint}",
+        f"checkpointer.checkpoint_dir={ckpt}",
+        f"tokenizer.path={ckpt}",
         "heldout_file=null",
         f"lm_eval_tasks=[{','.join(TASKS)}]",
         f"lm_eval_include_path={task_dir}",
@@ -227,10 +241,10 @@ def test_eval_recipe_runs_lm_eval_tasks(tiny_checkpoint, task_dir, ours, tmp_pat
     assert got["n-shot"] == {"ftune_mc": 1} and got["n-samples"]["ftune_mc"]["effective"] == 2
 
 
-def test_eval_recipe_lm_eval_errors(tiny_checkpoint, task_dir, tmp_path):
+def test_eval_recipe_lm_eval_errors(ckpt, task_dir, tmp_path):
     base = [
-        f"checkpointer.checkpoint_dir={tiny_checkpoint}",
-        f"tokenizer.path={tiny_checkpoint}",
+        f"checkpointer.checkpoint_dir={ckpt}",
+        f"tokenizer.path={ckpt}",
         "heldout_file=null",
     ]
     main = load_recipe("eval").main
@@ -254,12 +268,12 @@ def test_eval_recipe_lm_eval_errors(tiny_checkpoint, task_dir, tmp_path):
         main(load_config("eval", [*base, "lm_eval_tasks=[x]", "lm_eval_builtin_tasks=false"]))
 
 
-def test_missing_lm_eval_is_one_line_saying_what_to_install(tiny_checkpoint):
+def test_missing_lm_eval_is_one_line_saying_what_to_install(ckpt):
     # A fresh interpreter where `import lm_eval` fails: ftune and the eval recipe still import,
     # and asking for lm-eval tasks stops before the model loads, with one line and no traceback.
     code = "import sys; sys.modules['lm_eval'] = None; from ftune.cli.main import main; sys.exit(main())"
-    args = ["run", "eval", "--config", "eval", f"checkpointer.checkpoint_dir={tiny_checkpoint}/missing"]
-    args += [f"tokenizer.path={tiny_checkpoint}", "heldout_file=null", "lm_eval_tasks=[hellaswag]"]
+    args = ["run", "eval", "--config", "eval", f"checkpointer.checkpoint_dir={ckpt}/missing"]
+    args += [f"tokenizer.path={ckpt}", "heldout_file=null", "lm_eval_tasks=[hellaswag]"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env
