@@ -207,7 +207,7 @@ _RECIPES = [
     ),
     Recipe(
         "eval",
-        "Perplexity (word, byte, bits per byte) on text and exact match on the demo's held-out split.",
+        "Perplexity (word, byte, bits per byte) on text, exact match on the demo's held-out split, lm-eval tasks.",
         False,
         "eval",
         ("eval",),

@@ -1,11 +1,13 @@
 """Evaluate a model.   ftune run eval --config eval
 
-Two measurements, each optional:
+Three measurements, each optional:
 - perplexity of `text_files` (one document each) with rolling windows of `max_seq_len` tokens:
   word perplexity, byte perplexity and bits per byte, comparable across tokenizers;
 - exact-match accuracy on `heldout_file` (chat records, e.g. the demo's held-out split): each
   conversation up to its last assistant turn goes through the chat template, the model answers
-  greedily (batched, KV cache), and the answer must equal that turn up to whitespace.
+  greedily (batched, KV cache), and the answer must equal that turn up to whitespace;
+- lm-evaluation-harness tasks (`lm_eval_tasks`, built-in or from `lm_eval_include_path`) through
+  ftune's model, tokenizer and KV cache; needs `pip install 'ftune[lm-eval]'`.
 
 The model is the checkpointer's folder, plus `adapter_dir` merged in, or the quantize recipe's
 output with `quantized_checkpoint`: evaluate before and after fine-tuning, or float against
@@ -18,7 +20,7 @@ from pathlib import Path
 from ftune import checkpointing, config, evaluation, runtime
 from ftune.checkpointing import atomic
 from ftune.datasets.demo import HELDOUT_FILE, write_demo_data
-from ftune.evaluation import EvalSettings
+from ftune.evaluation import EvalSettings, harness
 from ftune.evaluation.chat_samples import read_chat_samples
 
 # A longer answer than the longest reference cannot match it; the margin covers the stop token
@@ -32,11 +34,14 @@ SETTINGS = EvalSettings
 
 def main(cfg: config.Config) -> None:
     s = cfg.settings(SETTINGS)
-    if not s.text_files and s.heldout_file is None:
+    if not s.text_files and s.heldout_file is None and not s.lm_eval_tasks:
         raise ValueError(
-            "nothing to evaluate: text_files is empty and heldout_file is null. Set text_files=[path/to/a.txt] "
-            "for perplexity and/or heldout_file=path/to/heldout.jsonl for exact match."
+            "nothing to evaluate: text_files and lm_eval_tasks are empty and heldout_file is null. Set "
+            "text_files=[path/to/a.txt] for perplexity, heldout_file=path/to/heldout.jsonl for exact match "
+            "and/or lm_eval_tasks=[task] for lm-evaluation-harness tasks."
         )
+    if s.lm_eval_tasks:
+        harness.require_lm_eval()  # before the model loads: say what to install at once
     if missing := [f for f in s.text_files if not Path(f).expanduser().is_file()]:
         raise FileNotFoundError(f"text_files: {missing} do not exist; pass readable text files.")
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
@@ -111,6 +116,23 @@ def main(cfg: config.Config) -> None:
                 f"{seconds:.1f} s ({em.num_total / seconds:.2f} prompts/s, {budget} new tokens max)",
             ),
         ]
+
+    if s.lm_eval_tasks:
+        start = time.perf_counter()
+        scores = harness.run_tasks(
+            model,
+            tokenizer,
+            s.lm_eval_tasks,
+            include_path=s.lm_eval_include_path,
+            builtin_tasks=s.lm_eval_builtin_tasks,
+            num_fewshot=s.lm_eval_num_fewshot,
+            limit=s.lm_eval_limit,
+            batch_size=s.batch_size,
+            max_length=s.lm_eval_max_length,
+        )
+        seconds = time.perf_counter() - start
+        results["lm_eval"] = {**scores, "seconds": seconds}
+        rows += [*harness.score_rows(scores), ("lm_eval_time", f"{seconds:.1f} s")]
 
     width = max(len(name) for name, _ in rows)
     adapter = f" + adapter {s.adapter_dir}" if s.adapter_dir else ""

@@ -34,7 +34,10 @@ MISSING_RECIPES: dict[str, str] = {
     "ppo_full_finetune_single_device": "not in ftune (PPO)",
     "knowledge_distillation_single_device": "not in ftune yet (knowledge distillation)",
     "knowledge_distillation_distributed": "not in ftune yet (knowledge distillation)",
-    "eleuther_eval": "ftune's eval recipe measures perplexity and exact match; no lm-eval bridge yet",
+    "eleuther_eval": (
+        "ftune's eval recipe runs lm-eval tasks (ftune run eval --config eval lm_eval_tasks=[...] "
+        "heldout_file=null); its configs are not converted, set those keys by hand"
+    ),
 }
 
 # torchtune model family (torchtune.models.<family>) -> ftune family (ftune.models.<family>).

@@ -10,7 +10,7 @@ from ftune.config.settings import setting
 
 @dataclass
 class EvalSettings(InferenceModelSettings):
-    """The eval recipe: perplexity on text files, exact match on held-out chat records."""
+    """The eval recipe: perplexity on text files, exact match on held-out chat records, lm-eval tasks."""
 
     text_files: list[str] = setting([], "text files for perplexity, one document each")
     heldout_file: str | None = setting(
@@ -26,7 +26,37 @@ class EvalSettings(InferenceModelSettings):
     max_new_tokens: int | None = setting(
         None, "exact match: tokens generated per prompt (null: the longest reference's tokens + 4)"
     )
-    batch_size: int = setting(32, "prompts generated together, and perplexity windows per forward")
+    batch_size: int = setting(
+        32, "prompts generated together, perplexity windows per forward, lm-eval requests per forward"
+    )
     limit: int | None = setting(None, "evaluate at most this many held-out records (null: all)")
     show_examples: int = setting(3, "print this many held-out predictions next to their references")
     output_file: str | None = setting(None, "also write the results as JSON here")
+    lm_eval_tasks: list[str] = setting(
+        [], "lm-evaluation-harness task, group or tag names (needs pip install 'ftune[lm-eval]'); []: skip"
+    )
+    lm_eval_include_path: str | None = setting(
+        None, "lm-eval: a folder of your own task YAMLs, searched before the built-in tasks"
+    )
+    lm_eval_builtin_tasks: bool = setting(
+        True,
+        "lm-eval: also index its ~15,000 built-in tasks (tens of seconds); false: include path only",
+    )
+    lm_eval_num_fewshot: int | None = setting(
+        None, "lm-eval: few-shot examples per prompt (null: each task's own)"
+    )
+    lm_eval_limit: int | None = setting(None, "lm-eval: at most this many examples per task (null: all)")
+    lm_eval_max_length: int | None = setting(
+        None, "lm-eval: longest input in tokens, longer ones lose their start (null: the model's max_seq_len)"
+    )
+
+    def problems(self) -> list[str]:
+        """Out-of-range lm-eval numbers, named with what is accepted."""
+        out = super().problems()
+        for key, least in (("lm_eval_num_fewshot", 0), ("lm_eval_limit", 1), ("lm_eval_max_length", 2)):
+            value = getattr(self, key)
+            if value is not None and value < least:
+                out.append(
+                    f"{key}: got {value}; it must be >= {least} or null. Pass {key}=<n> or {key}=null."
+                )
+        return out

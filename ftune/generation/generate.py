@@ -104,6 +104,7 @@ def generate_batch(
     on_token: Callable[[int, int], None] | None = None,
     seed: int | None = None,
     pad_id: int = 0,
+    stop_when: Callable[[int, list[int]], bool] | None = None,
 ) -> list[list[int]]:
     """Generate a continuation for each prompt, all in one batch.
 
@@ -120,10 +121,12 @@ def generate_batch(
         seed: seeds a private generator, so sampling is reproducible and leaves torch's
             global RNG untouched; None draws from the global RNG.
         pad_id: the id used to pad short prompts (any valid id: pads are never attended to).
+        stop_when: called as stop_when(prompt_index, new_tokens) after each new token of a
+            sequence still running; True ends that sequence (e.g. its text reached a stop string).
 
     Returns:
-        The new tokens of each prompt (prompt excluded), ending at the first stop token or after
-        max_new_tokens.
+        The new tokens of each prompt (prompt excluded), ending at the first stop token, where
+        stop_when said so, or after max_new_tokens.
 
     Raises:
         ValueError: no prompt, an empty prompt, max_new_tokens < 0, a bad sampling argument, or
@@ -174,7 +177,7 @@ def generate_batch(
                     out[i].append(token)
                     if on_token is not None:
                         on_token(i, token)
-                    done[i] = token in stops
+                    done[i] = token in stops or (stop_when is not None and stop_when(i, out[i]))
             if all(done) or step == max_new_tokens - 1:
                 break
             mask = slots[None, None, :] <= position[:, None, None]  # (b, 1, total)

@@ -88,6 +88,21 @@ def test_batched_generation_stops_each_sequence_on_its_own(model: TransformerDec
         assert out == (free[: free.index(stop) + 1] if stop in free else free)
 
 
+def test_stop_when_ends_each_sequence_where_it_says(model: TransformerDecoder) -> None:
+    prompts = [PROMPT, [60, 61, 62]]
+    alone = [generate(model, p, max_new_tokens=12) for p in prompts]
+    calls: list[tuple[int, list[int]]] = []
+
+    def stop_when(row: int, tokens: list[int]) -> bool:  # row 0 stops after 3 tokens, row 1 never
+        calls.append((row, list(tokens)))
+        return row == 0 and len(tokens) == 3
+
+    batched = generate_batch(model, prompts, max_new_tokens=12, stop_when=stop_when)
+    assert batched == [alone[0][:3], alone[1]]
+    assert [tokens for row, tokens in calls if row == 0] == [alone[0][:n] for n in (1, 2, 3)]
+    assert [tokens for row, tokens in calls if row == 1] == [alone[1][:n] for n in range(1, 13)]
+
+
 def test_max_new_tokens_zero_returns_nothing(model: TransformerDecoder) -> None:
     assert generate(model, PROMPT, max_new_tokens=0) == []
 

@@ -73,6 +73,7 @@ CASES: list[Case] = [
     _c('override-section-null', 'overrides', (*V, 'model=null'), 'required section is null', 'model', 'null', 'give it a _component_'),
     _c('override-section-deleted', 'overrides', (*V, '~model'), 'required section is missing', 'model', 'model', 'add `model: {_component_: ...}`'),
     _c('override-section-scalar', 'overrides', (*V, 'optimizer=3'), 'expected a mapping with a _component_', 'optimizer', '3', '_component_'),
+    _c('override-lm-eval-limit', 'overrides', ('validate', 'eval', 'lm_eval_limit=0'), 'must be >= 1 or null', 'lm_eval_limit', 'got 0', 'lm_eval_limit=null'),
     # components
     _c('component-arg-typo', 'components', (*V, 'optimizer.weight_decy=0.1'), "has no argument 'weight_decy'", 'optimizer.weight_decy', 'weight_decy', "Did you mean 'weight_decay'?"),
     _c('component-arg-type', 'components', (*V, 'optimizer.lr=fast'), 'expects float', 'optimizer.lr', "'fast'", 'Set optimizer.lr to a value of that type'),

@@ -318,7 +318,10 @@ def test_recipe_errors(run, lora_step, quantized_dir, tmp_path):
             f"adapter_dir={lora_step}",
             f"quantized_checkpoint={quantized_dir}",
         )
-    with pytest.raises(ValueError, match="nothing to evaluate: text_files is empty and heldout_file is null"):
+    with pytest.raises(
+        ValueError,
+        match="nothing to evaluate: text_files and lm_eval_tasks are empty and heldout_file is null",
+    ):
         run("eval", "eval", "heldout_file=null")
     with pytest.raises(FileNotFoundError, match=r"text_files: \[.*nope.txt'\] do not exist"):
         run("eval", "eval", f"text_files=[{tmp_path / 'nope.txt'}]")
