@@ -14,6 +14,18 @@ RECIPE, CONFIG = "knowledge_distillation_single_device", "smollm2/360M_to_135M_k
 GOLDENS = json.loads((Path(__file__).parent / "goldens" / "single_device.json").read_text())
 
 
+def test_golden_losses(run_recipe, request):
+    """The default mix (kd_ratio 0.5); test_distributed.py compares world size 2 with these losses."""
+    logs, _ = run_recipe(RECIPE, CONFIG, "max_steps=4")
+    path = Path(__file__).parent / "goldens" / "single_device.json"
+    goldens = json.loads(path.read_text())
+    if request.config.getoption("--update-goldens"):
+        goldens[RECIPE] = losses(logs)
+        path.write_text(json.dumps(goldens, indent=2) + "\n")
+    assert RECIPE in goldens, "no golden losses yet: run pytest tests/recipes/test_kd.py --update-goldens"
+    assert losses(logs) == pytest.approx(goldens[RECIPE], rel=1e-5, abs=1e-6)
+
+
 def test_kd_ratio_0_is_the_full_finetune(run_recipe):
     """With kd_ratio 0 the loss is the student's cross-entropy: the SFT recipe's golden losses, step for step."""
     logs, _ = run_recipe(RECIPE, CONFIG, "max_steps=4", "loss.kd_ratio=0.0")
