@@ -229,7 +229,10 @@ _KD = {
         "the loss is KDLoss, which chunks cross-entropy and KL together: checked under knowledge_distillation"
     ),
     "knowledge_distillation": YES,
-    "lora": na("the student is full or LoRA by config (a `peft` section); the LoRA cells belong to the LoRA recipes"),
+    "lora": na(
+        "a LoRA student is a config choice (the _kd_lora configs: a peft section), tested in "
+        "tests/recipes/test_kd.py; this recipe's feature checks run the full-student config"
+    ),
     "qlora": na("a LoRA student over an NF4 base is not supported: use a full or LoRA student"),
     "dora": na("the student's adapters are plain LoRA"),
     **_NO_QAT,
