@@ -12,7 +12,9 @@ whole step (micro-batches and ranks): gradient accumulation and world size behav
 
 Both models' logits are computed in ``num_chunks`` blocks of tokens from their final hidden
 states: only one block of fp32 logits of each model exists at a time, never the full fp32 logits
-of both (which for a 128k vocabulary would dwarf the models' activations).
+of both (which for a 128k vocabulary would dwarf the models' activations). What backward keeps
+of each block is one fp32 tensor, the gradient with respect to the student's logits: over the
+blocks, the size of the student's fp32 logits of the labelled tokens, as chunked cross-entropy.
 """
 
 from __future__ import annotations
@@ -23,6 +25,28 @@ from torch import nn
 
 from ftune.training.batch_loss import check_batch, labelled_positions, packed_mask, shift_labels
 from ftune.training.loss import IGNORE_INDEX, ChunkedCrossEntropyLoss
+
+
+class _TargetCrossEntropy(torch.autograd.Function):
+    """``-sum(target * log_softmax(logits))`` for a fixed ``target``; backward keeps one tensor.
+
+    Autograd's own graph would keep the log-probabilities and the target of every chunk (twice
+    the size of the fp32 logits by the last chunk); this keeps only the gradient with respect to
+    the logits, ``softmax(logits) * sum(target) - target``, the size chunked cross-entropy keeps.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        log_q = F.log_softmax(logits, dim=-1)  # (tokens, vocab)
+        loss = -(target * log_q).sum()
+        grad = log_q.exp_().mul_(target.sum(-1, keepdim=True)).sub_(target)
+        ctx.save_for_backward(grad)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (grad,) = ctx.saved_tensors
+        return grad * grad_output, None
 
 
 class KDLoss(nn.Module):
@@ -72,15 +96,19 @@ class KDLoss(nn.Module):
             teacher_weight, teacher_hidden: the teacher's, ``[vocab, dim_t]`` and ``[tokens, dim_t]``.
             labels: ``[tokens]``; ``ignore_index`` rows add nothing.
         """
-        log_q = F.log_softmax(F.linear(hidden, weight).float(), dim=-1)  # (tokens, vocab)
+        logits = F.linear(hidden, weight).float()  # (tokens, vocab)
+        keep = (labels != self.ignore_index)[:, None]  # (tokens, 1)
         with torch.no_grad():
-            log_p = F.log_softmax(F.linear(teacher_hidden, teacher_weight).float(), dim=-1)
-        keep = labels != self.ignore_index  # (tokens,)
-        ce = F.nll_loss(log_q, labels, ignore_index=self.ignore_index, reduction="sum")
-        # KL(p || q) per token: sum_v p (log p - log q); log_target keeps log p exact where p underflows.
-        kl = F.kl_div(log_q, log_p, log_target=True, reduction="none").sum(-1)  # (tokens,)
-        kl = (kl * keep).sum()
-        return (1.0 - self.kd_ratio) * ce + self.kd_ratio * kl
+            log_p = F.log_softmax(F.linear(teacher_hidden, teacher_weight).float(), dim=-1)  # (tokens, vocab)
+            # Both terms are a cross-entropy against a fixed target distribution, plus a constant:
+            # (1 - r) CE + r KL = -sum_v t(v) log q(v) + r sum_v p(v) log p(v),
+            # with t = (1 - r) onehot(label) + r p on labelled rows and 0 on the others.
+            p = log_p.exp()
+            entropy_term = self.kd_ratio * (p * log_p * keep).sum()
+            target = p.mul_(self.kd_ratio * keep)
+            onehot = (1.0 - self.kd_ratio) * keep.to(target.dtype)
+            target.scatter_add_(1, labels.clamp(min=0)[:, None], onehot)
+        return _TargetCrossEntropy.apply(logits, target) + entropy_term
 
     def teach(self, teacher_weight: torch.Tensor, teacher_hidden: torch.Tensor) -> None:
         """Hand over the teacher's output weight and hidden states for the next call (see :func:`teacher_forward`)."""

@@ -166,3 +166,26 @@ def test_a_different_output_vocabulary_is_named(tokenizer_dir):
     )
     with pytest.raises(ValueError, match=rf"output rows {VOCAB} \(model\) vs {VOCAB + 32} \(teacher_model\)"):
         check_same_vocab(tok, tok, _model(0, 16), wide)
+
+
+def test_backward_keeps_one_fp32_logits_worth_of_the_student_only():
+    """What the loss saves for backward, over all chunks, is the size of the student's fp32 logits of
+    the labelled tokens (what chunked cross-entropy keeps): nothing of the teacher's."""
+    g = torch.Generator().manual_seed(0)
+    n, dim, dim_t = 40, 16, 24
+    weight = torch.randn(VOCAB, dim, generator=g, requires_grad=True)
+    hidden = torch.randn(1, n, dim, generator=g, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (1, n), generator=g)
+    loss_fn = KDLoss(0.5, 4)
+    loss_fn.teach(torch.randn(VOCAB, dim_t, generator=g), torch.randn(1, n, dim_t, generator=g))
+    saved = []
+
+    def pack(t):  # the (dim, vocab) view of the output weight that each chunk's matmul keeps is no copy
+        if t.shape[-1:] == (VOCAB,) and t.dtype == torch.float32 and t.data_ptr() != weight.data_ptr():
+            saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss, _ = loss_fn(weight, hidden, labels)
+    assert sum(saved) == n * VOCAB, f"saved {sum(saved)} fp32 vocab entries for {n} tokens"
+    loss.backward()
