@@ -139,6 +139,11 @@ def header(m: Model, method: str) -> str:
         runs = f"#   ftune run --nproc_per_node 2 qat_distributed --config {name}\n"
     elif method.startswith("kd"):
         name = kd_name(m.name, method)
+        teacher = next(t for t in MODELS if t.name == next(t for t, st in KD_PAIRS if st == m.name))
+        token, gated = (
+            ("  --hf-token <token>", " (gated: accept the licence first)") if teacher.note else ("", "")
+        )
+        get += f"#   ftune download {teacher.repo}{token}   # the teacher{gated}\n"
         runs = (
             f"#   ftune run knowledge_distillation_single_device --config {name}\n"
             f"#   ftune run --nproc_per_node 2 knowledge_distillation_distributed --config {name}\n"
@@ -149,7 +154,11 @@ def header(m: Model, method: str) -> str:
         runs = f"#   ftune run {single} --config {name}\n"
         if method != "qlora":  # FSDP2 cannot shard NF4 base weights yet: QLoRA is single-device
             runs += f"#   ftune run --nproc_per_node 2 {dist} --config {name}\n"
-    return f"# {m.repo.split('/')[-1]}: {TITLES[method]}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
+    title = m.repo.split("/")[-1]
+    if method.startswith("kd"):
+        teacher_repo = next(t.repo for t in MODELS if t.name == next(t for t, st in KD_PAIRS if st == m.name))
+        title = f"{teacher_repo.split('/')[-1]} -> {title}"
+    return f"# {title}: {TITLES[method]}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
 
 
 def kd_name(student: str, method: str) -> str:
