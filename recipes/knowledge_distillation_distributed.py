@@ -2,10 +2,11 @@
 
 knowledge_distillation_single_device over torchrun processes: the student's parameters, gradients
 and optimizer state are sharded as in full_finetune_distributed, and the frozen teacher is sharded
-the same way (each decoder layer, then the root), so neither model is held whole on one rank;
-each rank's teacher forward all-gathers one layer at a time. This is full_finetune_single_device
-plus the lines tagged # [dist] and # [kd] (tests/recipes/test_skeleton.py checks it): at world size
-N with batch_size B it computes what the single-device recipe computes with batch_size N*B.
+the same way (each decoder layer, then the root), so neither model's layers are held whole on one
+rank; each rank's teacher forward all-gathers one layer at a time. (The teacher's root parameters
+stay gathered: the loss uses its output projection after the forward, and no backward reshards it.) This is full_finetune_single_device plus the lines tagged # [dist] and # [kd]
+(tests/recipes/test_skeleton.py checks it): at world size N with batch_size B it computes what the
+single-device recipe computes with batch_size N*B.
 """
 
 import torch

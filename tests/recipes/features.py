@@ -342,10 +342,11 @@ def knowledge_distillation(run, tmp_path):
         mixed, _ = run(*one, "loss.kd_ratio=0.5", "loss.num_chunks=8", output_dir=tmp_path / "mixed")
     teacher, student = models  # the teacher runs first in each step
     assert not any(p.requires_grad for p in teacher.parameters()), "the teacher is not frozen"
-    if torch.distributed.is_initialized():  # sharded like the student
+    if torch.distributed.is_initialized():  # its layers sharded like the student's
         from torch.distributed.tensor import DTensor
 
-        assert all(isinstance(p, DTensor) for p in teacher.parameters()), "the teacher is not sharded"
+        layers = [p for layer in teacher.layers for p in layer.parameters()]
+        assert layers and all(isinstance(p, DTensor) for p in layers), "the teacher's layers are not sharded"
     ce, kl = losses(ce)[0], losses(kl)[0]
     assert kl > 0.05 and abs(kl - ce) > 0.1, f"kd_ratio=1 gave {kl} (CE {ce}): no KL to a different teacher"
     assert losses(mixed)[0] == pytest.approx(0.5 * ce + 0.5 * kl, rel=1e-5), "not (1 - r) CE + r KL"
