@@ -104,11 +104,11 @@ class KDLoss(nn.Module):
             # (1 - r) CE + r KL = -sum_v t(v) log q(v) + r sum_v p(v) log p(v),
             # with t = (1 - r) onehot(label) + r p on labelled rows and 0 on the others.
             p = log_p.exp()
-            entropy_term = self.kd_ratio * (p * log_p * keep).sum()
+            neg_entropy = self.kd_ratio * (p * log_p * keep).sum()  # r * sum p log p: no gradient
             target = p.mul_(self.kd_ratio * keep)
             onehot = (1.0 - self.kd_ratio) * keep.to(target.dtype)
             target.scatter_add_(1, labels.clamp(min=0)[:, None], onehot)
-        return _TargetCrossEntropy.apply(logits, target) + entropy_term
+        return _TargetCrossEntropy.apply(logits, target) + neg_entropy
 
     def teach(self, teacher_weight: torch.Tensor, teacher_hidden: torch.Tensor) -> None:
         """Hand over the teacher's output weight and hidden states for the next call (see :func:`teacher_forward`)."""
