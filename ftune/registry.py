@@ -70,6 +70,7 @@ FEATURES: dict[str, str] = {
     "quantization": "post-training quantization or QAT convert with torchao",
     "kv_cache": "KV-cache decoding",
     "chat_template": "the model's own chat template",
+    "knowledge_distillation": "(1 - kd_ratio) CE + kd_ratio KL(teacher || student), chunked, frozen teacher",
 }
 
 _SFT_COMMON = {
@@ -220,6 +221,38 @@ _RECIPES = [
         "dist_check",
         ("dist_check",),
         {"fsdp2": na("a launch check: it shards nothing")},
+    ),
+]
+_KD = {
+    **_SFT_COMMON,
+    "chunked_loss": na(
+        "the loss is KDLoss, which chunks cross-entropy and KL together: checked under knowledge_distillation"
+    ),
+    "knowledge_distillation": YES,
+    "lora": na(
+        "a LoRA student is a config choice (the _kd_lora configs: a peft section), tested in "
+        "tests/recipes/test_kd.py; this recipe's feature checks run the full-student config"
+    ),
+    "qlora": na("a LoRA student over an NF4 base is not supported: use a full or LoRA student"),
+    "dora": na("the student's adapters are plain LoRA"),
+    **_NO_QAT,
+}
+_RECIPES += [
+    Recipe(
+        "knowledge_distillation_single_device",
+        "Distil a frozen teacher into a full or LoRA student on one device (CE + forward KL, chunked).",
+        False,
+        "smollm2/360M_to_135M_kd",
+        ("kd", "kd_lora"),
+        {**_KD, **_SINGLE, **_OPT_BWD},
+    ),
+    Recipe(
+        "knowledge_distillation_distributed",
+        "Knowledge distillation with student and teacher sharded by FSDP2 over torchrun processes.",
+        True,
+        "smollm2/360M_to_135M_kd",
+        ("kd", "kd_lora"),
+        {**_KD, **_DIST, **_NO_OPT_BWD_DIST},
     ),
 ]
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RECIPES}

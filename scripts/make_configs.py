@@ -111,7 +111,17 @@ TITLES = {
     "qlora": "QLoRA (NF4 base)",
     "dora": "DoRA",
     "qat_full": "QAT full fine-tune (8da4w)",
+    "kd": "knowledge distillation into a full student",
+    "kd_lora": "knowledge distillation into a LoRA student",
 }
+# Knowledge distillation: (teacher, student) of one family, so they share the tokenizer. The config is
+# named after both and lives in the family's folder: <family>/<teacher>_to_<student>_kd[_lora].
+KD_PAIRS = [
+    ("smollm2/360M", "smollm2/135M"),
+    ("qwen2_5/1.5B", "qwen2_5/0.5B"),
+    ("llama3_2/3B", "llama3_2/1B"),
+    ("qwen3/1.7B", "qwen3/0.6B"),
+]
 
 
 def header(m: Model, method: str) -> str:
@@ -127,13 +137,49 @@ def header(m: Model, method: str) -> str:
     )
     if method == "qat_full":
         runs = f"#   ftune run --nproc_per_node 2 qat_distributed --config {name}\n"
+    elif method.startswith("kd"):
+        name = kd_name(m.name, method)
+        teacher = next(t for t in MODELS if t.name == next(t for t, st in KD_PAIRS if st == m.name))
+        token, gated = (
+            ("  --hf-token <token>", " (gated: accept the licence first)") if teacher.note else ("", "")
+        )
+        get += f"#   ftune download {teacher.repo}{token}   # the teacher{gated}\n"
+        runs = (
+            f"#   ftune run knowledge_distillation_single_device --config {name}\n"
+            f"#   ftune run --nproc_per_node 2 knowledge_distillation_distributed --config {name}\n"
+        )
     else:
         single = "full_finetune_single_device" if method == "full" else "lora_finetune_single_device"
         dist = "full_finetune_distributed" if method == "full" else "lora_finetune_distributed"
         runs = f"#   ftune run {single} --config {name}\n"
         if method != "qlora":  # FSDP2 cannot shard NF4 base weights yet: QLoRA is single-device
             runs += f"#   ftune run --nproc_per_node 2 {dist} --config {name}\n"
-    return f"# {m.repo.split('/')[-1]}: {TITLES[method]}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
+    title = m.repo.split("/")[-1]
+    if method.startswith("kd"):
+        teacher_repo = next(t.repo for t in MODELS if t.name == next(t for t, st in KD_PAIRS if st == m.name))
+        title = f"{teacher_repo.split('/')[-1]} -> {title}"
+    return f"# {title}: {TITLES[method]}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
+
+
+def kd_name(student: str, method: str) -> str:
+    teacher = next(t for t, st in KD_PAIRS if st == student)
+    return f"{student.split('/')[0]}/{teacher.split('/')[1]}_to_{student.split('/')[1]}_{method}"
+
+
+def kd_teacher(student: Model) -> str:
+    """The teacher sections of a KD config whose student is `student`."""
+    t = next(m for m in MODELS if m.name == next(t for t, st in KD_PAIRS if st == student.name))
+    tok_path = t.folder + (f"/{t.tokenizer_file}" if t.tokenizer_file else "")
+    return (
+        "teacher_model:  # frozen; the same vocabulary as the student (checked at start)\n"
+        f"  _component_: ftune.models.{t.family}.{t.builder}\n"
+        f"teacher_tokenizer:\n  _component_: ftune.models.{t.family}.{t.tokenizer}\n  path: {tok_path}\n"
+        "teacher_checkpointer:\n  _component_: ftune.checkpointing.HFCheckpointer\n"
+        f"  checkpoint_dir: {t.folder}\n"
+        f"  hf_repo_id: {t.repo}\n"
+        "  output_dir: ${output_dir}  # never written: the teacher is not saved\n"
+        "teacher_adapter_dir: null  # a LoRA step folder to merge into the teacher (e.g. a fine-tuned teacher)\n"
+    )
 
 
 def dataset(m: Model, packed: bool) -> str:
@@ -160,12 +206,13 @@ def dataset(m: Model, packed: bool) -> str:
 
 def config(m: Model, method: str) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
-    lora = method in ("lora", "qlora", "dora")
-    lr = {"full": "2.0e-5", "qat_full": "2.0e-5"}.get(method, "3.0e-4")
+    lora = method in ("lora", "qlora", "dora", "kd_lora")
+    lr = {"full": "2.0e-5", "qat_full": "2.0e-5", "kd": "2.0e-5"}.get(method, "3.0e-4")
     if m.demo:
-        lr = {"full": "5.0e-5", "qat_full": "5.0e-5"}.get(method, "1.0e-3")
+        lr = {"full": "5.0e-5", "qat_full": "5.0e-5", "kd": "5.0e-5"}.get(method, "1.0e-3")
     out = [header(m, method)]
-    out.append(f"output_dir: output/{m.name.replace('/', '_')}_{method}\n")
+    name = kd_name(m.name, method) if method.startswith("kd") else f"{m.name}_{method}"
+    out.append(f"output_dir: output/{name.replace('/', '_')}\n")
     out.append(
         "seed: 0\n"
         "device: cpu  # cpu, cuda, mps or auto\n"
@@ -195,6 +242,8 @@ def config(m: Model, method: str) -> str:
         "  resume_from_checkpoint: null  # auto: continue from the newest complete step folder\n"
         "  keep_last_n_checkpoints: 2\n"
     )
+    if method.startswith("kd"):
+        out.append(kd_teacher(m))
     if lora:
         targets = (
             "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]"
@@ -213,9 +262,17 @@ def config(m: Model, method: str) -> str:
     if method == "qat_full":
         out.append("quantizer:\n  _component_: ftune.quantization.Int8DynActInt4Weight\n  group_size: 32\n")
     out.append("\n" + dataset(m, packed=False))
+    if method.startswith("kd"):
+        out.append(
+            "loss:  # (1 - kd_ratio) * cross-entropy + kd_ratio * KL(teacher || student), in sequence chunks\n"
+            "  _component_: ftune.training.KDLoss\n  kd_ratio: 0.5\n  num_chunks: 8\n"
+        )
+    else:
+        out.append(
+            "loss:  # cross-entropy in sequence chunks: never the full fp32 logits\n"
+            "  _component_: ftune.training.ChunkedCrossEntropyLoss\n  num_chunks: 8\n"
+        )
     out.append(
-        "loss:  # cross-entropy in sequence chunks: never the full fp32 logits\n"
-        "  _component_: ftune.training.ChunkedCrossEntropyLoss\n  num_chunks: 8\n"
         "optimizer:\n  _component_: torch.optim.AdamW\n"
         f"  lr: {lr}\n  weight_decay: 0.01\n"
         "lr_scheduler:\n  _component_: ftune.training.cosine_with_warmup\n"
@@ -232,6 +289,9 @@ def expected() -> dict[Path, str]:
             files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
         if m.name in QAT_MODELS:
             files[CONFIGS / f"{m.name}_qat_full.yaml"] = config(m, "qat_full")
+        if any(student == m.name for _, student in KD_PAIRS):
+            for method in ("kd", "kd_lora"):
+                files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)
     return files
 
 

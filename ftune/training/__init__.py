@@ -20,6 +20,7 @@ from ftune.training.batch_loss import batch_loss
 from ftune.training.cadence import every, every_after, total_steps
 from ftune.training.compile import compile_loss, compile_model
 from ftune.training.fsdp import is_sharded, shard_model
+from ftune.training.kd_loss import KDLoss, teacher_forward
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 from ftune.training.low_precision_optim import AdamWBf16State, optimizer_state_bytes
 from ftune.training.memory import peak_memory_gib, reset_peak_memory
@@ -38,9 +39,10 @@ from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
 from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
-from ftune.training.settings import FullSettings, LoRASettings, QATSettings
+from ftune.training.settings import FullSettings, KDSettings, LoRASettings, QATSettings
 from ftune.training.signals import StopOnSignal
 from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, eval_loss
+from ftune.training.teacher import check_same_vocab, load_teacher
 from ftune.training.throughput import Throughput
 
 __all__ = [
@@ -51,6 +53,8 @@ __all__ = [
     "CrossEntropyLoss",
     "DiskLogger",
     "FullSettings",
+    "KDLoss",
+    "KDSettings",
     "LoRASettings",
     "MetricLogger",
     "NonFiniteError",
@@ -72,6 +76,9 @@ __all__ = [
     "apply_peft",
     "batch_loss",
     "build_collate",
+    "check_same_vocab",
+    "load_teacher",
+    "teacher_forward",
     "build_model",
     "build_optimizer",
     "compile_loss",

@@ -150,3 +150,22 @@ class QATSettings(FullSettings):
                 f"got {self.fake_quant_after_n_steps!r}."
             )
         return out
+
+
+@dataclass
+class KDSettings(FullSettings):
+    """Knowledge distillation (knowledge_distillation_single_device / _distributed): a frozen teacher
+    (its own checkpointer, model and tokenizer sections) and a full student, or a LoRA student when
+    the optional `peft` section is present."""
+
+    COMPONENTS: ClassVar[dict[str, bool]] = {
+        **FullSettings.COMPONENTS,
+        "teacher_checkpointer": True,
+        "teacher_model": False,
+        "teacher_tokenizer": True,
+        "peft": False,
+    }
+
+    teacher_adapter_dir: str | None = setting(
+        None, "a PEFT adapter folder (a LoRA run's step folder) merged into the teacher (null: none)"
+    )

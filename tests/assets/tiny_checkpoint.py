@@ -14,6 +14,8 @@ import torch
 from safetensors.torch import save_file
 
 SIZES = dict(vocab_size=320, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=128)
+# The knowledge-distillation tests' teacher: wider than the student, same tokenizer and vocabulary.
+TEACHER_SIZES = {**SIZES, "embed_dim": 96, "intermediate_dim": 192}
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
@@ -48,14 +50,14 @@ def _tokenizer(folder: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
 
 
-def make_tiny_checkpoint(folder: Path, seed: int = 0) -> Path:
-    """Write the tiny checkpoint into `folder` (created) and return it."""
+def make_tiny_checkpoint(folder: Path, seed: int = 0, sizes: dict[str, int] = SIZES) -> Path:
+    """Write the tiny checkpoint (of `sizes`, e.g. TEACHER_SIZES) into `folder` (created) and return it."""
     from ftune.models import CONVERTERS
     from ftune.models.smollm2 import smollm2
 
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = smollm2(**SIZES, max_seq_len=512)
+    model = smollm2(**sizes, max_seq_len=512)
     with torch.no_grad():  # HF-like init; non-trivial norms, so that a wrong norm weight shows
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -67,12 +69,12 @@ def make_tiny_checkpoint(folder: Path, seed: int = 0) -> Path:
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
-        "vocab_size": SIZES["vocab_size"],
-        "hidden_size": SIZES["embed_dim"],
-        "intermediate_size": SIZES["intermediate_dim"],
-        "num_hidden_layers": SIZES["num_layers"],
-        "num_attention_heads": SIZES["num_heads"],
-        "num_key_value_heads": SIZES["num_kv_heads"],
+        "vocab_size": sizes["vocab_size"],
+        "hidden_size": sizes["embed_dim"],
+        "intermediate_size": sizes["intermediate_dim"],
+        "num_hidden_layers": sizes["num_layers"],
+        "num_attention_heads": sizes["num_heads"],
+        "num_key_value_heads": sizes["num_kv_heads"],
         "max_position_embeddings": 512,
         "rope_theta": 100000.0,
         "rms_norm_eps": 1e-5,
@@ -109,4 +111,15 @@ def tiny_overrides(checkpoint: Path, data_dir: Path, output_dir: Path) -> list[s
         "save_every_n_steps=null",
         "run_val_every_n_steps=null",
         "lr_scheduler.num_warmup_steps=1",
+    ]
+
+
+def kd_overrides(teacher: Path) -> list[str]:
+    """Overrides that point a shipped smollm2 KD config's teacher sections at a tiny teacher checkpoint."""
+    return [
+        "teacher_model=ftune.models.smollm2.smollm2",
+        *[f"teacher_model.{k}={v}" for k, v in TEACHER_SIZES.items()],
+        "teacher_model.max_seq_len=512",
+        f"teacher_tokenizer.path={teacher}",
+        f"teacher_checkpointer.checkpoint_dir={teacher}",
     ]

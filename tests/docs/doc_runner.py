@@ -207,6 +207,14 @@ class Workspace:
                 if any(o.startswith((f"{section}._component_=", f"~{section}")) for o in overrides):
                     first = [o for o in first if not o.startswith(f"{section}.")]
             last = [*tiny, "max_steps=1", "save_every_n_steps=null", "tokenizer.max_seq_len=64"]
+            if (registry.method_of(config) or "").startswith("kd"):  # the tiny model teaches itself
+                last += [
+                    "teacher_model=ftune.models.smollm2.smollm2",
+                    *[f"teacher_model.{k}={v}" for k, v in self.tiny_sizes.items()],
+                    "teacher_model.max_seq_len=512",
+                    f"teacher_checkpointer.checkpoint_dir={self.model}",
+                    f"teacher_tokenizer.path={self.model}",
+                ]
         elif config == "eval":
             first, last = [], [*tiny[-2:], "limit=4", "batch_size=4", "max_seq_len=64"]
         elif config == "generation":

@@ -103,6 +103,7 @@ CASES: list[Case] = [
     _c('tokenizer-missing', 'tokenizers', (*LORA, 'tokenizer.path={tmp}/none'), 'does not exist', 'none', 'none', 'tokenizer'),
     _c('tokenizer-corrupt', 'tokenizers', (*LORA, 'tokenizer.path={tmp}/tok/tokenizer.json'), 'tokenizer.json', 'tokenizer.json', 'tokenizer.json', 'tokenizer', 'tok_corrupt'),
     _c('tokenizer-seq-len-type', 'tokenizers', (*V, 'tokenizer.max_seq_len=long'), 'expects', 'tokenizer.max_seq_len', "'long'", 'Set tokenizer.max_seq_len'),
+    _c('kd-tokenizer-mismatch', 'tokenizers', ('run', 'knowledge_distillation_single_device', '{tiny}', '~teacher_model', 'teacher_checkpointer.checkpoint_dir={ckpt}', 'teacher_tokenizer.path={tmp}/teacher_tok'), 'do not share a vocabulary', 'teacher_tokenizer.path', '2 ids map to different tokens', 'pick a teacher of the student', 'kd_tok_swapped'),
     # datasets
     _c('data-missing', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/none.jsonl'), 'does not exist', 'none.jsonl', 'none.jsonl', 'Check the path'),
     _c('data-empty', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/empty.jsonl'), 'is empty', 'empty.jsonl', 'no training examples', "Point the dataset's source", 'data_empty'),
@@ -199,7 +200,18 @@ def _incomplete_step(tmp, ckpt):
     _write(tmp / "out" / "step_2" / "adapter_model.safetensors", b"partial")
 
 
+def _kd_tok_swapped(tmp, ckpt):
+    """The tiny checkpoint's tokenizer with its two last ids traded: same size, different tokens."""
+    data = json.loads((ckpt / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[-2:]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    _write(tmp / "teacher_tok" / "tokenizer.json", json.dumps(data))
+    shutil.copy(ckpt / "tokenizer_config.json", tmp / "teacher_tok" / "tokenizer_config.json")
+
+
 SETUPS = {
+    "kd_tok_swapped": _kd_tok_swapped,
     "yaml_syntax": lambda tmp, ckpt: _write(tmp / "bad.yaml", "batch_size: 4\nmodel: [unclosed\n  x: 1\n"),
     "yaml_tab": lambda tmp, ckpt: _write(tmp / "tab.yaml", "batch_size: 4\n\tmodel: 1\n"),
     "yaml_list": lambda tmp, ckpt: _write(tmp / "list.yaml", "- a\n- b\n"),

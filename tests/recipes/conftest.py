@@ -9,7 +9,7 @@ from ftune.config import load_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assets"))
 
-from tiny_checkpoint import make_tiny_checkpoint, tiny_overrides  # noqa: E402
+from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from features import read_log  # noqa: E402
@@ -18,6 +18,16 @@ from features import read_log  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt")
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher(tmp_path_factory) -> Path:
+    """The KD tests' teacher: wider than tiny_checkpoint, other weights, the same tokenizer."""
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("teacher") / "ckpt", seed=1, sizes=TEACHER_SIZES)
+
+
+def is_kd(config: str) -> bool:
+    return (registry.method_of(config) or "").startswith("kd")
 
 
 @pytest.fixture(scope="session")
@@ -35,12 +45,15 @@ def load_recipe(name: str):
 
 
 @pytest.fixture
-def run_recipe(tiny_checkpoint, demo_dir, tmp_path):
-    """Run a recipe in this process on the tiny checkpoint; returns (per-step metrics, output_dir)."""
+def run_recipe(tiny_checkpoint, demo_dir, tmp_path, request):
+    """Run a recipe in this process on the tiny checkpoint; returns (per-step metrics, output_dir).
+
+    A knowledge-distillation config also gets the tiny teacher (built on first use)."""
 
     def run(recipe: str, config: str, *overrides: str, output_dir: Path | None = None):
         out = output_dir or tmp_path / "out"
-        cfg = load_config(config, [*tiny_overrides(tiny_checkpoint, demo_dir, out), *overrides])
+        teacher = kd_overrides(request.getfixturevalue("tiny_teacher")) if is_kd(config) else []
+        cfg = load_config(config, [*tiny_overrides(tiny_checkpoint, demo_dir, out), *teacher, *overrides])
         load_recipe(recipe).main(cfg)
         return read_log(out), out
 

@@ -26,8 +26,9 @@ import features  # noqa: E402
 from conftest import load_recipe  # noqa: E402
 from features import CHECKS, read_log  # noqa: E402
 from mutants import mutant_named, outcome  # noqa: E402
-from tiny_checkpoint import tiny_overrides  # noqa: E402
+from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
 
+from ftune import registry  # noqa: E402
 from ftune.config import load_config  # noqa: E402
 
 # The compile check here captures each layer with dynamo and runs its graph as is: two processes
@@ -41,10 +42,16 @@ def main() -> None:
     workdir, checkpoint = Path(workdir), Path(checkpoint)
     dist.init_process_group("gloo")  # created here, so the recipes' destroy_distributed keeps it
     module = load_recipe(recipe)
+    teacher = []
+    if (registry.method_of(config) or "").startswith("kd"):  # the tiny teacher of tests/recipes/conftest.py
+        if dist.get_rank() == 0:
+            make_tiny_checkpoint(workdir / "teacher", seed=1, sizes=TEACHER_SIZES)
+        dist.barrier()
+        teacher = kd_overrides(workdir / "teacher")
 
     def run(*overrides, output_dir):
         # batch_size 2 per rank: the global batch of the single-device runs (batch_size 4).
-        base = tiny_overrides(checkpoint, workdir / "demo", output_dir)
+        base = [*tiny_overrides(checkpoint, workdir / "demo", output_dir), *teacher]
         dist.barrier()  # every rank has done the check's file operations before the run starts
         module.main(load_config(config, [*base, "batch_size=2", *_per_rank(overrides)]))
         dist.barrier()

@@ -327,9 +327,40 @@ def fsdp2(run, tmp_path):
     assert (out / "step_2").is_dir() and all(math.isfinite(x) for x in losses(logs))
 
 
+def knowledge_distillation(run, tmp_path):
+    """The step's loss is (1 - kd_ratio) CE + kd_ratio KL(teacher || student), the teacher counts, and the
+    loss runs in chunks: the largest fp32 (tokens, vocab) tensor shrinks with num_chunks.
+
+    Step 1's loss is taken before any update, so the three ratios see the same student and batch.
+    """
+    one = ("max_steps=1",)
+    ce, _ = run(*one, "loss.kd_ratio=0.0", output_dir=tmp_path / "ce")
+    kl, _ = run(*one, "loss.kd_ratio=1.0", output_dir=tmp_path / "kl")
+    with LargestVocabTensor(VOCAB) as whole_spy:
+        whole, _ = run(*one, "loss.kd_ratio=0.5", "loss.num_chunks=1", output_dir=tmp_path / "whole")
+    with LargestVocabTensor(VOCAB) as chunked_spy, models_run() as models:
+        mixed, _ = run(*one, "loss.kd_ratio=0.5", "loss.num_chunks=8", output_dir=tmp_path / "mixed")
+    teacher, student = models  # the teacher runs first in each step
+    assert not any(p.requires_grad for p in teacher.parameters()), "the teacher is not frozen"
+    if torch.distributed.is_initialized():  # its layers sharded like the student's
+        from torch.distributed.tensor import DTensor
+
+        layers = [p for layer in teacher.layers for p in layer.parameters()]
+        assert layers and all(isinstance(p, DTensor) for p in layers), "the teacher's layers are not sharded"
+    ce, kl = losses(ce)[0], losses(kl)[0]
+    assert kl > 0.05 and abs(kl - ce) > 0.1, f"kd_ratio=1 gave {kl} (CE {ce}): no KL to a different teacher"
+    assert losses(mixed)[0] == pytest.approx(0.5 * ce + 0.5 * kl, rel=1e-5), "not (1 - r) CE + r KL"
+    assert losses(whole)[0] == pytest.approx(losses(mixed)[0], rel=1e-5)
+    assert whole_spy.rows >= 16, f"one chunk made no full logits? largest {whole_spy.rows} rows"
+    assert chunked_spy.rows * 4 <= whole_spy.rows, (
+        f"8 chunks: largest fp32 logits tensor has {chunked_spy.rows} token rows, one chunk {whole_spy.rows}"
+    )
+
+
 CHECKS = {
     f.__name__: f
     for f in (
+        knowledge_distillation,
         qat_off,
         qlora_refused,
         qat,

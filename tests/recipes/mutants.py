@@ -100,6 +100,23 @@ def _train_everything(real):
     return apply_lora
 
 
+def _one_chunk(real):
+    def forward(self, *args, **kwargs):
+        self.num_chunks = 1  # the whole batch's logits of both models at once
+        return real(self, *args, **kwargs)
+
+    return forward
+
+
+def _no_kl(real):
+    def chunk_loss(self, weight, hidden, teacher_weight, teacher_hidden, labels):
+        log_q = F.log_softmax(F.linear(hidden, weight).float(), dim=-1)
+        ce = F.nll_loss(log_q, labels, ignore_index=self.ignore_index, reduction="sum")
+        return (1.0 - self.kd_ratio) * ce  # the teacher's term dropped
+
+    return chunk_loss
+
+
 def _noop(result: Callable[..., Any]):
     return lambda real: result
 
@@ -250,6 +267,18 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
                 "enable_fake_quant",
                 lambda real: lambda model, enabled: real(model, False),
             ),
+        ),
+    ),
+    "knowledge_distillation": (
+        Mutant(
+            "kd_loss_one_chunk",
+            "ftune.training.KDLoss.forward",
+            _wrap(training.KDLoss, "forward", _one_chunk),
+        ),
+        Mutant(
+            "kd_loss_without_teacher",
+            "ftune.training.KDLoss.chunk_loss",
+            _wrap(training.KDLoss, "chunk_loss", _no_kl),
         ),
     ),
     "fsdp2": (

@@ -25,6 +25,7 @@ RECIPES = {
     "full_finetune_distributed": ("smollm2/135M_full", "full_finetune_single_device"),
     "lora_finetune_distributed": ("smollm2/135M_lora", "lora_finetune_single_device"),
     "qat_distributed": ("smollm2/135M_qat_full", "full_finetune_single_device"),
+    "knowledge_distillation_distributed": ("smollm2/360M_to_135M_kd", "knowledge_distillation_single_device"),
 }
 
 

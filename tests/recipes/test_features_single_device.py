@@ -8,6 +8,7 @@ from ftune import registry
 RECIPES = {
     "full_finetune_single_device": "smollm2/135M_full",
     "lora_finetune_single_device": "smollm2/135M_lora",
+    "knowledge_distillation_single_device": "smollm2/360M_to_135M_kd",
 }
 CASES = [
     (recipe, feature)

@@ -18,7 +18,7 @@ import pytest
 
 from ftune import registry
 
-TAG = re.compile(r"#\s*\[(full|lora|qat|dist)\]")
+TAG = re.compile(r"#\s*\[(full|lora|qat|dist|kd)\]")
 PARENT = "full_finetune_single_device"
 APPROVED = Path(__file__).resolve().parent / "approved"
 # The tags each recipe may use: what makes it differ from the parent.
@@ -28,6 +28,8 @@ ALLOWED = {
     "full_finetune_distributed": {"full", "dist"},
     "lora_finetune_distributed": {"lora", "dist"},
     "qat_distributed": {"qat", "dist"},
+    "knowledge_distillation_single_device": {"kd"},
+    "knowledge_distillation_distributed": {"kd", "dist"},
 }
 SIBLINGS = sorted(set(ALLOWED) - {PARENT})
 
@@ -54,7 +56,7 @@ def sibling_diff(recipe: str) -> str:
 
 
 def test_every_training_recipe_is_covered():
-    training = {n for n, r in registry.RECIPES.items() if {"full", "lora", "qat_full"} & set(r.methods)}
+    training = {n for n, r in registry.RECIPES.items() if {"full", "lora", "qat_full", "kd"} & set(r.methods)}
     assert training == set(ALLOWED)
 
 

@@ -1,0 +1,202 @@
+"""Knowledge distillation: cross-entropy on the labels mixed with the forward KL to a frozen teacher.
+
+For every labelled position ``t`` (the positions cross-entropy trains on), with ``p`` the teacher's
+and ``q`` the student's next-token distributions over the shared vocabulary::
+
+    loss_t = (1 - kd_ratio) * (-log q(label_t)) + kd_ratio * KL(p || q)
+    KL(p || q) = sum_v p(v) * (log p(v) - log q(v))
+
+The loss returns the *sum* over labelled tokens and their count, exactly like
+``ftune.training.ChunkedCrossEntropyLoss``, so ``StepLoss`` normalises it per labelled token of the
+whole step (micro-batches and ranks): gradient accumulation and world size behave as in SFT.
+
+Both models' logits are computed in ``num_chunks`` blocks of tokens from their final hidden
+states: only one block of fp32 logits of each model exists at a time, never the full fp32 logits
+of both (which for a 128k vocabulary would dwarf the models' activations). What backward keeps
+of each block is one fp32 tensor, the gradient with respect to the student's logits: over the
+blocks, the size of the student's fp32 logits of the labelled tokens, as chunked cross-entropy.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ftune.training.batch_loss import check_batch, labelled_positions, packed_mask, shift_labels
+from ftune.training.loss import IGNORE_INDEX, ChunkedCrossEntropyLoss
+
+
+class _TargetCrossEntropy(torch.autograd.Function):
+    """``-sum(target * log_softmax(logits))`` for a fixed ``target``; backward keeps one tensor.
+
+    Autograd's own graph would keep the log-probabilities and the target of every chunk (twice
+    the size of the fp32 logits by the last chunk); this keeps only the gradient with respect to
+    the logits, ``softmax(logits) * sum(target) - target``, the size chunked cross-entropy keeps.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        log_q = F.log_softmax(logits, dim=-1)  # (tokens, vocab)
+        loss = -(target * log_q).sum()
+        grad = log_q.exp_().mul_(target.sum(-1, keepdim=True)).sub_(target)
+        ctx.save_for_backward(grad)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (grad,) = ctx.saved_tensors
+        return grad * grad_output, None
+
+
+class KDLoss(nn.Module):
+    """``(1 - kd_ratio) * CE + kd_ratio * KL(teacher || student)``, summed over labelled tokens, in chunks.
+
+    Args:
+        kd_ratio: weight of the KL term, in [0, 1]; 0 is plain cross-entropy (SFT), 1 pure distillation.
+        num_chunks: number of contiguous blocks the tokens are split into.
+        ignore_index: label value of positions that contribute neither loss nor a token.
+
+    Attributes:
+        cross_entropy: the student's chunked cross-entropy alone (same chunks and ignore index): the
+            recipes' validation loss, which needs no teacher.
+
+    Raises:
+        ValueError: ``kd_ratio`` outside [0, 1], or ``num_chunks`` not a positive int.
+    """
+
+    #: A token's loss depends on its own position only: callers may drop ignored positions first.
+    token_wise: bool = True
+
+    def __init__(self, kd_ratio: float, num_chunks: int = 8, *, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__()
+        if isinstance(kd_ratio, bool) or not isinstance(kd_ratio, (int, float)) or not 0 <= kd_ratio <= 1:
+            raise ValueError(
+                f"KDLoss: kd_ratio must be a number in [0, 1] (0: cross-entropy only, 1: KL only), "
+                f"got {kd_ratio!r}. Set loss.kd_ratio, e.g. loss.kd_ratio=0.5."
+            )
+        self.cross_entropy = ChunkedCrossEntropyLoss(num_chunks, ignore_index=ignore_index)
+        self.kd_ratio = float(kd_ratio)
+        self.num_chunks = num_chunks
+        self.ignore_index = ignore_index
+        self._teacher: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def chunk_loss(
+        self,
+        weight: torch.Tensor,
+        hidden: torch.Tensor,
+        teacher_weight: torch.Tensor,
+        teacher_hidden: torch.Tensor,
+        labels: torch.Tensor,
+    ) -> torch.Tensor:
+        """The mixed loss summed over one block of tokens (fp32 scalar); the unit ``compile_loss`` compiles.
+
+        Args:
+            weight, hidden: the student's output weight ``[vocab, dim]`` and hidden states ``[tokens, dim]``.
+            teacher_weight, teacher_hidden: the teacher's, ``[vocab, dim_t]`` and ``[tokens, dim_t]``.
+            labels: ``[tokens]``; ``ignore_index`` rows add nothing.
+        """
+        logits = F.linear(hidden, weight).float()  # (tokens, vocab)
+        keep = (labels != self.ignore_index)[:, None]  # (tokens, 1)
+        with torch.no_grad():
+            log_p = F.log_softmax(F.linear(teacher_hidden, teacher_weight).float(), dim=-1)  # (tokens, vocab)
+            # Both terms are a cross-entropy against a fixed target distribution, plus a constant:
+            # (1 - r) CE + r KL = -sum_v t(v) log q(v) + r sum_v p(v) log p(v),
+            # with t = (1 - r) onehot(label) + r p on labelled rows and 0 on the others.
+            p = log_p.exp()
+            neg_entropy = self.kd_ratio * (p * log_p * keep).sum()  # r * sum p log p: no gradient
+            target = p.mul_(self.kd_ratio * keep)
+            onehot = (1.0 - self.kd_ratio) * keep.to(target.dtype)
+            target.scatter_add_(1, labels.clamp(min=0)[:, None], onehot)
+        return _TargetCrossEntropy.apply(logits, target) + neg_entropy
+
+    def teach(self, teacher_weight: torch.Tensor, teacher_hidden: torch.Tensor) -> None:
+        """Hand over the teacher's output weight and hidden states for the next call (see :func:`teacher_forward`)."""
+        self._teacher = (teacher_weight, teacher_hidden)
+
+    def forward(
+        self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, int]:
+        """The mixed loss summed over the labelled tokens, and their count.
+
+        Called as every ftune loss is (``ftune.training.batch_loss``), after :func:`teacher_forward`
+        handed over the teacher's hidden states of the same batch; each hand-over serves one call.
+        Without one, under ``torch.no_grad`` (``ftune.training.eval_loss``: validation runs no
+        teacher), the result is the student's cross-entropy alone.
+
+        Args:
+            weight: the student's output weight ``[vocab, dim]`` (``model.output_weight``).
+            hidden: the student's final hidden states ``[b, s, dim]``.
+            labels: targets aligned with ``hidden`` (shifted), ``[b, s]``.
+
+        Returns:
+            ``(loss_sum, num_tokens)``: fp32 scalar and the count of labelled tokens.
+
+        Raises:
+            RuntimeError: a training call (gradients on) with no teacher hidden states handed over.
+            ValueError: shapes that do not fit together (vocabularies, positions).
+        """
+        teacher, self._teacher = self._teacher, None
+        if teacher is None:
+            if torch.is_grad_enabled():
+                raise RuntimeError(
+                    "KDLoss was called for training without the teacher's hidden states of the batch. Call "
+                    "training.teacher_forward(teacher, loss_fn, batch, device=device) before "
+                    "training.batch_loss(model, loss_fn, batch, device=device), once per micro-batch."
+                )
+            return self.cross_entropy(weight, hidden, labels)
+        teacher_weight, teacher_hidden = teacher
+        if (
+            hidden.dim() != 3
+            or labels.shape != hidden.shape[:2]
+            or teacher_hidden.shape[:2] != hidden.shape[:2]
+            or weight.shape[0] != teacher_weight.shape[0]
+            or weight.shape[-1] != hidden.shape[-1]
+            or teacher_weight.shape[-1] != teacher_hidden.shape[-1]
+        ):
+            raise ValueError(
+                "KDLoss: expected student weight [vocab, dim], hidden [b, s, dim], labels [b, s], teacher "
+                f"weight [vocab, dim_t] and hidden [b, s, dim_t]; got weight {list(weight.shape)}, hidden "
+                f"{list(hidden.shape)}, labels {list(labels.shape)}, teacher weight "
+                f"{list(teacher_weight.shape)}, teacher hidden {list(teacher_hidden.shape)}. Hand over the "
+                "teacher's hidden states of the same batch (training.teacher_forward) right before it."
+            )
+        # Contiguous blocks of the flattened tokens (see ChunkedCrossEntropyLoss.forward for why).
+        flat = hidden.reshape(-1, hidden.shape[-1])  # (b*s, dim)
+        flat_t = teacher_hidden.reshape(-1, teacher_hidden.shape[-1])  # (b*s, dim_t)
+        flat_labels = labels.reshape(-1)  # (b*s,)
+        loss_sum = hidden.new_zeros((), dtype=torch.float32)
+        blocks = zip(
+            flat.chunk(self.num_chunks), flat_t.chunk(self.num_chunks), flat_labels.chunk(self.num_chunks)
+        )
+        for h, ht, y in blocks:
+            loss_sum = loss_sum + self.chunk_loss(weight, h, teacher_weight, ht, y)
+        return loss_sum, int((flat_labels != self.ignore_index).sum())
+
+
+@torch.no_grad()
+def teacher_forward(
+    teacher: nn.Module, loss_fn: KDLoss, batch: dict[str, torch.Tensor], *, device: torch.device
+) -> None:
+    """Run the frozen teacher on a batch and hand its hidden states to ``loss_fn`` for the batch's loss.
+
+    The batch is read as ``ftune.training.batch_loss`` reads it (shifted labels, packed masks), and
+    the teacher's hidden states are cut to the labelled positions the same way batch_loss cuts the
+    student's (``labelled_positions``), so the two line up row for row in the loss. Call it right
+    before ``training.batch_loss(model, loss_fn, batch, device=device)`` on the same batch.
+
+    Args:
+        teacher: the frozen teacher (``hidden(tokens, *, input_pos, mask)`` and ``output_weight``).
+        loss_fn: the :class:`KDLoss` the student's loss is computed with.
+        batch: ``tokens`` and ``labels`` ``[b, s]``, optionally ``input_pos`` and ``document_ids``.
+        device: where the teacher lives.
+    """
+    check_batch(batch)
+    tokens = batch["tokens"].to(device, non_blocking=True)
+    input_pos = batch["input_pos"].to(device, non_blocking=True) if "input_pos" in batch else None
+    document_ids = batch["document_ids"].to(device, non_blocking=True) if "document_ids" in batch else None
+    labels = shift_labels(batch["labels"].to(device, non_blocking=True), document_ids)
+    mask = packed_mask(document_ids) if document_ids is not None else None
+    hidden = teacher.hidden(tokens, input_pos=input_pos, mask=mask)  # (b, s, dim_t)
+    hidden, _ = labelled_positions(hidden, labels, loss_fn.ignore_index)
+    loss_fn.teach(teacher.output_weight, hidden)
