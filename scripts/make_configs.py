@@ -111,6 +111,7 @@ TITLES = {
     "qlora": "QLoRA (NF4 base)",
     "dora": "DoRA",
     "qat_full": "QAT full fine-tune (8da4w)",
+    "qat_lora": "QAT + LoRA (LoRA over an 8da4w fake-quantized base)",
 }
 
 
@@ -126,7 +127,12 @@ def header(m: Model, method: str) -> str:
         else f"#   ftune download {m.repo}{'  --hf-token <token>   # gated: accept the licence first' if m.note else ''}\n"
     )
     if method == "qat_full":
-        runs = f"#   ftune run --nproc_per_node 2 qat_distributed --config {name}\n"
+        runs = (
+            f"#   ftune run qat_single_device --config {name}\n"
+            f"#   ftune run --nproc_per_node 2 qat_distributed --config {name}\n"
+        )
+    elif method == "qat_lora":
+        runs = f"#   ftune run --nproc_per_node 2 qat_lora_finetune_distributed --config {name}\n"
     else:
         single = "full_finetune_single_device" if method == "full" else "lora_finetune_single_device"
         dist = "full_finetune_distributed" if method == "full" else "lora_finetune_distributed"
@@ -160,7 +166,7 @@ def dataset(m: Model, packed: bool) -> str:
 
 def config(m: Model, method: str) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
-    lora = method in ("lora", "qlora", "dora")
+    lora = method in ("lora", "qlora", "dora", "qat_lora")
     lr = {"full": "2.0e-5", "qat_full": "2.0e-5"}.get(method, "3.0e-4")
     if m.demo:
         lr = {"full": "5.0e-5", "qat_full": "5.0e-5"}.get(method, "1.0e-3")
@@ -182,7 +188,7 @@ def config(m: Model, method: str) -> str:
         f"activation_checkpointing: {'false' if m.demo else 'true'}\n"
         "log_every_n_steps: 1\n"
     )
-    if method == "qat_full":
+    if method in ("qat_full", "qat_lora"):
         out.append("fake_quant_after_n_steps: null  # fake quantization from the start\n")
     out.append(
         f"\nmodel:\n  _component_: ftune.models.{m.family}.{m.builder}\n"
@@ -210,7 +216,7 @@ def config(m: Model, method: str) -> str:
             f"  use_dora: {'true' if method == 'dora' else 'false'}\n"
             f"  quantize_base: {'true' if method == 'qlora' else 'false'}\n"
         )
-    if method == "qat_full":
+    if method in ("qat_full", "qat_lora"):
         out.append("quantizer:\n  _component_: ftune.quantization.Int8DynActInt4Weight\n  group_size: 32\n")
     out.append("\n" + dataset(m, packed=False))
     out.append(
@@ -232,6 +238,7 @@ def expected() -> dict[Path, str]:
             files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
         if m.name in QAT_MODELS:
             files[CONFIGS / f"{m.name}_qat_full.yaml"] = config(m, "qat_full")
+            files[CONFIGS / f"{m.name}_qat_lora.yaml"] = config(m, "qat_lora")
     return files
 
 

@@ -347,7 +347,7 @@ def quantizer_from_spec(spec: dict[str, Any]) -> Quantizer:
 
 
 def enable_fake_quant(model: nn.Module, enabled: bool) -> int:
-    """Switch fake quantization of every fake-quantized linear on or off.
+    """Switch fake quantization of every fake-quantized linear (and LoRA layer over one) on or off.
 
     With fake quantization off, a prepared model computes exactly what the float model does
     (FakeQuantizedLinear then runs `F.linear(x, weight, bias)`), which is how
@@ -365,7 +365,8 @@ def enable_fake_quant(model: nn.Module, enabled: bool) -> int:
     """
     count = 0
     for module in model.modules():
-        if isinstance(module, FakeQuantizedLinear):
+        # FakeQuantizedLinear, or a LoRA layer over one (QAT + LoRA), which keeps its quantizers.
+        if isinstance(module, FakeQuantizedLinear) or getattr(module, "fake_quantized", False):
             for quantizer in (module.activation_fake_quantizer, module.weight_fake_quantizer):
                 if quantizer is not None:
                     quantizer.enabled = enabled

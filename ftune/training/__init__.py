@@ -38,7 +38,7 @@ from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
 from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
-from ftune.training.settings import FullSettings, LoRASettings, QATSettings
+from ftune.training.settings import FullSettings, LoRASettings, QATLoRASettings, QATSettings
 from ftune.training.signals import StopOnSignal
 from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, eval_loss
 from ftune.training.throughput import Throughput
@@ -57,6 +57,7 @@ __all__ = [
     "OptimizerInBackward",
     "Profiler",
     "ProgressBar",
+    "QATLoRASettings",
     "QATSettings",
     "Reporter",
     "StdoutLogger",

@@ -119,3 +119,10 @@ class QATSettings(FullSettings):
                 f"got {self.fake_quant_after_n_steps!r}."
             )
         return out
+
+
+@dataclass
+class QATLoRASettings(QATSettings):
+    """QAT + LoRA: LoRA adapters over a fake-quantized frozen base (the `quantizer` and `peft` sections)."""
+
+    COMPONENTS: ClassVar[dict[str, bool]] = {**QATSettings.COMPONENTS, "peft": True}

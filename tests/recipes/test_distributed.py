@@ -117,6 +117,8 @@ def test_losses_equal_single_device(recipe, launched):
         assert got == pytest.approx(single, rel=1e-5)
     else:
         assert got[0] != pytest.approx(single[0], rel=1e-6)  # fake quantization is on
+        # qat_single_device's golden (tests/recipes/test_qat_single_device.py): the same QAT run
+        assert got == pytest.approx(GOLDENS["qat_single_device"], rel=1e-5)
 
 
 def test_distributed_lora_refuses_qlora_with_a_message(launched):

@@ -8,6 +8,7 @@ from ftune import registry
 RECIPES = {
     "full_finetune_single_device": "smollm2/135M_full",
     "lora_finetune_single_device": "smollm2/135M_lora",
+    "qat_single_device": "smollm2/135M_qat_full",
 }
 CASES = [
     (recipe, feature)
