@@ -122,7 +122,7 @@ def qat_variants() -> str:
         "own model in float and converted to 8da4w):\n\n"
         + table(["run", "seed", "full FT, float", "full FT, PTQ", "float", "converted"], ppl, "llrrrr")
         + f"\n\n{variants['note']} Measured on [qat_experiment.json](../benchmarks/results/qat_experiment.json) "
-        f"(\"variants\"): {load('qat_experiment')['machine']['cpu']}, torch "
+        f'("variants"): {load("qat_experiment")["machine"]["cpu"]}, torch '
         f"{load('qat_experiment')['machine']['torch']}, commit {variants['commit'][:7]}, {variants['date']}."
     )
 

@@ -107,7 +107,12 @@ class Quantizer:
             )
         fqns = self._float_targets(model, "prepare")
         self.check_model(model)
-        quantize_(model, self.qat_config(), filter_fn=_exact(fqns))
+        # torchao builds each FakeQuantizedLinear as a new nn.Linear (its init draws random weights,
+        # then the real ones are put in): keep the global RNG as it was, so that what the recipe draws
+        # next (LoRA's A in QAT + LoRA) is what it draws without QAT.
+        cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+        with torch.random.fork_rng(devices=cuda):
+            quantize_(model, self.qat_config(), filter_fn=_exact(fqns))
         modules = dict(model.named_modules())
         if missing := [f for f in fqns if not isinstance(modules[f], FakeQuantizedLinear)]:
             raise RuntimeError(
