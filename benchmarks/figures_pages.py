@@ -111,7 +111,7 @@ def qat_variants() -> str:
             v["seed"],
             f"{v['float_full']['word_perplexity']:.2f}",
             f"{v['ptq_full']['word_perplexity']:.2f}",
-            f"{v['float']['word_perplexity']:.2f}",
+            f"{v['float']['word_perplexity']:.2f}" if v.get("float") else "—",
             f"{v['converted']['word_perplexity']:.2f}",
         ]
         for v in variants["runs"]
