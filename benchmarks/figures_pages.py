@@ -78,6 +78,55 @@ def qat_recovered() -> str:
     return table(["seed", "word ppl", "byte ppl", "bits/byte", "token ppl"], rows, "lrrrr")
 
 
+# The keys of a run's perplexities in qat_experiment.json's "variants" (benchmarks/qat_experiment.py).
+_PPL_KEYS = {"word_ppl": "word_perplexity", "bits_per_byte": "bits_per_byte"}
+
+
+def _variant_recovered(v: dict, metric: str) -> float:
+    key = _PPL_KEYS[metric]
+    ptq, full, conv = v["ptq_full"][key], v["float_full"][key], v["converted"][key]
+    return (ptq - conv) / (ptq - full)
+
+
+def qat_variants() -> str:
+    """The runs that varied the experiment's settings: recovered fraction per run, against its own full FT."""
+    base = {s: recovered(s) for s in sorted({r["seed"] for r in load("qat_experiment")["rows"]} - {"-"})}
+    rows = [
+        ["QAT, lr 5e-5 (the table above)", s, f"{base[s]['word_ppl']:.1%}", f"{base[s]['bits_per_byte']:.1%}"]
+        for s in base
+    ]
+    variants = load("qat_experiment")["variants"]
+    for v in variants["runs"]:
+        rows.append(
+            [
+                v["variant"],
+                v["seed"],
+                f"{_variant_recovered(v, 'word_ppl'):.1%}",
+                f"{_variant_recovered(v, 'bits_per_byte'):.1%}",
+            ]
+        )
+    ppl = [
+        [
+            v["variant"],
+            v["seed"],
+            f"{v['float_full']['word_perplexity']:.2f}",
+            f"{v['ptq_full']['word_perplexity']:.2f}",
+            f"{v['float']['word_perplexity']:.2f}" if v.get("float") else "—",
+            f"{v['converted']['word_perplexity']:.2f}",
+        ]
+        for v in variants["runs"]
+    ]
+    return (
+        table(["run", "seed", "recovered (word ppl)", "recovered (bits/byte)"], rows, "llrr")
+        + "\n\nWord perplexities of those runs (the full fine-tune each is measured against, its PTQ, the run's "
+        "own model in float and converted to 8da4w):\n\n"
+        + table(["run", "seed", "full FT, float", "full FT, PTQ", "float", "converted"], ppl, "llrrrr")
+        + f"\n\n{variants['note']} Measured on [qat_experiment.json](../benchmarks/results/qat_experiment.json) "
+        f'("variants"): {load("qat_experiment")["machine"]["cpu"]}, torch '
+        f"{load('qat_experiment')['machine']['torch']}, commit {variants['commit'][:7]}, {variants['date']}."
+    )
+
+
 def bf16_slowdown() -> str:
     r = load("bf16_matmul")
     ratios = sorted(run["ratio"] for run in r["rows"])

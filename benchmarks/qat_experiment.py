@@ -48,6 +48,27 @@ MODEL_NAME = "SmolLM2-135M-Instruct"
 HELDOUT = ("calls", "import", "objects", "raise")  # pydoc_data.topics keys, ~5.7k tokens
 QUANTIZER = ["quantizer._component_=ftune.quantization.Int8DynActInt4Weight", "quantizer.group_size=32"]
 METRICS = ("word_perplexity", "byte_perplexity", "bits_per_byte", "token_perplexity")
+# method -> (recipe, config), run at world size 2
+METHODS = {
+    "full": ("full_finetune_distributed", "smollm2/135M_full"),
+    "qat": ("qat_distributed", "smollm2/135M_qat_full"),
+    "qat_lora": ("qat_lora_finetune_distributed", "smollm2/135M_qat_lora"),
+}
+LABELS = {"full": "full", "qat": "QAT", "qat_lora": "QAT+LoRA"}
+
+
+def recovered_fractions(ppl: dict[str, dict]) -> dict[str, dict]:
+    """(PTQ of full - converted) / (PTQ of full - float full), per metric, for each converted model run."""
+    out = {}
+    if "ptq_full" not in ppl:
+        return out
+    for key, converted in (("recovered", "qat_converted"), ("recovered_qat_lora", "qat_lora_converted")):
+        if converted in ppl:
+            out[key] = {}
+            for m in METRICS:
+                gap = ppl["ptq_full"][m] - ppl["float_full"][m]
+                out[key][m] = (ppl["ptq_full"][m] - ppl[converted][m]) / gap if gap else float("nan")
+    return out
 
 
 def write_corpus(data_dir: Path) -> tuple[Path, list[Path]]:
@@ -110,6 +131,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2, help="rows per rank per step")
     parser.add_argument("--seq-len", type=int, default=256, help="packed row length")
     parser.add_argument("--lr", type=float, default=5e-5, help="AdamW lr (the configs' value)")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=sorted(METHODS),
+        default=["full", "qat"],
+        help="fine-tunes to run: full (the baseline), qat, qat_lora (LoRA over a fake-quantized base)",
+    )
+    parser.add_argument("--lora-lr", type=float, default=1e-3, help="AdamW lr of qat_lora (adapters)")
     parser.add_argument("--warmup", type=int, default=2, help="cosine schedule warm-up steps")
     parser.add_argument(
         "--fake-quant-after",
@@ -143,10 +172,10 @@ def main() -> None:
         steps.append(run(cmd, env, out / f"eval_{name}.log"))
         return json.loads(result.read_text())["perplexity"]
 
-    def quantize(name: str, source: Path, qat: bool) -> Path:
+    def quantize(name: str, source: Path, qat: bool, extra: list[str] = ()) -> Path:
         qdir = out / f"quantized_{name}"
         cmd = [*ftune, "run", "quantize", "--config", "quantization", f"output_dir={qdir}"]
-        cmd += [f"checkpointer.checkpoint_dir={source}", f"qat={str(qat).lower()}", *QUANTIZER]
+        cmd += [f"checkpointer.checkpoint_dir={source}", f"qat={str(qat).lower()}", *QUANTIZER, *extra]
         steps.append(run(cmd, env, out / f"quantize_{name}.log"))
         return qdir
 
@@ -159,15 +188,14 @@ def main() -> None:
     for seed in args.seeds:
         ppl: dict[str, dict] = {}
         folders = {}
-        for method, recipe, config in (
-            ("full", "full_finetune_distributed", "smollm2/135M_full"),
-            ("qat", "qat_distributed", "smollm2/135M_qat_full"),
-        ):
+        for method in args.methods:
+            recipe, config = METHODS[method]
+            lr = args.lora_lr if method == "qat_lora" else args.lr
             run_dir = out / f"seed{seed}_{method}"
             shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run, one metrics file
             cmd = [*ftune, "run", "--standalone", "--nproc_per_node", "2", recipe, "--config", config]
             cmd += [f"output_dir={run_dir}", *model_args, f"seed={seed}", f"max_steps={args.steps}"]
-            cmd += [f"batch_size={args.batch_size}", "grad_accum_steps=1", f"optimizer.lr={args.lr}"]
+            cmd += [f"batch_size={args.batch_size}", "grad_accum_steps=1", f"optimizer.lr={lr}"]
             cmd += [f"lr_scheduler.num_warmup_steps={args.warmup}", f"save_every_n_steps={args.steps}"]
             cmd += ["run_val_every_n_steps=null", "~dataset_val", "progress_bar=false", "dtype=fp32"]
             cmd += [
@@ -176,7 +204,7 @@ def main() -> None:
             ]
             cmd += ["~dataset.data_dir", "~dataset.split", f"dataset.source={train}", "dataset.packed=true"]
             cmd += [f"dataset.max_seq_len={args.seq_len}"]
-            if method == "qat":
+            if method in ("qat", "qat_lora"):
                 fq = "null" if args.fake_quant_after is None else str(args.fake_quant_after)
                 cmd += [f"fake_quant_after_n_steps={fq}", *QUANTIZER]
             steps.append(run(cmd, env, out / f"train_seed{seed}_{method}.log"))
@@ -189,24 +217,31 @@ def main() -> None:
                     r["tokens_per_second"] for r in logged if "tokens_per_second" in r
                 ),
             }
-        # The training curves, full vs QAT overlaid (ftune plot): loss, lr, tokens/s, peak memory.
-        plot = [*ftune, "plot", str(out / f"seed{seed}_full"), str(out / f"seed{seed}_qat")]
-        run([*plot, "--labels", "full,QAT", "-o", str(out / f"plot_seed{seed}.png")], env, out / "plot.log")
-        ppl["float_full"] = evaluate(
-            f"seed{seed}_float_full", [f"checkpointer.checkpoint_dir={folders['full']}"]
-        )
-        qfull = quantize(f"seed{seed}_ptq_full", folders["full"], qat=False)
-        ppl["ptq_full"] = evaluate(f"seed{seed}_ptq_full", [f"quantized_checkpoint={qfull}"])
-        ppl["float_qat"] = evaluate(
-            f"seed{seed}_float_qat", [f"checkpointer.checkpoint_dir={folders['qat']}"]
-        )
-        qqat = quantize(f"seed{seed}_qat_converted", folders["qat"], qat=True)
-        ppl["qat_converted"] = evaluate(f"seed{seed}_qat_converted", [f"quantized_checkpoint={qqat}"])
-        recovered = {}
-        for m in METRICS:
-            gap = ppl["ptq_full"][m] - ppl["float_full"][m]
-            recovered[m] = (ppl["ptq_full"][m] - ppl["qat_converted"][m]) / gap if gap else float("nan")
-        results["runs"][f"seed{seed}"] = {"perplexity": ppl, "recovered": recovered}
+        # The training curves overlaid (ftune plot): loss, lr, tokens/s, peak memory.
+        plot = [*ftune, "plot", *(str(out / f"seed{seed}_{m}") for m in args.methods)]
+        labels = ",".join(LABELS[m] for m in args.methods)
+        run([*plot, "--labels", labels, "-o", str(out / f"plot_seed{seed}.png")], env, out / "plot.log")
+        if "full" in folders:
+            ppl["float_full"] = evaluate(
+                f"seed{seed}_float_full", [f"checkpointer.checkpoint_dir={folders['full']}"]
+            )
+            qfull = quantize(f"seed{seed}_ptq_full", folders["full"], qat=False)
+            ppl["ptq_full"] = evaluate(f"seed{seed}_ptq_full", [f"quantized_checkpoint={qfull}"])
+        if "qat" in folders:
+            ppl["float_qat"] = evaluate(
+                f"seed{seed}_float_qat", [f"checkpointer.checkpoint_dir={folders['qat']}"]
+            )
+            qqat = quantize(f"seed{seed}_qat_converted", folders["qat"], qat=True)
+            ppl["qat_converted"] = evaluate(f"seed{seed}_qat_converted", [f"quantized_checkpoint={qqat}"])
+        if "qat_lora" in folders:
+            # The adapters merged into the base weights (adapter_dir), then prepared and converted.
+            adapter = [f"adapter_dir={folders['qat_lora']}"]
+            ppl["float_qat_lora"] = evaluate(f"seed{seed}_float_qat_lora", adapter)
+            qlora = quantize(f"seed{seed}_qat_lora_converted", model_dir, qat=True, extra=adapter)
+            ppl["qat_lora_converted"] = evaluate(
+                f"seed{seed}_qat_lora_converted", [f"quantized_checkpoint={qlora}"]
+            )
+        results["runs"][f"seed{seed}"] = {"perplexity": ppl, **recovered_fractions(ppl)}
 
     import torch
     import torchao
@@ -249,23 +284,25 @@ def print_table(results: dict) -> None:
         "ptq_full": "full FT, PTQ 8da4w",
         "float_qat": "QAT FT, float",
         "qat_converted": "QAT FT, converted 8da4w",
+        "float_qat_lora": "QAT+LoRA FT, float (merged)",
+        "qat_lora_converted": "QAT+LoRA FT, converted 8da4w",
     }
     for seed, r in results["runs"].items():
         rows += [(names[k], seed.removeprefix("seed"), v) for k, v in r["perplexity"].items()]
     for name, seed, p in rows:
         print(f"| {name} | {seed} | " + " | ".join(f"{p[m]:.4f}" for m in METRICS) + " |")
-    print(
-        "\n| seed | recovered (word ppl) | (byte ppl) | (bits/byte) | (token ppl) |\n| --- | --- | --- | --- | --- |"
-    )
-    for seed, r in results["runs"].items():
+    for key in ("recovered", "recovered_qat_lora"):
+        runs = {seed: r[key] for seed, r in results["runs"].items() if key in r}
+        if not runs:
+            continue
         print(
-            f"| {seed.removeprefix('seed')} | "
-            + " | ".join(f"{r['recovered'][m]:.1%}" for m in METRICS)
-            + " |"
+            f"\n| seed | {key} (word ppl) | (byte ppl) | (bits/byte) | (token ppl) |\n|---|---|---|---|---|"
         )
-    if len(results["runs"]) > 1:
-        mean = {m: statistics.mean(r["recovered"][m] for r in results["runs"].values()) for m in METRICS}
-        print("| mean | " + " | ".join(f"{mean[m]:.1%}" for m in METRICS) + " |")
+        for seed, rec in runs.items():
+            print(f"| {seed.removeprefix('seed')} | " + " | ".join(f"{rec[m]:.1%}" for m in METRICS) + " |")
+        if len(runs) > 1:
+            mean = {m: statistics.mean(rec[m] for rec in runs.values()) for m in METRICS}
+            print("| mean | " + " | ".join(f"{mean[m]:.1%}" for m in METRICS) + " |")
     print(f"\ntotal {results['total_seconds']:.0f} s; steps:")
     for s in results["steps"]:
         print(

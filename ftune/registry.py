@@ -109,7 +109,7 @@ _DIST = {
         "machine (the test machines) they are on the CPU already and the setting changes nothing"
     ),
 }
-_NO_QAT = {"qat": na("use qat_distributed")}
+_NO_QAT = {"qat": na("use qat_single_device or qat_distributed")}
 _OPT_BWD = {"optimizer_in_backward": YES}
 _NO_OPT_BWD_DIST = {
     "optimizer_in_backward": na(
@@ -183,12 +183,38 @@ _RECIPES = [
         },
     ),
     Recipe(
+        "qat_single_device",
+        "Quantization-aware full fine-tune (torchao fake quantization) on one device.",
+        False,
+        "smollm2/135M_qat_full",
+        ("qat_full",),
+        {**_SFT_COMMON, **_NOT_LORA, **_SINGLE, "qat": YES, **_OPT_BWD},
+    ),
+    Recipe(
         "qat_distributed",
         "Quantization-aware full fine-tune (torchao fake quantization) sharded with FSDP2.",
         True,
         "smollm2/135M_qat_full",
         ("qat_full",),
         {**_SFT_COMMON, **_NOT_LORA, **_DIST, "qat": YES, **_NO_OPT_BWD_DIST},
+    ),
+    Recipe(
+        "qat_lora_finetune_distributed",
+        "QAT + LoRA: LoRA adapters over a fake-quantized frozen base (torchao), sharded with FSDP2.",
+        True,
+        "smollm2/135M_qat_lora",
+        ("qat_lora",),
+        {
+            **_SFT_COMMON,
+            "lora": YES,
+            "qlora": na(
+                "the frozen base is fake-quantized for QAT; storing it as NF4 would quantize it twice"
+            ),
+            "dora": na("QAT + LoRA trains plain LoRA adapters over the fake-quantized base"),
+            **_DIST,
+            "qat": YES,
+            **_NO_OPT_BWD_DIST,
+        },
     ),
     Recipe(
         "generate",

@@ -113,6 +113,7 @@ TITLES = {
     "qat_full": "QAT full fine-tune (8da4w)",
     "kd": "knowledge distillation into a full student",
     "kd_lora": "knowledge distillation into a LoRA student",
+    "qat_lora": "QAT + LoRA (LoRA over an 8da4w fake-quantized base)",
 }
 # Knowledge distillation: (teacher, student) of one family, so they share the tokenizer. The config is
 # named after both and lives in the family's folder: <family>/<teacher>_to_<student>_kd[_lora].
@@ -136,7 +137,12 @@ def header(m: Model, method: str) -> str:
         else f"#   ftune download {m.repo}{'  --hf-token <token>   # gated: accept the licence first' if m.note else ''}\n"
     )
     if method == "qat_full":
-        runs = f"#   ftune run --nproc_per_node 2 qat_distributed --config {name}\n"
+        runs = (
+            f"#   ftune run qat_single_device --config {name}\n"
+            f"#   ftune run --nproc_per_node 2 qat_distributed --config {name}\n"
+        )
+    elif method == "qat_lora":
+        runs = f"#   ftune run --nproc_per_node 2 qat_lora_finetune_distributed --config {name}\n"
     elif method.startswith("kd"):
         name = kd_name(m.name, method)
         teacher = next(t for t in MODELS if t.name == next(t for t, st in KD_PAIRS if st == m.name))
@@ -206,7 +212,7 @@ def dataset(m: Model, packed: bool) -> str:
 
 def config(m: Model, method: str) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
-    lora = method in ("lora", "qlora", "dora", "kd_lora")
+    lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora")
     lr = {"full": "2.0e-5", "qat_full": "2.0e-5", "kd": "2.0e-5"}.get(method, "3.0e-4")
     if m.demo:
         lr = {"full": "5.0e-5", "qat_full": "5.0e-5", "kd": "5.0e-5"}.get(method, "1.0e-3")
@@ -229,7 +235,7 @@ def config(m: Model, method: str) -> str:
         f"activation_checkpointing: {'false' if m.demo else 'true'}\n"
         "log_every_n_steps: 1\n"
     )
-    if method == "qat_full":
+    if method in ("qat_full", "qat_lora"):
         out.append("fake_quant_after_n_steps: null  # fake quantization from the start\n")
     out.append(
         f"\nmodel:\n  _component_: ftune.models.{m.family}.{m.builder}\n"
@@ -259,7 +265,7 @@ def config(m: Model, method: str) -> str:
             f"  use_dora: {'true' if method == 'dora' else 'false'}\n"
             f"  quantize_base: {'true' if method == 'qlora' else 'false'}\n"
         )
-    if method == "qat_full":
+    if method in ("qat_full", "qat_lora"):
         out.append("quantizer:\n  _component_: ftune.quantization.Int8DynActInt4Weight\n  group_size: 32\n")
     out.append("\n" + dataset(m, packed=False))
     if method.startswith("kd"):
@@ -289,6 +295,7 @@ def expected() -> dict[Path, str]:
             files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
         if m.name in QAT_MODELS:
             files[CONFIGS / f"{m.name}_qat_full.yaml"] = config(m, "qat_full")
+            files[CONFIGS / f"{m.name}_qat_lora.yaml"] = config(m, "qat_lora")
         if any(student == m.name for _, student in KD_PAIRS):
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)

@@ -20,14 +20,17 @@ RECIPES: dict[str, str] = {
     "lora_finetune_single_device": "lora_finetune_single_device",
     "lora_finetune_distributed": "lora_finetune_distributed",
     "qat_distributed": "qat_distributed",
+    "qat_single_device": "qat_single_device",
     "generate": "generate",
     "quantize": "quantize",
 }
 
 # torchtune recipes ftune has no counterpart for yet, with what to do instead.
 MISSING_RECIPES: dict[str, str] = {
-    "qat_single_device": "not in ftune yet; run qat_distributed with --nproc_per_node 1",
-    "qat_lora_finetune_distributed": "not in ftune yet (QAT + LoRA)",
+    "qat_lora_finetune_distributed": (
+        "ftune has qat_lora_finetune_distributed, but the converter does not map its configs yet; "
+        "start from `ftune cp smollm2/135M_qat_lora` (or another _qat_lora config)"
+    ),
     "lora_dpo_single_device": "not in ftune yet (DPO)",
     "lora_dpo_distributed": "not in ftune yet (DPO)",
     "full_dpo_distributed": "not in ftune yet (DPO)",

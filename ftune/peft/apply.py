@@ -58,15 +58,21 @@ def apply_lora(
     wanted = set(targets)
     layer_type = DoRALinear if use_dora else LoRALinear
     # Find every match before changing anything, so that a bad target leaves the model untouched.
-    # type() rather than isinstance(): never wrap an adapter layer (or a Linear subclass) again.
+    # type() rather than isinstance(): never wrap an adapter layer (or another Linear subclass) again;
+    # the one subclass taken is torchao's fake-quantized Linear (QAT + LoRA: adapters over it).
     matches = [
         (f"{parent_fqn}.{name}" if parent_fqn else name, parent, name, child)
         for parent_fqn, parent in model.named_modules()
         for name, child in parent.named_children()
-        if name in wanted and type(child) is nn.Linear
+        if name in wanted and (type(child) is nn.Linear or _fake_quantized(child))
     ]
     if missing := wanted - {name for _, _, name, _ in matches}:
         raise ValueError(_unmatched_message(model, sorted(missing)))
+    if use_dora and (fq := [fqn for fqn, _, _, child in matches if _fake_quantized(child)]):
+        raise ValueError(
+            f"apply_lora: use_dora=true over fake-quantized layers ({fq[0]}, ...): DoRA is not supported "
+            "with QAT. Set peft.use_dora=false (QAT + LoRA trains plain LoRA adapters)."
+        )
     if quantize_base:
         for fqn, _, _, child in matches:
             check_nf4_shape(child.weight, name=f"{fqn}.weight")
@@ -87,6 +93,11 @@ def apply_lora(
         ", NF4 base" if quantize_base else "",
     )
     return swapped
+
+
+def _fake_quantized(module: nn.Module) -> bool:
+    """torchao's FakeQuantizedLinear (a Linear with fake quantizers), told apart without importing torchao."""
+    return isinstance(module, nn.Linear) and hasattr(module, "weight_fake_quantizer")
 
 
 def trainable_params(model: nn.Module) -> list[nn.Parameter]:

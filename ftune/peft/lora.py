@@ -27,8 +27,13 @@ class LoRALinear(nn.Module):
         dropout: dropout probability applied to the adapter's input only, in [0, 1).
         quantize_base: store the frozen base weight as NF4 (QLoRA); see `ftune.peft.nf4`.
 
+    QAT + LoRA: when `base` is fake-quantized (torchao's FakeQuantizedLinear, from
+    `Quantizer.prepare`), the layer keeps its fake quantizers, and the frozen base path computes
+    ``fq_act(x)·fq_weight(W)ᵀ + b``, what the quantized model will compute; the adapter path stays
+    float. `ftune.quantization.enable_fake_quant` switches them like a FakeQuantizedLinear's.
+
     Raises:
-        ValueError: if rank or dropout are out of range.
+        ValueError: if rank or dropout are out of range, or quantize_base is asked of a fake-quantized base.
     """
 
     def __init__(
@@ -42,6 +47,14 @@ class LoRALinear(nn.Module):
         self.in_features, self.out_features = base.in_features, base.out_features
         self.rank, self.alpha, self.dropout_p = rank, float(alpha), float(dropout)
         self.scale = self.alpha / rank
+        # None for a plain Linear; a fake-quantized base hands over its quantizers (submodules, no state).
+        self.activation_fake_quantizer = getattr(base, "activation_fake_quantizer", None)
+        self.weight_fake_quantizer = getattr(base, "weight_fake_quantizer", None)
+        if quantize_base and self.fake_quantized:
+            raise ValueError(
+                f"LoRA quantize_base (NF4, QLoRA) over a fake-quantized base ({type(base).__name__}): the "
+                "base would be quantized twice. Set peft.quantize_base=false for QAT + LoRA."
+            )
         weight = base.weight
         if quantize_base and not is_nf4(weight):
             weight = to_nf4_parameter(weight)
@@ -71,6 +84,11 @@ class LoRALinear(nn.Module):
         nn.init.zeros_(self.lora_b.weight)
 
     @property
+    def fake_quantized(self) -> bool:
+        """True when the frozen base path is fake-quantized (QAT + LoRA)."""
+        return self.activation_fake_quantizer is not None or self.weight_fake_quantizer is not None
+
+    @property
     def quantized(self) -> bool:
         """True when the base weight is stored as NF4 (QLoRA)."""
         return is_nf4(self.weight)
@@ -81,7 +99,7 @@ class LoRALinear(nn.Module):
             return _MergedLoRALinear.apply(
                 x, self.weight, self.bias, self.lora_a.weight, self.lora_b.weight, self.scale
             )
-        base = frozen_linear(x, self.weight, self.bias)  # (..., out_features)
+        base = self._base(x)  # (..., out_features)
         a = self.lora_a(self.dropout(x))  # (..., rank)
         # base + scale·a·Bᵀ as one GEMM accumulating into base: no full-size temporaries for the
         # scaled update and the sum.
@@ -92,6 +110,21 @@ class LoRALinear(nn.Module):
             alpha=self.scale,
         )
         return out.view(base.shape)
+
+    def _fake_quant_on(self) -> bool:
+        """Whether a fake quantizer is present and switched on (`enable_fake_quant`)."""
+        return any(
+            q is not None and q.enabled for q in (self.activation_fake_quantizer, self.weight_fake_quantizer)
+        )
+
+    def _base(self, x: torch.Tensor) -> torch.Tensor:
+        """The frozen base path, fake-quantized (input and weight) while fake quantization is on."""
+        if not self._fake_quant_on():
+            return frozen_linear(x, self.weight, self.bias)
+        afq, wfq = self.activation_fake_quantizer, self.weight_fake_quantizer
+        return F.linear(
+            x if afq is None else afq(x), self.weight if wfq is None else wfq(self.weight), self.bias
+        )
 
     def _merged_path(self, x: torch.Tensor) -> bool:
         """Whether `_MergedLoRALinear` computes this forward: fp32, dense, frozen base, no dropout,
@@ -111,6 +144,7 @@ class LoRALinear(nn.Module):
             and x.dtype == torch.float32
             and self.weight.dtype == torch.float32
             and not is_nf4(self.weight)
+            and not self._fake_quant_on()  # off: exactly a LoRA layer, on the same path
             and not (self.training and self.dropout_p > 0)
         )
 
@@ -123,7 +157,7 @@ class LoRALinear(nn.Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, rank={self.rank}, "
             f"alpha={self.alpha:g}, dropout={self.dropout_p:g}, bias={self.bias is not None}, "
-            f"quantized={self.quantized}"
+            f"quantized={self.quantized}, fake_quantized={self.fake_quantized}"
         )
 
 

@@ -107,7 +107,12 @@ class Quantizer:
             )
         fqns = self._float_targets(model, "prepare")
         self.check_model(model)
-        quantize_(model, self.qat_config(), filter_fn=_exact(fqns))
+        # torchao builds each FakeQuantizedLinear as a new nn.Linear (its init draws random weights,
+        # then the real ones are put in): keep the global RNG as it was, so that what the recipe draws
+        # next (LoRA's A in QAT + LoRA) is what it draws without QAT.
+        cuda = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+        with torch.random.fork_rng(devices=cuda):
+            quantize_(model, self.qat_config(), filter_fn=_exact(fqns))
         modules = dict(model.named_modules())
         if missing := [f for f in fqns if not isinstance(modules[f], FakeQuantizedLinear)]:
             raise RuntimeError(
@@ -347,7 +352,7 @@ def quantizer_from_spec(spec: dict[str, Any]) -> Quantizer:
 
 
 def enable_fake_quant(model: nn.Module, enabled: bool) -> int:
-    """Switch fake quantization of every fake-quantized linear on or off.
+    """Switch fake quantization of every fake-quantized linear (and LoRA layer over one) on or off.
 
     With fake quantization off, a prepared model computes exactly what the float model does
     (FakeQuantizedLinear then runs `F.linear(x, weight, bias)`), which is how
@@ -365,7 +370,8 @@ def enable_fake_quant(model: nn.Module, enabled: bool) -> int:
     """
     count = 0
     for module in model.modules():
-        if isinstance(module, FakeQuantizedLinear):
+        # FakeQuantizedLinear, or a LoRA layer over one (QAT + LoRA), which keeps its quantizers.
+        if isinstance(module, FakeQuantizedLinear) or getattr(module, "fake_quantized", False):
             for quantizer in (module.activation_fake_quantizer, module.weight_fake_quantizer):
                 if quantizer is not None:
                     quantizer.enabled = enabled

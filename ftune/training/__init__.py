@@ -39,7 +39,7 @@ from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
 from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
-from ftune.training.settings import FullSettings, KDSettings, LoRASettings, QATSettings
+from ftune.training.settings import FullSettings, KDSettings, LoRASettings, QATLoRASettings, QATSettings
 from ftune.training.signals import StopOnSignal
 from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, eval_loss
 from ftune.training.teacher import check_same_vocab, load_teacher
@@ -61,6 +61,7 @@ __all__ = [
     "OptimizerInBackward",
     "Profiler",
     "ProgressBar",
+    "QATLoRASettings",
     "QATSettings",
     "Reporter",
     "StdoutLogger",

@@ -169,3 +169,8 @@ class KDSettings(FullSettings):
     teacher_adapter_dir: str | None = setting(
         None, "a PEFT adapter folder (a LoRA run's step folder) merged into the teacher (null: none)"
     )
+
+class QATLoRASettings(QATSettings):
+    """QAT + LoRA: LoRA adapters over a fake-quantized frozen base (the `quantizer` and `peft` sections)."""
+
+    COMPONENTS: ClassVar[dict[str, bool]] = {**QATSettings.COMPONENTS, "peft": True}

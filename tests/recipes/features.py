@@ -312,6 +312,30 @@ def qat(run, tmp_path):
     assert losses(late)[1] != pytest.approx(losses(float_only)[1], rel=1e-6), "step 2 not fake-quantized"
 
 
+def qat_lora_base(run, tmp_path):
+    """Not a registry feature: QAT + LoRA's base is frozen and fake-quantized, in every decoder projection."""
+    from torchao.quantization.qat import FakeQuantizedLinear
+
+    from ftune.peft import LoRALinear
+    from ftune.quantization import DECODER_LINEARS
+
+    with models_run() as models:
+        logs, _ = run("max_steps=2", output_dir=tmp_path)
+    model = models[-1]
+    projections = [(n, m) for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in DECODER_LINEARS]
+    assert projections, "no decoder projection found"
+    adapted = [n for n, m in projections if isinstance(m, LoRALinear)]
+    assert adapted, "no LoRA layer: the adapters were not applied"
+    for name, module in projections:  # adapted or not, every projection's base is fake-quantized and on
+        quantizer = module.weight_fake_quantizer
+        assert isinstance(module, (LoRALinear, FakeQuantizedLinear)), f"{name}: {type(module).__name__}"
+        assert quantizer is not None and quantizer.enabled, f"{name}: base weight not fake-quantized"
+        assert not module.weight.requires_grad, f"{name}: the base weight trains"
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_" in f".{n}" for n in trainable), f"trainable: {trainable[:4]}"
+    assert all(math.isfinite(x) for x in losses(logs))
+
+
 def fsdp2(run, tmp_path):
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
@@ -362,6 +386,7 @@ CHECKS = {
     for f in (
         knowledge_distillation,
         qat_off,
+        qat_lora_base,
         qlora_refused,
         qat,
         fsdp2,

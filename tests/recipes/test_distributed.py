@@ -26,7 +26,10 @@ RECIPES = {
     "lora_finetune_distributed": ("smollm2/135M_lora", "lora_finetune_single_device"),
     "qat_distributed": ("smollm2/135M_qat_full", "full_finetune_single_device"),
     "knowledge_distillation_distributed": ("smollm2/360M_to_135M_kd", "knowledge_distillation_single_device"),
+    "qat_lora_finetune_distributed": ("smollm2/135M_qat_lora", "lora_finetune_single_device"),
 }
+# Fake-quantized recipes: their losses differ from their float sibling's (and equal it with QAT off).
+QAT = {"qat_distributed": "qat_single_device", "qat_lora_finetune_distributed": None}
 
 
 def features(recipe):
@@ -65,8 +68,10 @@ def launched(tiny_checkpoint, tmp_path_factory):
         if recipe not in cache:
             workdir = tmp_path_factory.mktemp(recipe)
             cases = ["losses", *features(recipe), *mutant_cases(recipe)]
-            if recipe == "qat_distributed":
+            if recipe in QAT:
                 cases.append("qat_off")
+            if recipe == "qat_lora_finetune_distributed":
+                cases.append("qat_lora_base")
             if recipe == "lora_finetune_distributed":
                 cases += ["qlora_refused", "resume_dropout"]
             cmd = [
@@ -114,10 +119,15 @@ def test_losses_equal_single_device(recipe, launched):
 
     got = [r["loss"] for r in read_log(workdir / "losses") if "loss" in r]
     single = GOLDENS[RECIPES[recipe][1]]
-    if recipe != "qat_distributed":
+    if recipe not in QAT:
         assert got == pytest.approx(single, rel=1e-5)
     else:
         assert got[0] != pytest.approx(single[0], rel=1e-6)  # fake quantization is on
+        # The same fake-quantized model at step 1 (LoRA's B starts at zero), and for qat_distributed
+        # the same run as qat_single_device's golden (tests/recipes/test_qat_single_device.py).
+        assert got[0] == pytest.approx(GOLDENS["qat_single_device"][0], rel=1e-6)
+        if QAT[recipe]:
+            assert got == pytest.approx(GOLDENS[QAT[recipe]], rel=1e-5)
 
 
 def test_distributed_lora_refuses_qlora_with_a_message(launched):
@@ -131,13 +141,19 @@ def test_resume_with_dropout_is_exact_at_world_size_2(launched):
     assert results["resume_dropout"] == "ok", results["resume_dropout"]
 
 
-def test_qat_with_fake_quant_off_equals_full(launched):
-    results, workdir = launched("qat_distributed")
+@pytest.mark.parametrize("recipe", QAT)
+def test_qat_with_fake_quant_off_equals_its_float_sibling(recipe, launched):
+    results, workdir = launched(recipe)
     assert results["qat_off"] == "ok", results["qat_off"]
     from features import read_log
 
     got = [r["loss"] for r in read_log(workdir / "qat_off") if "loss" in r]
-    assert got == pytest.approx(GOLDENS["full_finetune_single_device"], rel=1e-5)
+    assert got == pytest.approx(GOLDENS[RECIPES[recipe][1]], rel=1e-5)
+
+
+def test_qat_lora_base_is_frozen_and_fake_quantized(launched):
+    results, _ = launched("qat_lora_finetune_distributed")
+    assert results["qat_lora_base"] == "ok", results["qat_lora_base"]
 
 
 @pytest.mark.parametrize("recipe", ["full_finetune_distributed", "lora_finetune_distributed"])
@@ -150,3 +166,52 @@ def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
+
+
+def test_qat_lora_convert_gives_a_quantized_model_that_eval_loads(launched, tiny_checkpoint, tmp_path):
+    """The deployable QAT + LoRA model: the adapters merged into the base, prepared and converted."""
+    from conftest import load_recipe
+    from tiny_checkpoint import SIZES
+
+    from ftune.checkpointing.inference import load_quantized_model, merge_adapter_folder
+    from ftune.config import load_config
+    from ftune.evaluation import perplexity
+    from ftune.models import load_hf
+    from ftune.models.smollm2 import smollm2_tokenizer
+    from ftune.quantization import Int8DynActInt4Weight, enable_fake_quant
+
+    _, workdir = launched("qat_lora_finetune_distributed")
+    step = workdir / "losses" / "step_4"
+    common = [f"checkpointer.checkpoint_dir={tiny_checkpoint}", "device=cpu", "dtype=fp32"]
+    quantized = tmp_path / "quantized"
+    load_recipe("quantize").main(
+        load_config("quantization", [*common, f"adapter_dir={step}", "qat=true", f"output_dir={quantized}"])
+    )
+    model, metadata = load_quantized_model(quantized, device=torch.device("cpu"))
+    assert metadata["qat"] is True and metadata["adapter_dir"] == str(step)
+    q_proj = model.layers[0].attn.q_proj
+    assert type(q_proj.weight).__name__ == "IntxUnpackedToInt8Tensor", type(q_proj.weight)
+
+    # It computes the merged model under the fake quantization it trained with, nearly (real int4).
+    merged = load_hf(tiny_checkpoint).eval()
+    merged.load_state_dict(merge_adapter_folder(merged.state_dict(), step, family="smollm2"))
+    Int8DynActInt4Weight(group_size=32).prepare(merged)
+    enable_fake_quant(merged, True)
+    tokens = torch.arange(40)[None] % SIZES["vocab_size"]
+    with torch.no_grad():
+        got, fake = model(tokens), merged(tokens)
+    assert torch.nn.functional.cosine_similarity(got.flatten(), fake.flatten(), dim=0) > 0.999
+
+    text = tmp_path / "doc.txt"
+    text.write_text(" ".join(f"Rewrite the date 20{i:02d}-07-14 as DD/MM/YYYY." for i in range(12)))
+    out = tmp_path / "eval.json"
+    load_recipe("eval").main(
+        load_config(
+            "eval",
+            [*common, f"tokenizer.path={tiny_checkpoint}", f"quantized_checkpoint={quantized}"]
+            + [f"text_files=[{text}]", "heldout_file=null", "max_seq_len=32", f"output_file={out}"],
+        )
+    )
+    got_ppl = json.loads(out.read_text())["perplexity"]
+    want = perplexity(model, smollm2_tokenizer(tiny_checkpoint), [text.read_text()], max_seq_len=32)
+    assert got_ppl["loglikelihood"] == want.loglikelihood and got_ppl["num_tokens"] == want.num_tokens

@@ -9,6 +9,7 @@ RECIPES = {
     "full_finetune_single_device": "smollm2/135M_full",
     "lora_finetune_single_device": "smollm2/135M_lora",
     "knowledge_distillation_single_device": "smollm2/360M_to_135M_kd",
+    "qat_single_device": "smollm2/135M_qat_full",
 }
 CASES = [
     (recipe, feature)

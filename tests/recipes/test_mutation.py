@@ -16,9 +16,10 @@ SINGLE = {
     "full_finetune_single_device": "smollm2/135M_full",
     "lora_finetune_single_device": "smollm2/135M_lora",
     "knowledge_distillation_single_device": "smollm2/360M_to_135M_kd",
+    "qat_single_device": "smollm2/135M_qat_full",
 }
 TRAINING = [
-    name for name, r in registry.RECIPES.items() if {"full", "lora", "qat_full", "kd"} & set(r.methods)
+    name for name, r in registry.RECIPES.items() if {"full", "lora", "qat_full", "qat_lora", "kd"} & set(r.methods)
 ]
 
 
@@ -27,7 +28,7 @@ def declared(recipe):
 
 
 def test_every_yes_cell_of_every_training_recipe_has_a_check_and_a_mutant():
-    assert set(SINGLE) < set(TRAINING) and len(TRAINING) == 7, TRAINING
+    assert set(SINGLE) < set(TRAINING) and len(TRAINING) == 9, TRAINING
     for recipe in TRAINING:
         missing = [f for f in declared(recipe) if f not in CHECKS or not MUTANTS.get(f)]
         assert not missing, f"{recipe} declares {missing} ✓ without a check and a mutant in tests/recipes"

@@ -30,6 +30,8 @@ ALLOWED = {
     "qat_distributed": {"qat", "dist"},
     "knowledge_distillation_single_device": {"kd"},
     "knowledge_distillation_distributed": {"kd", "dist"},
+    "qat_single_device": {"qat"},
+    "qat_lora_finetune_distributed": {"lora", "qat", "dist"},
 }
 SIBLINGS = sorted(set(ALLOWED) - {PARENT})
 
@@ -56,7 +58,9 @@ def sibling_diff(recipe: str) -> str:
 
 
 def test_every_training_recipe_is_covered():
-    training = {n for n, r in registry.RECIPES.items() if {"full", "lora", "qat_full", "kd"} & set(r.methods)}
+    training = {
+        n for n, r in registry.RECIPES.items() if {"full", "lora", "qat_full", "qat_lora", "kd"} & set(r.methods)
+    }
     assert training == set(ALLOWED)
 
 
@@ -95,6 +99,15 @@ def test_recipe_uses_only_its_own_tags(recipe):
         f"{recipe} uses tags {sorted(used - ALLOWED[recipe])} that belong to other recipes"
     )
     assert used, f"{recipe} has no tagged line: every recipe of the family tags what makes it itself"
+
+
+def test_qat_single_device_has_the_qat_lines_of_qat_distributed():
+    """The two QAT recipes differ only in [dist] lines: the same [qat] lines, in the same order."""
+
+    def qat_lines(recipe):
+        return [line for line in body(registry.RECIPES[recipe].file).splitlines() if "# [qat]" in line]
+
+    assert qat_lines("qat_single_device") == qat_lines("qat_distributed")
 
 
 def test_the_unit_tests_step_is_the_recipes_step():

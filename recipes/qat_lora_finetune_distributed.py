@@ -1,0 +1,129 @@
+"""QAT + LoRA, sharded with FSDP2.   ftune run --nproc_per_node 2 qat_lora_finetune_distributed
+
+LoRA adapters train over a frozen base whose projections are fake-quantized with torchao (the
+`quantizer` section, e.g. 8-bit dynamic activations and 4-bit grouped weights): the base path of
+each adapted layer computes what the quantized model will, the adapters stay float.
+`fake_quant_after_n_steps` trains in float first. Step folders hold the adapters in PEFT's format;
+the deployable model is the merged weights quantized: `ftune run quantize --config quantization
+adapter_dir=<step folder> qat=true`. This is full_finetune_single_device plus the lines tagged
+# [lora] (lora_finetune_distributed's), # [qat] (qat_distributed's) and # [dist]
+(tests/recipes/test_skeleton.py checks it).
+"""
+
+import torch
+
+from ftune import checkpointing, config, data, quantization, training  # [qat]
+
+# The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
+# (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
+SETTINGS = training.QATLoRASettings  # [qat] QAT plus the peft section
+
+
+def main(cfg: config.Config) -> None:
+    s = cfg.settings(SETTINGS)
+    training.seed_everything(s.seed)
+    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
+    training.announce(device, dtype)  # the device and dtype, and a warning where the dtype is slow
+    info = training.init_distributed(device)  # [dist]
+    ckpt = config.instantiate(cfg.checkpointer)
+    loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
+
+    model = training.build_model(
+        cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
+    )  # config.json is checked against the model the config builds
+    quantizer = config.instantiate(cfg.quantizer)  # [qat]
+    quantizer.prepare(model)  # [qat] fake quantization, before sharding
+    fq_after = s.fake_quant_after_n_steps  # [qat] float training until this step
+    peft_settings = training.apply_peft(cfg.peft, model, loaded.adapter, dtype=dtype)  # [lora]
+    if s.activation_checkpointing:
+        training.apply_activation_checkpointing(model)
+    if s.activation_offloading:
+        training.apply_activation_offloading(model, device)
+    training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dist]
+    if s.compile:
+        training.compile_model(model)
+
+    tokenizer = config.instantiate(cfg.tokenizer)
+    checkpointing.check_tokenizer_fits(tokenizer.vocab_size, model)
+    collate = training.build_collate(cfg.collate_fn, tokenizer.pad_id)
+    loader = data.build_dataloader(
+        config.instantiate(cfg.dataset, tokenizer),
+        batch_size=s.batch_size,
+        collate_fn=collate,
+        shuffle=s.shuffle,
+        seed=s.seed,
+        rank=info.rank,  # [dist]
+        world_size=info.world_size,  # [dist]
+    )
+    val_loader = training.validation_loader(
+        config.instantiate(cfg.dataset_val, tokenizer), batch_size=s.batch_size, collate_fn=collate
+    )
+
+    loss_fn = config.instantiate(cfg.loss)
+    if s.compile:
+        loss_fn = training.compile_loss(loss_fn)
+    params = training.trainable_params(model)
+    optimizer = training.build_optimizer(cfg.optimizer, params, in_backward=s.optimizer_in_backward)
+    steps = training.total_steps(
+        max_steps=s.max_steps,
+        epochs=s.epochs,
+        batches_per_epoch=len(loader),
+        grad_accum_steps=s.grad_accum_steps,
+    )
+    scheduler = config.instantiate(cfg.lr_scheduler, optimizer, num_training_steps=steps)
+    step = training.restore(
+        loaded.recipe_state, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader
+    )
+    report = training.Reporter(
+        config.instantiate(cfg.metric_logger),
+        total=steps,
+        initial=step,
+        device=device,
+        log_every_n_steps=s.log_every_n_steps,
+        progress_bar=s.progress_bar,
+    )
+
+    def save(step: int) -> None:
+        run = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loader": loader}
+        training.save_checkpoint(ckpt, step, **run, adapter_config=peft_settings)  # [lora]
+
+    profile = training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile")
+    with profile as profiler, training.StopOnSignal() as stop:  # SIGTERM / Ctrl-C: save, then stop
+        while step < steps and not stop.stopped:
+            for micro_batches in training.accumulate(loader, s.grad_accum_steps):
+                quantization.enable_fake_quant(model, training.every_after(step, fq_after))  # [qat]
+                # The training step. StepLoss normalises by the step's labelled tokens (all
+                # micro-batches, all ranks) and refuses a non-finite loss or gradient norm.
+                step_loss = training.StepLoss(micro_batches, optimizer, step=step + 1, device=device)
+                for batch in micro_batches:
+                    loss_sum, _ = training.batch_loss(model, loss_fn, batch, device=device)
+                    step_loss.scaled(loss_sum).backward()
+                grad_norm = None
+                if s.clip_grad_norm is not None:
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad_norm)
+                stats = step_loss.finish(grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if scheduler is not None:
+                    scheduler.step()
+                step += 1
+
+                report.step(step, stats, training.count_tokens(micro_batches))
+                profiler.step()
+                if val_loader is not None and training.every(step, s.run_val_every_n_steps):
+                    val = training.eval_loss(
+                        model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
+                    )
+                    report.log(step, {"val_loss": val})
+                if step == steps or stop.check():
+                    break
+                if training.every(step, s.save_every_n_steps):
+                    save(step)
+    save(step)
+    report.close()
+    training.destroy_distributed()  # [dist]
+    stop.exit_if_stopped(step, s.output_dir)
+
+
+if __name__ == "__main__":
+    config.run(main)
