@@ -19,6 +19,7 @@ from ftune.training.activation_offloading import apply_activation_offloading
 from ftune.training.batch_loss import batch_loss
 from ftune.training.cadence import every, every_after, total_steps
 from ftune.training.compile import compile_loss, compile_model
+from ftune.training.dpo_loss import DPOLoss, PairLogps, PairLosses
 from ftune.training.fsdp import is_sharded, shard_model
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 from ftune.training.low_precision_optim import AdamWBf16State, optimizer_state_bytes
@@ -33,6 +34,7 @@ from ftune.training.metric_logging import (
 from ftune.training.optimizer import build_optimizer
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.peft_setup import apply_peft
+from ftune.training.preference_step import PairStepLoss, ReferenceModel, preference_loss
 from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
@@ -50,13 +52,18 @@ __all__ = [
     "ChunkedCrossEntropyLoss",
     "CrossEntropyLoss",
     "DiskLogger",
+    "DPOLoss",
     "FullSettings",
     "LoRASettings",
     "MetricLogger",
     "NonFiniteError",
     "OptimizerInBackward",
+    "PairLogps",
+    "PairLosses",
+    "PairStepLoss",
     "Profiler",
     "ProgressBar",
+    "ReferenceModel",
     "QATSettings",
     "Reporter",
     "StdoutLogger",
@@ -71,6 +78,7 @@ __all__ = [
     "apply_activation_offloading",
     "apply_peft",
     "batch_loss",
+    "preference_loss",
     "build_collate",
     "build_model",
     "build_optimizer",
