@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+
 import torch
 from torch import nn
 
