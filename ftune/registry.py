@@ -110,6 +110,35 @@ _DIST = {
 }
 _NO_QAT = {"qat": na("use qat_distributed")}
 _OPT_BWD = {"optimizer_in_backward": YES}
+# Preference tuning (DPO). What is checked for a DPO run is ✓; the rest says why not.
+_DPO_UNCHECKED = "runs in the DPO recipes, but no check of its effect on a DPO run exists yet"
+_DPO_COMMON = {
+    "grad_accumulation": YES,
+    "grad_clipping": YES,
+    "compile": na(f"{_DPO_UNCHECKED} (compile_loss compiles DPOLoss.chunk_loss)"),
+    "activation_checkpointing": YES,
+    "activation_offloading": gpu_only(
+        "moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
+        "and refuses it (the test machines have no GPU)"
+    ),
+    "chunked_loss": na(
+        f"{_DPO_UNCHECKED}: DPOLoss projects the labelled tokens to the vocabulary in loss.num_chunks blocks"
+    ),
+    "low_precision_optimizers": YES,
+    "custom_collate": na(
+        f"{_DPO_UNCHECKED}: a collate_fn must keep padded_collate_preference's layout (chosen rows, then rejected)"
+    ),
+    "packing": na("preference pairs are scored as whole rows; dataset.packed=true is refused with a message"),
+    "validation": na(
+        "no preference validation pass yet (the shared one is the supervised token loss); a dataset_val "
+        "section is refused with a message"
+    ),
+    "step_checkpointing": YES,
+    "resume": YES,
+    "metric_logging": YES,
+    "profiler": na(_DPO_UNCHECKED),
+    "qat": na("no QAT preference recipe"),
+}
 _NO_OPT_BWD_DIST = {
     "optimizer_in_backward": na(
         "FSDP2 reduces gradients after backward; stepping inside it would use unreduced grads"
@@ -190,6 +219,22 @@ _RECIPES = [
         {**_SFT_COMMON, **_NOT_LORA, **_DIST, "qat": YES, **_NO_OPT_BWD_DIST},
     ),
     Recipe(
+        "lora_dpo_single_device",
+        "LoRA DPO (sigmoid, IPO or reference-free SimPO) on preference pairs on one device; the reference is "
+        "the same model with its adapters off.",
+        False,
+        "smollm2/135M_lora_dpo",
+        ("lora_dpo",),
+        {
+            **_DPO_COMMON,
+            "lora": YES,
+            "qlora": YES,
+            "dora": YES,
+            **_SINGLE,
+            "optimizer_in_backward": YES,
+        },
+    ),
+    Recipe(
         "generate",
         "Generate text from a prompt or a chat with KV-cache decoding; base, adapter or merged models.",
         False,
@@ -223,6 +268,10 @@ _RECIPES = [
     ),
 ]
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RECIPES}
+
+
+# The config methods of the training recipes (those built on recipes/full_finetune_single_device.py).
+TRAINING_METHODS = ("full", "lora", "qat_full", "lora_dpo", "full_dpo")
 
 
 def method_of_name(stem: str) -> str | None:

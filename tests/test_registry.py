@@ -42,7 +42,7 @@ def test_features_are_known_and_sibling_gaps_have_reasons():
         for value in recipe.features.values():
             assert registry.state(value) in (registry.YES, registry.NA, registry.GPU_ONLY), value
             assert registry.state(value) == registry.YES or registry.reason(value), value
-    sft = [r for r in registry.RECIPES.values() if {"full", "lora", "qat_full"} & set(r.methods)]
+    sft = [r for r in registry.RECIPES.values() if set(registry.TRAINING_METHODS) & set(r.methods)]
     union = set().union(*(r.features for r in sft))
     for recipe in sft:
         assert union <= set(recipe.features), (

@@ -7,7 +7,7 @@ namespace: device, dtype, seeding and the process group (`ftune.runtime`, shared
 """
 
 from ftune.checkpointing.model_build import build_model
-from ftune.data.collate import build_collate
+from ftune.data.collate import build_collate, build_preference_collate
 from ftune.data.loader import validation_loader
 from ftune.peft.apply import trainable_params
 from ftune.runtime.device import default_dtype, get_device, get_dtype
@@ -34,7 +34,12 @@ from ftune.training.metric_logging import (
 from ftune.training.optimizer import build_optimizer
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.peft_setup import apply_peft
-from ftune.training.preference_step import PairStepLoss, ReferenceModel, preference_loss
+from ftune.training.preference_step import (
+    PairStepLoss,
+    ReferenceModel,
+    preference_loss,
+    refuse_preference_validation,
+)
 from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
@@ -79,7 +84,9 @@ __all__ = [
     "apply_peft",
     "batch_loss",
     "preference_loss",
+    "refuse_preference_validation",
     "build_collate",
+    "build_preference_collate",
     "build_model",
     "build_optimizer",
     "compile_loss",

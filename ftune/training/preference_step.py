@@ -104,6 +104,20 @@ def preference_loss(
     return pairs.losses.sum(), pairs
 
 
+def refuse_preference_validation(val_loader: object | None) -> None:
+    """Refuse a ``dataset_val`` in a DPO recipe: its validation is the supervised token loss, not a preference one.
+
+    Raises:
+        ValueError: if ``val_loader`` is not None.
+    """
+    if val_loader is not None:
+        raise ValueError(
+            "dataset_val: the DPO recipes have no validation pass yet (the shared one computes the supervised "
+            "token loss, not a preference loss); given a dataset_val section, accepted: null. Fix: set "
+            "dataset_val=null."
+        )
+
+
 class PairStepLoss(StepLoss):
     """:class:`ftune.training.StepLoss` for preference batches: the step's loss is the mean over its pairs.
 

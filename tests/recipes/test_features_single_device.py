@@ -8,6 +8,7 @@ from ftune import registry
 RECIPES = {
     "full_finetune_single_device": "smollm2/135M_full",
     "lora_finetune_single_device": "smollm2/135M_lora",
+    "lora_dpo_single_device": "smollm2/135M_lora_dpo",
 }
 CASES = [
     (recipe, feature)

@@ -15,8 +15,9 @@ from ftune import registry
 SINGLE = {
     "full_finetune_single_device": "smollm2/135M_full",
     "lora_finetune_single_device": "smollm2/135M_lora",
+    "lora_dpo_single_device": "smollm2/135M_lora_dpo",
 }
-TRAINING = [name for name, r in registry.RECIPES.items() if {"full", "lora", "qat_full"} & set(r.methods)]
+TRAINING = [name for name, r in registry.RECIPES.items() if set(registry.TRAINING_METHODS) & set(r.methods)]
 
 
 def declared(recipe):
@@ -24,7 +25,7 @@ def declared(recipe):
 
 
 def test_every_yes_cell_of_every_training_recipe_has_a_check_and_a_mutant():
-    assert set(SINGLE) < set(TRAINING) and len(TRAINING) == 5, TRAINING
+    assert set(SINGLE) < set(TRAINING) and len(TRAINING) == 6, TRAINING
     for recipe in TRAINING:
         missing = [f for f in declared(recipe) if f not in CHECKS or not MUTANTS.get(f)]
         assert not missing, f"{recipe} declares {missing} ✓ without a check and a mutant in tests/recipes"
