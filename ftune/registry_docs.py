@@ -77,7 +77,7 @@ def recipes_index_markdown() -> str:
         Markdown, without the markers, ending in a newline.
     """
     legend = (
-        "✓: supported. In the five training recipes every ✓ is checked: a test runs the recipe with the "
+        "✓: supported. In the training recipes every ✓ is checked: a test runs the recipe with the "
         "feature on and asserts its effect, and fails when the feature's code is replaced by a no-op "
         "(tests/recipes/test_mutation.py). "
         "n/a: deliberately not supported, for the numbered reason below the table. GPU only: has an "
