@@ -236,6 +236,22 @@ _RECIPES = [
         },
     ),
     Recipe(
+        "lora_dpo_distributed",
+        "LoRA DPO sharded with FSDP2 over torchrun processes; the reference is the same sharded model with "
+        "its adapters off.",
+        True,
+        "smollm2/135M_lora_dpo",
+        ("lora_dpo",),
+        {
+            **_DPO_COMMON,
+            "lora": YES,
+            "qlora": na("FSDP2 cannot shard NF4 base weights yet; run QLoRA DPO with lora_dpo_single_device"),
+            "dora": na(_DPO_UNCHECKED),
+            **_DIST,
+            **_NO_OPT_BWD_DIST,
+        },
+    ),
+    Recipe(
         "generate",
         "Generate text from a prompt or a chat with KV-cache decoding; base, adapter or merged models.",
         False,

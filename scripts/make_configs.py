@@ -131,6 +131,7 @@ def header(m: Model, method: str) -> str:
         runs = f"#   ftune run --nproc_per_node 2 qat_distributed --config {name}\n"
     elif method == "lora_dpo":
         runs = f"#   ftune run lora_dpo_single_device --config {name}\n"
+        runs += f"#   ftune run --nproc_per_node 2 lora_dpo_distributed --config {name}\n"
     else:
         single = "full_finetune_single_device" if method == "full" else "lora_finetune_single_device"
         dist = "full_finetune_distributed" if method == "full" else "lora_finetune_distributed"

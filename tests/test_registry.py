@@ -75,7 +75,12 @@ def test_shipped_fine_tuning_configs_match_their_generator():
 
 def test_cpu_offload_is_gpu_only_not_yes():
     """On the CPU test machines FSDP2's CPU offload changes nothing, so it cannot be a checked ✓."""
-    for name in ("full_finetune_distributed", "lora_finetune_distributed", "qat_distributed"):
+    for name in (
+        "full_finetune_distributed",
+        "lora_finetune_distributed",
+        "qat_distributed",
+        "lora_dpo_distributed",
+    ):
         value = registry.RECIPES[name].features["cpu_offload"]
         assert registry.state(value) == registry.GPU_ONLY, value
         assert "CPU" in registry.reason(value)

@@ -22,10 +22,9 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "assets")]
 
 import features  # noqa: E402
-from conftest import load_recipe  # noqa: E402
+from conftest import load_recipe, overrides_for  # noqa: E402
 from features import CHECKS, read_log  # noqa: E402
 from mutants import mutant_named, outcome  # noqa: E402
-from tiny_checkpoint import tiny_overrides  # noqa: E402
 
 from ftune.config import load_config  # noqa: E402
 
@@ -43,7 +42,7 @@ def main() -> None:
 
     def run(*overrides, output_dir):
         # batch_size 2 per rank: the global batch of the single-device runs (batch_size 4).
-        base = tiny_overrides(checkpoint, workdir / "demo", output_dir)
+        base = overrides_for(config, checkpoint, workdir / "demo", output_dir)
         dist.barrier()  # every rank has done the check's file operations before the run starts
         module.main(load_config(config, [*base, "batch_size=2", *_per_rank(overrides)]))
         dist.barrier()

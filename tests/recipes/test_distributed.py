@@ -25,6 +25,7 @@ RECIPES = {
     "full_finetune_distributed": ("smollm2/135M_full", "full_finetune_single_device"),
     "lora_finetune_distributed": ("smollm2/135M_lora", "lora_finetune_single_device"),
     "qat_distributed": ("smollm2/135M_qat_full", "full_finetune_single_device"),
+    "lora_dpo_distributed": ("smollm2/135M_lora_dpo", "lora_dpo_single_device"),
 }
 
 
@@ -133,11 +134,20 @@ def test_qat_with_fake_quant_off_equals_full(launched):
     assert got == pytest.approx(GOLDENS["full_finetune_single_device"], rel=1e-5)
 
 
-@pytest.mark.parametrize("recipe", ["full_finetune_distributed", "lora_finetune_distributed"])
+@pytest.mark.parametrize(
+    "recipe", ["full_finetune_distributed", "lora_finetune_distributed", "lora_dpo_distributed"]
+)
 def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp_path):
     results, workdir = launched(recipe)
     single = RECIPES[recipe][1]
-    _, out = run_recipe(single, RECIPES[recipe][0], "max_steps=4", output_dir=tmp_path / "single")
+    logs, out = run_recipe(single, RECIPES[recipe][0], "max_steps=4", output_dir=tmp_path / "single")
+    from features import read_log
+
+    dist_logs = [r for r in read_log(workdir / "losses") if "loss" in r]
+    if "dpo" in recipe:  # the DPO rewards are step means over the pairs of every rank
+        for key in ("rewards/chosen", "rewards/rejected", "rewards/margin", "rewards/accuracy"):
+            got, want = [r[key] for r in dist_logs], [r[key] for r in logs]
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-8), key
     name = "adapter_model.safetensors" if "lora" in recipe else "model.safetensors"
     a, b = load_file(str(out / "step_4" / name)), load_file(str(workdir / "losses" / "step_4" / name))
     assert a.keys() == b.keys()

@@ -31,6 +31,7 @@ ALLOWED = {
     "qat_distributed": {"qat", "dist", "sft"},
     # Preference tuning replaces the supervised lines (# [sft]: collate, step loss, batch loss).
     "lora_dpo_single_device": {"lora", "dpo"},
+    "lora_dpo_distributed": {"lora", "dpo", "dist"},
 }
 SIBLINGS = sorted(set(ALLOWED) - {PARENT})
 
