@@ -252,6 +252,15 @@ _RECIPES = [
         },
     ),
     Recipe(
+        "full_dpo_distributed",
+        "Full DPO sharded with FSDP2 over torchrun processes; the reference is a frozen copy of the starting "
+        "weights, sharded like the policy.",
+        True,
+        "smollm2/135M_full_dpo",
+        ("full_dpo",),
+        {**_DPO_COMMON, **_NOT_LORA, **_DIST, **_NO_OPT_BWD_DIST},
+    ),
+    Recipe(
         "generate",
         "Generate text from a prompt or a chat with KV-cache decoding; base, adapter or merged models.",
         False,

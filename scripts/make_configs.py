@@ -112,8 +112,9 @@ TITLES = {
     "dora": "DoRA",
     "qat_full": "QAT full fine-tune (8da4w)",
     "lora_dpo": "LoRA DPO (preference tuning)",
+    "full_dpo": "full DPO (preference tuning)",
 }
-DPO = ("lora_dpo",)
+DPO = ("lora_dpo", "full_dpo")
 
 
 def header(m: Model, method: str) -> str:
@@ -132,6 +133,8 @@ def header(m: Model, method: str) -> str:
     elif method == "lora_dpo":
         runs = f"#   ftune run lora_dpo_single_device --config {name}\n"
         runs += f"#   ftune run --nproc_per_node 2 lora_dpo_distributed --config {name}\n"
+    elif method == "full_dpo":
+        runs = f"#   ftune run --nproc_per_node 2 full_dpo_distributed --config {name}\n"
     else:
         single = "full_finetune_single_device" if method == "full" else "lora_finetune_single_device"
         dist = "full_finetune_distributed" if method == "full" else "lora_finetune_distributed"
@@ -177,9 +180,13 @@ def config(m: Model, method: str) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
     lora = method in ("lora", "qlora", "dora", "lora_dpo")
     dpo = method in DPO
-    lr = {"full": "2.0e-5", "qat_full": "2.0e-5", "lora_dpo": "5.0e-5"}.get(method, "3.0e-4")
+    lr = {"full": "2.0e-5", "qat_full": "2.0e-5", "lora_dpo": "5.0e-5", "full_dpo": "1.0e-6"}.get(
+        method, "3.0e-4"
+    )
     if m.demo:
-        lr = {"full": "5.0e-5", "qat_full": "5.0e-5", "lora_dpo": "1.0e-4"}.get(method, "1.0e-3")
+        lr = {"full": "5.0e-5", "qat_full": "5.0e-5", "lora_dpo": "1.0e-4", "full_dpo": "5.0e-6"}.get(
+            method, "1.0e-3"
+        )
     val = m.demo and not dpo
     out = [header(m, method)]
     out.append(f"output_dir: output/{m.name.replace('/', '_')}_{method}\n")

@@ -80,6 +80,7 @@ def test_cpu_offload_is_gpu_only_not_yes():
         "lora_finetune_distributed",
         "qat_distributed",
         "lora_dpo_distributed",
+        "full_dpo_distributed",
     ):
         value = registry.RECIPES[name].features["cpu_offload"]
         assert registry.state(value) == registry.GPU_ONLY, value

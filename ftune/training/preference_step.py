@@ -13,6 +13,7 @@ import dataclasses
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from ftune.peft.disable import adapters_disabled
 from ftune.peft.lora import LoRALinear
@@ -62,7 +63,10 @@ class ReferenceModel:
                 hidden = self.model.hidden(tokens, input_pos=None, mask=None)  # (2b, s, dim)
         else:
             hidden = self.model.hidden(tokens, input_pos=None, mask=None)
-        return PairLogps.from_rows(*loss_fn.row_logps(self.model.output_weight, hidden, labels))
+        logps = PairLogps.from_rows(*loss_fn.row_logps(self.model.output_weight, hidden, labels))
+        if isinstance(self.model, FSDPModule) and not self.disable_adapters:
+            self.model.reshard()  # no backward follows: free the root's gathered parameters
+        return logps
 
 
 def preference_loss(

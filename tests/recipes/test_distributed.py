@@ -26,6 +26,8 @@ RECIPES = {
     "lora_finetune_distributed": ("smollm2/135M_lora", "lora_finetune_single_device"),
     "qat_distributed": ("smollm2/135M_qat_full", "full_finetune_single_device"),
     "lora_dpo_distributed": ("smollm2/135M_lora_dpo", "lora_dpo_single_device"),
+    # No single-device full DPO recipe: its reference is the same recipe as a world of one, in-process.
+    "full_dpo_distributed": ("smollm2/135M_full_dpo", "full_dpo_distributed"),
 }
 
 
@@ -135,7 +137,13 @@ def test_qat_with_fake_quant_off_equals_full(launched):
 
 
 @pytest.mark.parametrize(
-    "recipe", ["full_finetune_distributed", "lora_finetune_distributed", "lora_dpo_distributed"]
+    "recipe",
+    [
+        "full_finetune_distributed",
+        "lora_finetune_distributed",
+        "lora_dpo_distributed",
+        "full_dpo_distributed",
+    ],
 )
 def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp_path):
     results, workdir = launched(recipe)

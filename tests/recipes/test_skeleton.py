@@ -32,6 +32,7 @@ ALLOWED = {
     # Preference tuning replaces the supervised lines (# [sft]: collate, step loss, batch loss).
     "lora_dpo_single_device": {"lora", "dpo"},
     "lora_dpo_distributed": {"lora", "dpo", "dist"},
+    "full_dpo_distributed": {"full", "dpo", "dist"},
 }
 SIBLINGS = sorted(set(ALLOWED) - {PARENT})
 
