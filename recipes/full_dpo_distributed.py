@@ -1,8 +1,8 @@
 """Full DPO (preference tuning) sharded with FSDP2.   ftune run --nproc_per_node 2 full_dpo_distributed --config smollm2/135M_full_dpo
 
 Every weight trains on pairs of answers (chosen, rejected) with the config's `loss`
-(ftune.training.DPOLoss: sigmoid DPO, IPO, or reference-free SimPO). The reference model is a
-frozen copy of the starting weights, sharded over the ranks like the policy. The step's loss is
+(ftune.training.DPOLoss: sigmoid DPO, IPO, or reference-free SimPO). The reference model is the
+base checkpoint, frozen (also on a resumed run), sharded over the ranks like the policy. The step's loss is
 the mean over the pairs of every rank. This is full_finetune_distributed with lines tagged # [dpo]
 in place of the supervised lines tagged # [sft] (tests/recipes/test_skeleton.py checks it).
 """
@@ -28,7 +28,9 @@ def main(cfg: config.Config) -> None:
     model = training.build_model(
         cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
     )  # config.json is checked against the model the config builds
-    reference = training.ReferenceModel.frozen_copy(model)  # [dpo] the starting weights, frozen
+    reference = training.ReferenceModel.frozen(  # [dpo] the base checkpoint, frozen (also when resuming)
+        training.build_model(cfg.model, ckpt.load_base_model(), device=device, dtype=dtype)
+    )
     if s.activation_checkpointing:
         training.apply_activation_checkpointing(model)
     if s.activation_offloading:

@@ -8,7 +8,6 @@ recipe still writes the step out (forward, backward, clipping, optimizer and sch
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import torch
@@ -28,8 +27,8 @@ class ReferenceModel:
     """The frozen model DPO measures the policy against.
 
     Build it with :meth:`adapters_off` (LoRA: the policy itself with its adapters switched off, no
-    second copy of the weights) or :meth:`frozen_copy` (full fine-tuning: a frozen copy of the
-    policy's starting weights, to be sharded like the policy under FSDP2).
+    second copy of the weights) or :meth:`frozen` (full fine-tuning: a second model built from the
+    base checkpoint, also on a resumed run, to be sharded like the policy under FSDP2).
 
     Attributes:
         model: the module the reference forward runs.
@@ -49,11 +48,11 @@ class ReferenceModel:
         return cls(model, disable_adapters=True)
 
     @classmethod
-    def frozen_copy(cls, model: nn.Module) -> ReferenceModel:
-        """A deep copy of ``model`` (its own storage: the policy's updates do not reach it), frozen, in eval mode."""
-        ref = copy.deepcopy(model)
-        ref.requires_grad_(False)
-        return cls(ref.eval(), disable_adapters=False)
+    def frozen(cls, model: nn.Module) -> ReferenceModel:
+        """``model`` frozen and in eval mode. It must own its weights: build it from the base checkpoint
+        (``Checkpointer.load_base_model``), not from the policy's tensors, which the optimizer updates."""
+        model.requires_grad_(False)
+        return cls(model.eval(), disable_adapters=False)
 
     @torch.no_grad()
     def row_logps(self, loss_fn: DPOLoss, tokens: torch.Tensor, labels: torch.Tensor) -> PairLogps:
