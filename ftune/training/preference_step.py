@@ -91,8 +91,13 @@ def preference_loss(
         :class:`PairStepLoss` does), and the per-pair losses and rewards.
 
     Raises:
-        ValueError: for a packed batch (preference pairs are not packed).
+        ValueError: for a packed batch (preference pairs are not packed), or a loss that is not a DPOLoss.
     """
+    if not isinstance(loss_fn, DPOLoss):
+        raise ValueError(
+            f"loss: the DPO recipes score pairs of answers and need loss._component_=ftune.training.DPOLoss; "
+            f"got {type(loss_fn).__module__}.{type(loss_fn).__name__}."
+        )
     check_batch(batch)
     if "document_ids" in batch:
         raise ValueError(

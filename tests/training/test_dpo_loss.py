@@ -259,3 +259,17 @@ def test_pair_step_loss_is_the_mean_over_the_steps_pairs():
     for k in whole.metrics:
         assert split.metrics[k] == pytest.approx(whole.metrics[k], rel=1e-5, abs=1e-7)
     assert math.isfinite(whole.metrics["rewards/margin"])
+
+
+def test_preference_loss_refuses_a_token_loss():
+    from ftune.training import ChunkedCrossEntropyLoss
+
+    model = _tiny_model()
+    with pytest.raises(ValueError, match="need loss._component_=ftune.training.DPOLoss"):
+        preference_loss(
+            model,
+            ChunkedCrossEntropyLoss(),
+            _batch(),
+            device=torch.device("cpu"),
+            reference=ReferenceModel.frozen(model),
+        )
