@@ -153,9 +153,11 @@ def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp
 
     dist_logs = [r for r in read_log(workdir / "losses") if "loss" in r]
     if "dpo" in recipe:  # the DPO rewards are step means over the pairs of every rank
+        # A reward is beta times a difference of two summed log-probabilities of about -100: float
+        # rounding (batches of 4 rows per rank against 8) leaves about 1e-7 of it, whatever its size.
         for key in ("rewards/chosen", "rewards/rejected", "rewards/margin", "rewards/accuracy"):
             got, want = [r[key] for r in dist_logs], [r[key] for r in logs]
-            assert got == pytest.approx(want, rel=1e-5, abs=1e-8), key
+            assert got == pytest.approx(want, rel=1e-5, abs=2e-6), key
     name = "adapter_model.safetensors" if "lora" in recipe else "model.safetensors"
     a, b = load_file(str(out / "step_4" / name)), load_file(str(workdir / "losses" / "step_4" / name))
     assert a.keys() == b.keys()
