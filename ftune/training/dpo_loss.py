@@ -19,6 +19,7 @@ the step (``ftune.training.PairStepLoss``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -95,7 +96,7 @@ class DPOLoss(nn.Module):
 
     def __init__(
         self,
-        loss_type: str,
+        loss_type: Literal["sigmoid", "ipo", "simpo"],
         *,
         beta: float,
         gamma: float | None = None,
