@@ -29,7 +29,9 @@ def main(cfg: config.Config) -> None:
         cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
     )  # config.json is checked against the model the config builds
     reference = training.ReferenceModel.frozen(  # [dpo] the base checkpoint, frozen (also when resuming)
-        training.build_model(cfg.model, ckpt.load_base_model(), device=device, dtype=dtype)
+        training.build_model(
+            cfg.model, ckpt.load_base_model(), device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
+        )
     )
     if s.activation_checkpointing:
         training.apply_activation_checkpointing(model)
