@@ -91,6 +91,9 @@ _SFT_COMMON = {
     "resume": YES,
     "metric_logging": YES,
     "profiler": YES,
+    "knowledge_distillation": na(
+        "no teacher: distil with knowledge_distillation_single_device / _distributed"
+    ),
 }
 _NOT_LORA = {
     "lora": na("full fine-tune: every weight trains"),
@@ -111,6 +114,39 @@ _DIST = {
 }
 _NO_QAT = {"qat": na("use qat_single_device or qat_distributed")}
 _OPT_BWD = {"optimizer_in_backward": YES}
+# Preference tuning (DPO). What is checked for a DPO run is ✓; the rest says why not.
+_DPO_UNCHECKED = (
+    "runs in the DPO recipes (the same lines as the SFT recipes), but is not checked on a DPO run: "
+    "the DPO runs in the test suite are kept to the features DPO changes or must not break"
+)
+_DPO_COMMON = {
+    "knowledge_distillation": na(
+        "preference tuning has no teacher: distil with the knowledge_distillation recipes"
+    ),
+    "grad_accumulation": YES,
+    "grad_clipping": YES,
+    "compile": na(f"{_DPO_UNCHECKED} (compile_loss compiles DPOLoss.chunk_loss)"),
+    "activation_checkpointing": na(_DPO_UNCHECKED),
+    "activation_offloading": gpu_only(
+        "moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
+        "and refuses it (the test machines have no GPU)"
+    ),
+    "chunked_loss": na(f"{_DPO_UNCHECKED}: DPOLoss projects the labelled tokens in loss.num_chunks blocks"),
+    "low_precision_optimizers": na(_DPO_UNCHECKED),
+    "custom_collate": na(
+        f"{_DPO_UNCHECKED}; a collate_fn must keep padded_collate_preference's layout (chosen rows, then rejected)"
+    ),
+    "packing": na("preference pairs are scored as whole rows; dataset.packed=true is refused with a message"),
+    "validation": na(
+        "no preference validation pass yet (the shared one is the supervised token loss); a dataset_val "
+        "section is refused with a message"
+    ),
+    "step_checkpointing": na(_DPO_UNCHECKED),
+    "resume": YES,
+    "metric_logging": YES,
+    "profiler": na(_DPO_UNCHECKED),
+    "qat": na("no QAT preference recipe"),
+}
 _NO_OPT_BWD_DIST = {
     "optimizer_in_backward": na(
         "FSDP2 reduces gradients after backward; stepping inside it would use unreduced grads"
@@ -217,6 +253,47 @@ _RECIPES = [
         },
     ),
     Recipe(
+        "lora_dpo_single_device",
+        "LoRA DPO (sigmoid, IPO or reference-free SimPO) on preference pairs on one device; the reference is "
+        "the same model with its adapters off.",
+        False,
+        "smollm2/135M_lora_dpo",
+        ("lora_dpo",),
+        {
+            **_DPO_COMMON,
+            "lora": YES,
+            "qlora": na(_DPO_UNCHECKED),
+            "dora": na(_DPO_UNCHECKED),
+            **_SINGLE,
+            "optimizer_in_backward": na(_DPO_UNCHECKED),
+        },
+    ),
+    Recipe(
+        "lora_dpo_distributed",
+        "LoRA DPO sharded with FSDP2 over torchrun processes; the reference is the same sharded model with "
+        "its adapters off.",
+        True,
+        "smollm2/135M_lora_dpo",
+        ("lora_dpo",),
+        {
+            **_DPO_COMMON,
+            "lora": YES,
+            "qlora": na("FSDP2 cannot shard NF4 base weights yet; run QLoRA DPO with lora_dpo_single_device"),
+            "dora": na(_DPO_UNCHECKED),
+            **_DIST,
+            **_NO_OPT_BWD_DIST,
+        },
+    ),
+    Recipe(
+        "full_dpo_distributed",
+        "Full DPO sharded with FSDP2 over torchrun processes; the reference is a frozen copy of the starting "
+        "weights, sharded like the policy.",
+        True,
+        "smollm2/135M_full_dpo",
+        ("full_dpo",),
+        {**_DPO_COMMON, **_NOT_LORA, **_DIST, **_NO_OPT_BWD_DIST},
+    ),
+    Recipe(
         "generate",
         "Generate text from a prompt or a chat with KV-cache decoding; base, adapter or merged models.",
         False,
@@ -282,6 +359,10 @@ _RECIPES += [
     ),
 ]
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RECIPES}
+
+
+# The config methods of the training recipes (those built on recipes/full_finetune_single_device.py).
+TRAINING_METHODS = ("full", "lora", "qat_full", "qat_lora", "kd", "lora_dpo", "full_dpo")
 
 
 def method_of_name(stem: str) -> str | None:

@@ -37,7 +37,7 @@ def main(cfg: config.Config) -> None:
 
     tokenizer = config.instantiate(cfg.tokenizer)
     checkpointing.check_tokenizer_fits(tokenizer.vocab_size, model)
-    collate = training.build_collate(cfg.collate_fn, tokenizer.pad_id)
+    collate = training.build_collate(cfg.collate_fn, tokenizer.pad_id)  # [sft]
     loader = data.build_dataloader(
         config.instantiate(cfg.dataset, tokenizer),
         batch_size=s.batch_size,
@@ -85,9 +85,9 @@ def main(cfg: config.Config) -> None:
             for micro_batches in training.accumulate(loader, s.grad_accum_steps):
                 # The training step. StepLoss normalises by the step's labelled tokens (all
                 # micro-batches, all ranks) and refuses a non-finite loss or gradient norm.
-                step_loss = training.StepLoss(micro_batches, optimizer, step=step + 1, device=device)
+                step_loss = training.StepLoss(micro_batches, optimizer, step=step + 1, device=device)  # [sft]
                 for batch in micro_batches:
-                    loss_sum, _ = training.batch_loss(model, loss_fn, batch, device=device)
+                    loss_sum, _ = training.batch_loss(model, loss_fn, batch, device=device)  # [sft]
                     step_loss.scaled(loss_sum).backward()
                 grad_norm = None
                 if s.clip_grad_norm is not None:

@@ -114,7 +114,10 @@ TITLES = {
     "kd": "knowledge distillation into a full student",
     "kd_lora": "knowledge distillation into a LoRA student",
     "qat_lora": "QAT + LoRA (LoRA over an 8da4w fake-quantized base)",
+    "lora_dpo": "LoRA DPO (preference tuning)",
+    "full_dpo": "full DPO (preference tuning)",
 }
+DPO = ("lora_dpo", "full_dpo")
 # Knowledge distillation: (teacher, student) of one family, so they share the tokenizer. The config is
 # named after both and lives in the family's folder: <family>/<teacher>_to_<student>_kd[_lora].
 KD_PAIRS = [
@@ -154,6 +157,11 @@ def header(m: Model, method: str) -> str:
             f"#   ftune run knowledge_distillation_single_device --config {name}\n"
             f"#   ftune run --nproc_per_node 2 knowledge_distillation_distributed --config {name}\n"
         )
+    elif method == "lora_dpo":
+        runs = f"#   ftune run lora_dpo_single_device --config {name}\n"
+        runs += f"#   ftune run --nproc_per_node 2 lora_dpo_distributed --config {name}\n"
+    elif method == "full_dpo":
+        runs = f"#   ftune run --nproc_per_node 2 full_dpo_distributed --config {name}\n"
     else:
         single = "full_finetune_single_device" if method == "full" else "lora_finetune_single_device"
         dist = "full_finetune_distributed" if method == "full" else "lora_finetune_distributed"
@@ -210,12 +218,36 @@ def dataset(m: Model, packed: bool) -> str:
     )
 
 
+def preference_dataset() -> str:
+    return (
+        "dataset:  # pairs of answers (chosen, rejected); any hub id or local file: dataset.source=...\n"
+        "  _component_: ftune.datasets.preference_dataset\n"
+        "  source: trl-lib/ultrafeedback_binarized\n"
+        "  packed: false  # preference pairs are not packed\n"
+        "dataset_val: null  # the DPO recipes have no validation pass yet\n"
+    )
+
+
 def config(m: Model, method: str) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
-    lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora")
-    lr = {"full": "2.0e-5", "qat_full": "2.0e-5", "kd": "2.0e-5"}.get(method, "3.0e-4")
+    lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora", "lora_dpo")
+    dpo = method in DPO
+    lr = {
+        "full": "2.0e-5",
+        "qat_full": "2.0e-5",
+        "kd": "2.0e-5",
+        "lora_dpo": "5.0e-5",
+        "full_dpo": "1.0e-6",
+    }.get(method, "3.0e-4")
     if m.demo:
-        lr = {"full": "5.0e-5", "qat_full": "5.0e-5", "kd": "5.0e-5"}.get(method, "1.0e-3")
+        lr = {
+            "full": "5.0e-5",
+            "qat_full": "5.0e-5",
+            "kd": "5.0e-5",
+            "lora_dpo": "1.0e-4",
+            "full_dpo": "5.0e-6",
+        }.get(method, "1.0e-3")
+    val = m.demo and not dpo
     out = [header(m, method)]
     name = kd_name(m.name, method) if method.startswith("kd") else f"{m.name}_{method}"
     out.append(f"output_dir: output/{name.replace('/', '_')}\n")
@@ -229,8 +261,8 @@ def config(m: Model, method: str) -> str:
         f"max_steps: {100 if m.demo else 'null'}\n"
         "clip_grad_norm: 1.0\n"
         f"save_every_n_steps: {50 if m.demo else 500}\n"
-        f"run_val_every_n_steps: {50 if m.demo else 'null'}\n"
-        f"max_val_batches: {4 if m.demo else 'null'}\n"
+        f"run_val_every_n_steps: {50 if val else 'null'}\n"
+        f"max_val_batches: {4 if val else 'null'}\n"
         "compile: false\n"
         f"activation_checkpointing: {'false' if m.demo else 'true'}\n"
         "log_every_n_steps: 1\n"
@@ -267,11 +299,21 @@ def config(m: Model, method: str) -> str:
         )
     if method in ("qat_full", "qat_lora"):
         out.append("quantizer:\n  _component_: ftune.quantization.Int8DynActInt4Weight\n  group_size: 32\n")
-    out.append("\n" + dataset(m, packed=False))
+    out.append("\n" + (preference_dataset() if dpo else dataset(m, packed=False)))
     if method.startswith("kd"):
         out.append(
             "loss:  # (1 - kd_ratio) * cross-entropy + kd_ratio * KL(teacher || student), in sequence chunks\n"
             "  _component_: ftune.training.KDLoss\n  kd_ratio: 0.5\n  num_chunks: 8\n"
+        )
+    elif dpo:
+        out.append(
+            "loss:  # sigmoid (DPO), ipo, or simpo (reference-free: set gamma, e.g. 0.5, and beta ~2.0)\n"
+            "  _component_: ftune.training.DPOLoss\n"
+            "  loss_type: sigmoid\n"
+            "  beta: 0.1\n"
+            "  gamma: null  # SimPO's target margin; simpo only\n"
+            "  label_smoothing: 0.0\n"
+            "  num_chunks: 8  # labelled tokens go to the vocabulary in blocks: never the full fp32 logits\n"
         )
     else:
         out.append(
@@ -291,7 +333,7 @@ def config(m: Model, method: str) -> str:
 def expected() -> dict[Path, str]:
     files = {}
     for m in MODELS:
-        for method in ("full", "lora", "qlora", "dora"):
+        for method in ("full", "lora", "qlora", "dora", *DPO):
             files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
         if m.name in QAT_MODELS:
             files[CONFIGS / f"{m.name}_qat_full.yaml"] = config(m, "qat_full")

@@ -42,7 +42,7 @@ def test_features_are_known_and_sibling_gaps_have_reasons():
         for value in recipe.features.values():
             assert registry.state(value) in (registry.YES, registry.NA, registry.GPU_ONLY), value
             assert registry.state(value) == registry.YES or registry.reason(value), value
-    sft = [r for r in registry.RECIPES.values() if {"full", "lora", "qat_full", "qat_lora"} & set(r.methods)]
+    sft = [r for r in registry.RECIPES.values() if set(registry.TRAINING_METHODS) & set(r.methods)]
     union = set().union(*(r.features for r in sft))
     for recipe in sft:
         assert union <= set(recipe.features), (
@@ -75,7 +75,13 @@ def test_shipped_fine_tuning_configs_match_their_generator():
 
 def test_cpu_offload_is_gpu_only_not_yes():
     """On the CPU test machines FSDP2's CPU offload changes nothing, so it cannot be a checked ✓."""
-    for name in ("full_finetune_distributed", "lora_finetune_distributed", "qat_distributed"):
+    for name in (
+        "full_finetune_distributed",
+        "lora_finetune_distributed",
+        "qat_distributed",
+        "lora_dpo_distributed",
+        "full_dpo_distributed",
+    ):
         value = registry.RECIPES[name].features["cpu_offload"]
         assert registry.state(value) == registry.GPU_ONLY, value
         assert "CPU" in registry.reason(value)

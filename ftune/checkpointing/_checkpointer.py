@@ -198,6 +198,15 @@ class Checkpointer(abc.ABC):
         recipe_state = load_recipe_state(step) if step is not None else None
         return Loaded(model=model, adapter=adapter, recipe_state=recipe_state, family=family, step_dir=step)
 
+    def load_base_model(self) -> StateDict:
+        """The base checkpoint's model weights (from `checkpoint_dir`), also when resuming.
+
+        What a frozen copy of the starting model needs (the reference model of full DPO): on a
+        resumed run `load()` returns the trained weights of the step folder instead.
+        """
+        require_dir(self.checkpoint_dir)
+        return self._read_model(self.checkpoint_dir, self.family_of(self.checkpoint_dir))
+
     def save(
         self,
         step: int,

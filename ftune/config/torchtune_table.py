@@ -31,12 +31,27 @@ MISSING_RECIPES: dict[str, str] = {
         "ftune has qat_lora_finetune_distributed, but the converter does not map its configs yet; "
         "start from `ftune cp smollm2/135M_qat_lora` (or another _qat_lora config)"
     ),
-    "lora_dpo_single_device": "not in ftune yet (DPO)",
-    "lora_dpo_distributed": "not in ftune yet (DPO)",
-    "full_dpo_distributed": "not in ftune yet (DPO)",
+    "lora_dpo_single_device": (
+        "ftune has lora_dpo_single_device, but the converter does not map its configs yet; "
+        "start from `ftune cp smollm2/135M_lora_dpo` (or another _lora_dpo config)"
+    ),
+    "lora_dpo_distributed": (
+        "ftune has lora_dpo_distributed, but the converter does not map its configs yet; "
+        "start from `ftune cp smollm2/135M_lora_dpo` (or another _lora_dpo config)"
+    ),
+    "full_dpo_distributed": (
+        "ftune has full_dpo_distributed, but the converter does not map its configs yet; "
+        "start from `ftune cp smollm2/135M_full_dpo` (or another _full_dpo config)"
+    ),
     "ppo_full_finetune_single_device": "not in ftune (PPO)",
-    "knowledge_distillation_single_device": "not in ftune yet (knowledge distillation)",
-    "knowledge_distillation_distributed": "not in ftune yet (knowledge distillation)",
+    "knowledge_distillation_single_device": (
+        "ftune has knowledge_distillation_single_device, but the converter does not map its configs yet; "
+        "start from `ftune cp smollm2/360M_to_135M_kd` (or another _kd / _kd_lora config)"
+    ),
+    "knowledge_distillation_distributed": (
+        "ftune has knowledge_distillation_distributed, but the converter does not map its configs yet; "
+        "start from `ftune cp smollm2/360M_to_135M_kd` (or another _kd / _kd_lora config)"
+    ),
     "eleuther_eval": (
         "ftune's eval recipe runs lm-eval tasks (ftune run eval --config eval lm_eval_tasks=[...] "
         "heldout_file=null); its configs are not converted, set those keys by hand"

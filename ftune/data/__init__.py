@@ -3,6 +3,7 @@
 from ftune.data.collate import (
     CROSS_ENTROPY_IGNORE_IDX,
     build_collate,
+    build_preference_collate,
     padded_collate_packed,
     padded_collate_preference,
     padded_collate_sft,
@@ -31,6 +32,7 @@ __all__ = [
     "StatefulDataLoader",
     "build_collate",
     "build_dataloader",
+    "build_preference_collate",
     "epoch_batches",
     "pack_sequences",
     "padded_collate_packed",

@@ -131,3 +131,11 @@ def build_collate(node: Any, pad_id: int) -> Any:
     if node is None:
         return partial(padded_collate_sft, pad_id=pad_id)
     return instantiate(node, _path="collate_fn")
+
+
+def build_preference_collate(node: Any, pad_id: int) -> Any:
+    """The collate function of a preference (DPO) recipe: the config's ``collate_fn``, or
+    `padded_collate_preference` (chosen rows, then rejected rows) with the tokenizer's pad id."""
+    if node is None:
+        return partial(padded_collate_preference, pad_id=pad_id)
+    return instantiate(node, _path="collate_fn")

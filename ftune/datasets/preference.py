@@ -66,6 +66,7 @@ def preference_dataset(
     train_on_input: bool = False,
     new_system_prompt: str | None = None,
     max_seq_len: int | None = None,
+    packed: bool = False,
 ) -> PreferenceDataset:
     """Pairs of answers to one prompt, for preference training (no packing).
 
@@ -82,10 +83,20 @@ def preference_dataset(
         train_on_input: also train on prompt tokens.
         new_system_prompt: replace any system turn with this one.
         max_seq_len: truncate both sides to this length.
+        packed: must be false: preference pairs are not packed (the key exists so that
+            ``dataset.packed=true`` gets this message rather than an unknown-argument error).
 
     Returns:
         A `PreferenceDataset`.
+
+    Raises:
+        ValueError: if ``packed`` is true.
     """
+    if packed:
+        raise ValueError(
+            f"dataset.packed: preference_dataset ({source}) does not pack: DPO scores each chosen and rejected "
+            "answer as a whole row. Given true, accepted: false. Fix: set dataset.packed=false."
+        )
     transform = ChosenRejectedToMessages(
         train_on_input=train_on_input, column_map=column_map, new_system_prompt=new_system_prompt
     )

@@ -54,6 +54,8 @@ class DoRALinear(LoRALinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Args: x [..., in_features]. Returns: [..., out_features]."""
+        if not self.adapter_enabled:
+            return frozen_linear(x, self.weight, self.bias)
         factor = self.magnitude / self.weight_norm().to(self.magnitude.dtype)  # [out]; grad to m only
         if self.training and self.dropout_p > 0:
             # Dropout feeds the adapter a different input than the base path, so the base matmul is

@@ -68,6 +68,8 @@ class LoRALinear(nn.Module):
         self.lora_a = nn.Linear(self.in_features, rank, bias=False, **factory)
         self.lora_b = nn.Linear(rank, self.out_features, bias=False, **factory)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        # False while `ftune.peft.adapters_disabled` runs the frozen base alone (DPO's reference pass).
+        self.adapter_enabled = True
         self.reset_adapter_parameters()
         if is_nf4(self.weight):
             # Checkpoints hold dense weights: hand out the dequantized weight, so that state_dict()
@@ -95,6 +97,8 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Args: x [..., in_features]. Returns: [..., out_features]."""
+        if not self.adapter_enabled:
+            return frozen_linear(x, self.weight, self.bias)
         if self._merged_path(x):
             return _MergedLoRALinear.apply(
                 x, self.weight, self.bias, self.lora_a.weight, self.lora_b.weight, self.scale

@@ -7,7 +7,7 @@ namespace: device, dtype, seeding and the process group (`ftune.runtime`, shared
 """
 
 from ftune.checkpointing.model_build import build_model
-from ftune.data.collate import build_collate
+from ftune.data.collate import build_collate, build_preference_collate
 from ftune.data.loader import validation_loader
 from ftune.peft.apply import trainable_params
 from ftune.runtime.device import default_dtype, get_device, get_dtype
@@ -19,6 +19,7 @@ from ftune.training.activation_offloading import apply_activation_offloading
 from ftune.training.batch_loss import batch_loss
 from ftune.training.cadence import every, every_after, total_steps
 from ftune.training.compile import compile_loss, compile_model
+from ftune.training.dpo_loss import DPOLoss, PairLogps, PairLosses
 from ftune.training.fsdp import is_sharded, shard_model
 from ftune.training.kd_loss import KDLoss, teacher_forward
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
@@ -34,6 +35,12 @@ from ftune.training.metric_logging import (
 from ftune.training.optimizer import build_optimizer
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.peft_setup import apply_peft
+from ftune.training.preference_step import (
+    PairStepLoss,
+    ReferenceModel,
+    preference_loss,
+    refuse_preference_validation,
+)
 from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
@@ -52,6 +59,7 @@ __all__ = [
     "ChunkedCrossEntropyLoss",
     "CrossEntropyLoss",
     "DiskLogger",
+    "DPOLoss",
     "FullSettings",
     "KDLoss",
     "KDSettings",
@@ -59,9 +67,13 @@ __all__ = [
     "MetricLogger",
     "NonFiniteError",
     "OptimizerInBackward",
+    "PairLogps",
+    "PairLosses",
+    "PairStepLoss",
     "Profiler",
     "ProgressBar",
     "QATLoRASettings",
+    "ReferenceModel",
     "QATSettings",
     "Reporter",
     "StdoutLogger",
@@ -76,10 +88,13 @@ __all__ = [
     "apply_activation_offloading",
     "apply_peft",
     "batch_loss",
+    "preference_loss",
+    "refuse_preference_validation",
     "build_collate",
     "check_same_vocab",
     "load_teacher",
     "teacher_forward",
+    "build_preference_collate",
     "build_model",
     "build_optimizer",
     "compile_loss",

@@ -64,6 +64,7 @@ class Reporter:
             "tokens": num_tokens,  # processed, padding included
             "tokens_trained": stats.num_tokens,  # with a label
         }
+        metrics.update(stats.metrics)
         if stats.grad_norm is not None:
             metrics["grad_norm"] = stats.grad_norm
         if peak is not None:

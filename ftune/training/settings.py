@@ -170,6 +170,7 @@ class KDSettings(FullSettings):
         None, "a PEFT adapter folder (a LoRA run's step folder) merged into the teacher (null: none)"
     )
 
+
 class QATLoRASettings(QATSettings):
     """QAT + LoRA: LoRA adapters over a fake-quantized frozen base (the `quantizer` and `peft` sections)."""
 

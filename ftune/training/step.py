@@ -9,7 +9,7 @@ non-finite guard (:class:`StepLoss`), and the validation loss (:func:`eval_loss`
 import logging
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -37,12 +37,14 @@ class StepStats:
         num_tokens: number of those tokens (labels that were trained on).
         grad_norm: total gradient norm before clipping; None when clipping is off.
         lr: learning rate of the first param group used for this step (before the scheduler moved it).
+        metrics: further figures a variant of the step logs with it (DPO's rewards); empty for SFT.
     """
 
     loss: float
     num_tokens: int
     grad_norm: float | None
     lr: float
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class NonFiniteError(RuntimeError):

@@ -10,6 +10,7 @@ from ftune.config import load_config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assets"))
 
 from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
+from tiny_preference import tiny_preference_overrides  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from features import read_log  # noqa: E402
@@ -44,6 +45,13 @@ def load_recipe(name: str):
     return module
 
 
+def overrides_for(config: str, checkpoint: Path, data_dir: Path, output_dir: Path) -> list[str]:
+    """The tiny-model overrides of a shipped config: preference data for the DPO methods, the demo data otherwise."""
+    if registry.method_of(config) in ("lora_dpo", "full_dpo"):
+        return tiny_preference_overrides(checkpoint, data_dir, output_dir)
+    return tiny_overrides(checkpoint, data_dir, output_dir)
+
+
 @pytest.fixture
 def run_recipe(tiny_checkpoint, demo_dir, tmp_path, request):
     """Run a recipe in this process on the tiny checkpoint; returns (per-step metrics, output_dir).
@@ -53,7 +61,9 @@ def run_recipe(tiny_checkpoint, demo_dir, tmp_path, request):
     def run(recipe: str, config: str, *overrides: str, output_dir: Path | None = None):
         out = output_dir or tmp_path / "out"
         teacher = kd_overrides(request.getfixturevalue("tiny_teacher")) if is_kd(config) else []
-        cfg = load_config(config, [*tiny_overrides(tiny_checkpoint, demo_dir, out), *teacher, *overrides])
+        cfg = load_config(
+            config, [*overrides_for(config, tiny_checkpoint, demo_dir, out), *teacher, *overrides]
+        )
         load_recipe(recipe).main(cfg)
         return read_log(out), out
 

@@ -23,10 +23,10 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "assets")]
 
 import features  # noqa: E402
-from conftest import load_recipe  # noqa: E402
+from conftest import load_recipe, overrides_for  # noqa: E402
 from features import CHECKS, read_log  # noqa: E402
 from mutants import mutant_named, outcome  # noqa: E402
-from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
+from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint  # noqa: E402
 
 from ftune import registry  # noqa: E402
 from ftune.config import load_config  # noqa: E402
@@ -51,7 +51,7 @@ def main() -> None:
 
     def run(*overrides, output_dir):
         # batch_size 2 per rank: the global batch of the single-device runs (batch_size 4).
-        base = [*tiny_overrides(checkpoint, workdir / "demo", output_dir), *teacher]
+        base = [*overrides_for(config, checkpoint, workdir / "demo", output_dir), *teacher]
         dist.barrier()  # every rank has done the check's file operations before the run starts
         module.main(load_config(config, [*base, "batch_size=2", *_per_rank(overrides)]))
         dist.barrier()

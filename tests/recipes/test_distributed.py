@@ -27,6 +27,9 @@ RECIPES = {
     "qat_distributed": ("smollm2/135M_qat_full", "full_finetune_single_device"),
     "knowledge_distillation_distributed": ("smollm2/360M_to_135M_kd", "knowledge_distillation_single_device"),
     "qat_lora_finetune_distributed": ("smollm2/135M_qat_lora", "lora_finetune_single_device"),
+    "lora_dpo_distributed": ("smollm2/135M_lora_dpo", "lora_dpo_single_device"),
+    # No single-device full DPO recipe: its reference is the same recipe as a world of one, in-process.
+    "full_dpo_distributed": ("smollm2/135M_full_dpo", "full_dpo_distributed"),
 }
 # Fake-quantized recipes: their losses differ from their float sibling's (and equal it with QAT off).
 QAT = {"qat_distributed": "qat_single_device", "qat_lora_finetune_distributed": None}
@@ -156,11 +159,28 @@ def test_qat_lora_base_is_frozen_and_fake_quantized(launched):
     assert results["qat_lora_base"] == "ok", results["qat_lora_base"]
 
 
-@pytest.mark.parametrize("recipe", ["full_finetune_distributed", "lora_finetune_distributed"])
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        "full_finetune_distributed",
+        "lora_finetune_distributed",
+        "lora_dpo_distributed",
+        "full_dpo_distributed",
+    ],
+)
 def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp_path):
     results, workdir = launched(recipe)
     single = RECIPES[recipe][1]
-    _, out = run_recipe(single, RECIPES[recipe][0], "max_steps=4", output_dir=tmp_path / "single")
+    logs, out = run_recipe(single, RECIPES[recipe][0], "max_steps=4", output_dir=tmp_path / "single")
+    from features import read_log
+
+    dist_logs = [r for r in read_log(workdir / "losses") if "loss" in r]
+    if "dpo" in recipe:  # the DPO rewards are step means over the pairs of every rank
+        # A reward is beta times a difference of two summed log-probabilities of about -100: float
+        # rounding (batches of 4 rows per rank against 8) leaves about 1e-7 of it, whatever its size.
+        for key in ("rewards/chosen", "rewards/rejected", "rewards/margin", "rewards/accuracy"):
+            got, want = [r[key] for r in dist_logs], [r[key] for r in logs]
+            assert got == pytest.approx(want, rel=1e-5, abs=2e-6), key
     name = "adapter_model.safetensors" if "lora" in recipe else "model.safetensors"
     a, b = load_file(str(out / "step_4" / name)), load_file(str(workdir / "losses" / "step_4" / name))
     assert a.keys() == b.keys()

@@ -10,6 +10,7 @@ RECIPES = {
     "lora_finetune_single_device": "smollm2/135M_lora",
     "knowledge_distillation_single_device": "smollm2/360M_to_135M_kd",
     "qat_single_device": "smollm2/135M_qat_full",
+    "lora_dpo_single_device": "smollm2/135M_lora_dpo",
 }
 CASES = [
     (recipe, feature)

@@ -17,10 +17,9 @@ SINGLE = {
     "lora_finetune_single_device": "smollm2/135M_lora",
     "knowledge_distillation_single_device": "smollm2/360M_to_135M_kd",
     "qat_single_device": "smollm2/135M_qat_full",
+    "lora_dpo_single_device": "smollm2/135M_lora_dpo",
 }
-TRAINING = [
-    name for name, r in registry.RECIPES.items() if {"full", "lora", "qat_full", "qat_lora", "kd"} & set(r.methods)
-]
+TRAINING = [name for name, r in registry.RECIPES.items() if set(registry.TRAINING_METHODS) & set(r.methods)]
 
 
 def declared(recipe):
@@ -28,7 +27,7 @@ def declared(recipe):
 
 
 def test_every_yes_cell_of_every_training_recipe_has_a_check_and_a_mutant():
-    assert set(SINGLE) < set(TRAINING) and len(TRAINING) == 9, TRAINING
+    assert set(SINGLE) < set(TRAINING) and len(TRAINING) == 12, TRAINING
     for recipe in TRAINING:
         missing = [f for f in declared(recipe) if f not in CHECKS or not MUTANTS.get(f)]
         assert not missing, f"{recipe} declares {missing} ✓ without a check and a mutant in tests/recipes"

@@ -1,0 +1,133 @@
+"""Full DPO (preference tuning) sharded with FSDP2.   ftune run --nproc_per_node 2 full_dpo_distributed --config smollm2/135M_full_dpo
+
+Every weight trains on pairs of answers (chosen, rejected) with the config's `loss`
+(ftune.training.DPOLoss: sigmoid DPO, IPO, or reference-free SimPO). The reference model is the
+base checkpoint, frozen (also on a resumed run), sharded over the ranks like the policy. The step's loss is
+the mean over the pairs of every rank. This is full_finetune_distributed with lines tagged # [dpo]
+in place of the supervised lines tagged # [sft] (tests/recipes/test_skeleton.py checks it).
+"""
+
+import torch
+
+from ftune import checkpointing, config, data, training  # [full]
+
+# The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
+# (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
+SETTINGS = training.FullSettings  # [full]
+
+
+def main(cfg: config.Config) -> None:
+    s = cfg.settings(SETTINGS)
+    training.seed_everything(s.seed)
+    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
+    training.announce(device, dtype)  # the device and dtype, and a warning where the dtype is slow
+    info = training.init_distributed(device)  # [dist]
+    ckpt = config.instantiate(cfg.checkpointer)
+    loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
+
+    model = training.build_model(
+        cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
+    )  # config.json is checked against the model the config builds
+    reference = training.ReferenceModel.frozen(  # [dpo] the base checkpoint, frozen (also when resuming)
+        training.build_model(
+            cfg.model, ckpt.load_base_model(), device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
+        )
+    )
+    if s.activation_checkpointing:
+        training.apply_activation_checkpointing(model)
+    if s.activation_offloading:
+        training.apply_activation_offloading(model, device)
+    training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dist]
+    training.shard_model(reference.model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dpo]
+    if s.compile:
+        training.compile_model(model)
+
+    tokenizer = config.instantiate(cfg.tokenizer)
+    checkpointing.check_tokenizer_fits(tokenizer.vocab_size, model)
+    collate = training.build_preference_collate(cfg.collate_fn, tokenizer.pad_id)  # [dpo]
+    loader = data.build_dataloader(
+        config.instantiate(cfg.dataset, tokenizer),
+        batch_size=s.batch_size,
+        collate_fn=collate,
+        shuffle=s.shuffle,
+        seed=s.seed,
+        rank=info.rank,  # [dist]
+        world_size=info.world_size,  # [dist]
+    )
+    val_loader = training.validation_loader(
+        config.instantiate(cfg.dataset_val, tokenizer), batch_size=s.batch_size, collate_fn=collate
+    )
+    training.refuse_preference_validation(val_loader)  # [dpo]
+
+    loss_fn = config.instantiate(cfg.loss)
+    if s.compile:
+        loss_fn = training.compile_loss(loss_fn)
+    params = training.trainable_params(model)
+    optimizer = training.build_optimizer(cfg.optimizer, params, in_backward=s.optimizer_in_backward)
+    steps = training.total_steps(
+        max_steps=s.max_steps,
+        epochs=s.epochs,
+        batches_per_epoch=len(loader),
+        grad_accum_steps=s.grad_accum_steps,
+    )
+    scheduler = config.instantiate(cfg.lr_scheduler, optimizer, num_training_steps=steps)
+    step = training.restore(
+        loaded.recipe_state, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader
+    )
+    report = training.Reporter(
+        config.instantiate(cfg.metric_logger),
+        total=steps,
+        initial=step,
+        device=device,
+        log_every_n_steps=s.log_every_n_steps,
+        progress_bar=s.progress_bar,
+    )
+
+    def save(step: int) -> None:
+        run = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loader": loader}
+        training.save_checkpoint(ckpt, step, **run)  # [full]
+
+    profile = training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile")
+    with profile as profiler, training.StopOnSignal() as stop:  # SIGTERM / Ctrl-C: save, then stop
+        while step < steps and not stop.stopped:
+            for micro_batches in training.accumulate(loader, s.grad_accum_steps):
+                # The training step. StepLoss normalises by the step's labelled tokens (all
+                # micro-batches, all ranks) and refuses a non-finite loss or gradient norm.
+                step_loss = training.PairStepLoss(  # [dpo] the step's loss is the mean over its pairs
+                    micro_batches, optimizer, step=step + 1, device=device
+                )
+                for batch in micro_batches:
+                    loss_sum, pairs = training.preference_loss(  # [dpo] reference pass, then the policy's
+                        model, loss_fn, batch, device=device, reference=reference
+                    )
+                    step_loss.record(pairs)  # [dpo] rewards: chosen, rejected, margin, accuracy
+                    step_loss.scaled(loss_sum).backward()
+                grad_norm = None
+                if s.clip_grad_norm is not None:
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad_norm)
+                stats = step_loss.finish(grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if scheduler is not None:
+                    scheduler.step()
+                step += 1
+
+                report.step(step, stats, training.count_tokens(micro_batches))
+                profiler.step()
+                if val_loader is not None and training.every(step, s.run_val_every_n_steps):
+                    val = training.eval_loss(
+                        model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
+                    )
+                    report.log(step, {"val_loss": val})
+                if step == steps or stop.check():
+                    break
+                if training.every(step, s.save_every_n_steps):
+                    save(step)
+    save(step)
+    report.close()
+    training.destroy_distributed()  # [dist]
+    stop.exit_if_stopped(step, s.output_dir)
+
+
+if __name__ == "__main__":
+    config.run(main)
