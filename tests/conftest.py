@@ -12,3 +12,22 @@ def pytest_addoption(parser):
     parser.addoption(
         "--update-goldens", action="store_true", help="rewrite tests/recipes/goldens/*.json from this run"
     )
+
+
+# Under pytest-xdist (scripts/test.sh runs `-n 2 --dist loadgroup`), tests are sent to workers in
+# groups: one per module, split by the `recipe` parameter where a test has one, so that each
+# torchrun launch (module-scoped in tests/recipes/test_distributed.py) and each module's fixtures
+# are built once, on one worker. The launches go first: they are the longest groups.
+def _group(item) -> str:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    recipe = params.get("recipe")
+    return item.module.__name__ + (f"[{recipe}]" if isinstance(recipe, str) else "")
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    items.sort(key=lambda item: 0 if item.get_closest_marker("distributed") else 1)  # stable

@@ -279,7 +279,7 @@ def make_outputs(ws: Workspace, load_recipe) -> None:
     shutil.copytree(shared / "output/smollm2_135M_lora/step_1", shared / "output/quickstart/lora/step_60")
     shutil.copytree(shared / "output/smollm2_135M_full/step_1", shared / "runs/full/step_400")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checkpointing"))
-    from test_gguf import Q, write_tiny_gguf
+    from tiny_gguf import Q, write_tiny_gguf
 
     write_tiny_gguf(shared / GGUF, qtype=Q.Q8_0)
     make_gemma3_image_text(ws)
@@ -304,7 +304,9 @@ def make_gemma3_image_text(ws: Workspace) -> None:
     model = load_hf(folder)
     apply_lora(model, targets=["q_proj", "v_proj"], rank=4, alpha=8.0)
     settings = {"rank": 4, "alpha": 8.0, "dropout": 0.0, "use_dora": False}
-    HFCheckpointer(folder, ws.shared / "runs/gemma3_lora").save(400, model.state_dict(), adapter_config=settings)
+    HFCheckpointer(folder, ws.shared / "runs/gemma3_lora").save(
+        400, model.state_dict(), adapter_config=settings
+    )
 
 
 def summary(ws: Workspace, blocks: list[Block]) -> str:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from features_methods import VOCAB, knowledge_distillation, qat, qat_lora_base, qat_off
+from run_logs import _assert_same_weights, _column, _weights, losses, read_log  # noqa: F401 - read_log: re-exported
 from spies import (
     LargestVocabTensor,
     backward_calls,
@@ -30,40 +30,8 @@ from spies import (
 
 from ftune.checkpointing.atomic import is_complete
 
-VOCAB = 320  # tests/assets/tiny_checkpoint.py SIZES["vocab_size"]
 # The backend of the compile check: the torchrun driver sets "eager" (see tests/recipes/dist_driver.py).
 COMPILE_BACKEND = "aot_eager"
-
-
-def read_log(output_dir: Path) -> list[dict]:
-    """The DiskLogger's JSONL rows of a run (every file in output_dir/logs, in name order)."""
-    rows = []
-    for file in sorted((output_dir / "logs").glob("*.jsonl")):
-        rows += [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
-    return rows
-
-
-def losses(logs):
-    return [row["loss"] for row in logs if "loss" in row]
-
-
-def _column(logs, key):
-    return [row[key] for row in logs if "loss" in row]
-
-
-def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    name = (
-        "adapter_model.safetensors"
-        if (folder / "adapter_model.safetensors").exists()
-        else "model.safetensors"
-    )
-    return load_file(str(folder / name))
-
-
-def _assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], rtol: float) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=rtol, atol=1e-7, msg=lambda m, k=k: f"{k}: {m}")
 
 
 def grad_accumulation(run, tmp_path):
@@ -295,47 +263,6 @@ def dora(run, tmp_path):
     assert losses(logs)[1] != pytest.approx(losses(plain)[1], rel=1e-6), "DoRA trained like LoRA"
 
 
-def qat_off(run, tmp_path):
-    """Not a registry feature: QAT with fake quantization off for the whole run (compared with full)."""
-    run("max_steps=4", "fake_quant_after_n_steps=100", output_dir=tmp_path)
-
-
-def qat(run, tmp_path):
-    """Fake quantization is off for the first fake_quant_after_n_steps steps and on from then on."""
-    on, _ = run("max_steps=1", output_dir=tmp_path / "on")  # on from the start (null)
-    late, _ = run("max_steps=2", "fake_quant_after_n_steps=1", output_dir=tmp_path / "late")
-    float_only, _ = run("max_steps=2", "fake_quant_after_n_steps=100", output_dir=tmp_path / "float")
-    assert losses(late)[0] != pytest.approx(losses(on)[0], rel=1e-6), (
-        "step 1 has the same loss with fake quantization delayed and on from the start"
-    )
-    assert losses(late)[0] == pytest.approx(losses(float_only)[0], rel=1e-6), "step 1 was not float"
-    assert losses(late)[1] != pytest.approx(losses(float_only)[1], rel=1e-6), "step 2 not fake-quantized"
-
-
-def qat_lora_base(run, tmp_path):
-    """Not a registry feature: QAT + LoRA's base is frozen and fake-quantized, in every decoder projection."""
-    from torchao.quantization.qat import FakeQuantizedLinear
-
-    from ftune.peft import LoRALinear
-    from ftune.quantization import DECODER_LINEARS
-
-    with models_run() as models:
-        logs, _ = run("max_steps=2", output_dir=tmp_path)
-    model = models[-1]
-    projections = [(n, m) for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in DECODER_LINEARS]
-    assert projections, "no decoder projection found"
-    adapted = [n for n, m in projections if isinstance(m, LoRALinear)]
-    assert adapted, "no LoRA layer: the adapters were not applied"
-    for name, module in projections:  # adapted or not, every projection's base is fake-quantized and on
-        quantizer = module.weight_fake_quantizer
-        assert isinstance(module, (LoRALinear, FakeQuantizedLinear)), f"{name}: {type(module).__name__}"
-        assert quantizer is not None and quantizer.enabled, f"{name}: base weight not fake-quantized"
-        assert not module.weight.requires_grad, f"{name}: the base weight trains"
-    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert trainable and all(".lora_" in f".{n}" for n in trainable), f"trainable: {trainable[:4]}"
-    assert all(math.isfinite(x) for x in losses(logs))
-
-
 def fsdp2(run, tmp_path):
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
@@ -349,36 +276,6 @@ def fsdp2(run, tmp_path):
     local = sum(p.to_local().numel() for p in params.values())
     assert local <= sum(p.numel() for p in params.values()) // 2 + 64, "each rank holds about half"
     assert (out / "step_2").is_dir() and all(math.isfinite(x) for x in losses(logs))
-
-
-def knowledge_distillation(run, tmp_path):
-    """The step's loss is (1 - kd_ratio) CE + kd_ratio KL(teacher || student), the teacher counts, and the
-    loss runs in chunks: the largest fp32 (tokens, vocab) tensor shrinks with num_chunks.
-
-    Step 1's loss is taken before any update, so the three ratios see the same student and batch.
-    """
-    one = ("max_steps=1",)
-    ce, _ = run(*one, "loss.kd_ratio=0.0", output_dir=tmp_path / "ce")
-    kl, _ = run(*one, "loss.kd_ratio=1.0", output_dir=tmp_path / "kl")
-    with LargestVocabTensor(VOCAB) as whole_spy:
-        whole, _ = run(*one, "loss.kd_ratio=0.5", "loss.num_chunks=1", output_dir=tmp_path / "whole")
-    with LargestVocabTensor(VOCAB) as chunked_spy, models_run() as models:
-        mixed, _ = run(*one, "loss.kd_ratio=0.5", "loss.num_chunks=8", output_dir=tmp_path / "mixed")
-    teacher, student = models  # the teacher runs first in each step
-    assert not any(p.requires_grad for p in teacher.parameters()), "the teacher is not frozen"
-    if torch.distributed.is_initialized():  # its layers sharded like the student's
-        from torch.distributed.tensor import DTensor
-
-        layers = [p for layer in teacher.layers for p in layer.parameters()]
-        assert layers and all(isinstance(p, DTensor) for p in layers), "the teacher's layers are not sharded"
-    ce, kl = losses(ce)[0], losses(kl)[0]
-    assert kl > 0.05 and abs(kl - ce) > 0.1, f"kd_ratio=1 gave {kl} (CE {ce}): no KL to a different teacher"
-    assert losses(mixed)[0] == pytest.approx(0.5 * ce + 0.5 * kl, rel=1e-5), "not (1 - r) CE + r KL"
-    assert losses(whole)[0] == pytest.approx(losses(mixed)[0], rel=1e-5)
-    assert whole_spy.rows >= 16, f"one chunk made no full logits? largest {whole_spy.rows} rows"
-    assert chunked_spy.rows * 4 <= whole_spy.rows, (
-        f"8 chunks: largest fp32 logits tensor has {chunked_spy.rows} token rows, one chunk {whole_spy.rows}"
-    )
 
 
 CHECKS = {
