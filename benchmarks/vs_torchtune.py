@@ -42,7 +42,11 @@ def ensure_venv(home: Path) -> Path:
     """torchtune's venv (created once): the pins above, the rest of constraints/cpu.txt as constraints."""
     venv = home / "bench-venvs" / VENV_NAME
     python = venv / "bin" / "python"
-    check = "import torch, torchtune, torchao; assert torch.__version__.startswith('2.13.0')"
+    pins = {name: version for name, version in (pin.split("==") for pin in TORCHTUNE_PINS)}
+    check = (  # the pinned versions installed (a local tag such as +cpu aside), and torchtune imports
+        f"import torchtune; from importlib.metadata import version; pins = {pins!r}; "
+        "assert all(version(p).split('+')[0] == v for p, v in pins.items()), pins"
+    )
     if python.is_file() and subprocess.run([python, "-I", "-c", check], capture_output=True).returncode == 0:
         return python
     print(f"creating {venv} ({', '.join(TORCHTUNE_PINS)}); log in {venv}/setup.log ...", flush=True)
