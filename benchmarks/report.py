@@ -53,6 +53,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "qat_recovered": ("docs/qat.md", pages.qat_recovered),
     "qat_summary": ("docs/qat.md", text.qat_summary),
     "qat_time": ("docs/qat.md", text.qat_time),
+    "qat_variants": ("docs/qat.md", pages.qat_variants),
     "bf16_slowdown": ("docs/glossary.md", pages.bf16_slowdown),
     "gemma3_conversion": ("docs/checkpoints.md", text.gemma3_conversion),
     "eval_speed": ("docs/recipes/eval.md", pages.eval_speed),
