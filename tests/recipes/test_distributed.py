@@ -39,6 +39,12 @@ def features(recipe):
     return [f for f, v in registry.RECIPES[recipe].features.items() if v == registry.YES]
 
 
+def launch_of(recipe):
+    """Sends a test that reads one recipe's launch to the xdist worker holding it (tests/conftest.py
+    groups the parametrized tests by their `recipe`), so that no launch runs twice."""
+    return pytest.mark.xdist_group(f"{__name__}[{recipe}]")
+
+
 def test_every_declared_feature_has_a_check():
     declared = {f for r in RECIPES for f in features(r)}
     assert declared <= set(_checks()), f"features without a check: {sorted(declared - set(_checks()))}"
@@ -133,11 +139,13 @@ def test_losses_equal_single_device(recipe, launched):
             assert got == pytest.approx(GOLDENS[QAT[recipe]], rel=1e-5)
 
 
+@launch_of("lora_finetune_distributed")
 def test_distributed_lora_refuses_qlora_with_a_message(launched):
     results, _ = launched("lora_finetune_distributed")
     assert results["qlora_refused"] == "ok", results["qlora_refused"]
 
 
+@launch_of("lora_finetune_distributed")
 def test_resume_with_dropout_is_exact_at_world_size_2(launched):
     """Each rank's dropout draws follow its own batches, so each rank's RNG state is saved and restored."""
     results, _ = launched("lora_finetune_distributed")
@@ -154,6 +162,7 @@ def test_qat_with_fake_quant_off_equals_its_float_sibling(recipe, launched):
     assert got == pytest.approx(GOLDENS[RECIPES[recipe][1]], rel=1e-5)
 
 
+@launch_of("qat_lora_finetune_distributed")
 def test_qat_lora_base_is_frozen_and_fake_quantized(launched):
     results, _ = launched("qat_lora_finetune_distributed")
     assert results["qat_lora_base"] == "ok", results["qat_lora_base"]
@@ -188,6 +197,7 @@ def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-6)
 
 
+@launch_of("qat_lora_finetune_distributed")
 def test_qat_lora_convert_gives_a_quantized_model_that_eval_loads(launched, tiny_checkpoint, tmp_path):
     """The deployable QAT + LoRA model: the adapters merged into the base, prepared and converted."""
     from conftest import load_recipe
