@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 # The test helper modules used as `_component_` paths (tests/config/ftune_test_targets.py,
 # tests/assets/recipe_test_components.py) are trusted the documented way: FTUNE_TRUST, which
 # subprocesses (ftune run, torchrun ranks) inherit.
@@ -25,9 +27,21 @@ def _group(item) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     for item in items:
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(_group(item)))
     items.sort(key=lambda item: 0 if item.get_closest_marker("distributed") else 1)  # stable
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """`pytestmark = pytest.mark.usefixtures("one_thread")`: the module's tests run on one thread.
+
+    Small forwards gain little from a second OpenMP thread, and on busy shared cores its spin-waiting
+    made them up to ~10x slower. Restored after the module."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -50,13 +50,8 @@ _NAMES = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # Small forwards: a second OpenMP thread spin-waits on busy shared cores (as in test_gguf.py).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Small forwards: one thread (tests/conftest.py `one_thread`).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tiny_gemma3(rope_scaling: dict | None = None):

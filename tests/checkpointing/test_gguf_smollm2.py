@@ -25,14 +25,8 @@ from ftune.checkpointing.gguf import convert_gguf
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # The forwards here are a few dozen tokens: a second OpenMP thread gains little, and on busy
-    # shared cores its spin-waiting made them ~10x slower. Restored after this file.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Small forwards: one thread (tests/conftest.py `one_thread`).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,8 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Small forwards: one thread (tests/conftest.py `one_thread`).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _v5_key(key: str) -> str:

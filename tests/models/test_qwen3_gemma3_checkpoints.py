@@ -20,13 +20,8 @@ FAMILIES = ["qwen3", "gemma3"]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # Tiny forwards: a second OpenMP thread mostly spin-waits on busy shared cores. Restored after.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Small forwards: one thread (tests/conftest.py `one_thread`).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tokens(seed: int, shape: tuple[int, int] = (2, 24)) -> torch.Tensor:

@@ -17,13 +17,8 @@ FAMILIES = ["qwen3", "gemma3"]
 VOCAB = 128
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # Tiny forwards: a second OpenMP thread mostly spin-waits on busy shared cores. Restored after.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Small forwards: one thread (tests/conftest.py `one_thread`).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tokens(shape: tuple[int, ...], seed: int) -> torch.Tensor:
