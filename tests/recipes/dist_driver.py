@@ -5,7 +5,7 @@ per run would cost ~10 s each). Writes {case: "ok" | error} as JSON on rank 0.
 
 Cases are feature names from tests/recipes/features.py, plus "losses" (4 steps at batch_size 2 per
 rank, logs kept in <workdir>/losses for the test to compare with the single-device run), plus
-"resume_dropout" (the resume check with LoRA dropout on), plus
+"resume_dropout" (the resume check with LoRA dropout on), "sigterm" (SIGTERM on rank 0 only), plus
 "<feature>@<mutant>": the feature's check under that mutant of tests/recipes/mutants.py, whose
 result is "killed: ...", "survived" or "error: ..." (the mutation test of the distributed recipes).
 Each case's wall time goes to <workdir>/timings.json.
@@ -15,6 +15,7 @@ import json
 import sys
 import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
@@ -40,7 +41,9 @@ features.COMPILE_BACKEND = "eager"
 def main() -> None:
     recipe, config, workdir, checkpoint, *cases = sys.argv[1:]
     workdir, checkpoint = Path(workdir), Path(checkpoint)
-    dist.init_process_group("gloo")  # created here, so the recipes' destroy_distributed keeps it
+    dist.init_process_group(
+        "gloo", timeout=timedelta(seconds=300)
+    )  # created here, so the recipes' destroy_distributed keeps it
     module = load_recipe(recipe)
     teacher = []
     if (registry.method_of(config) or "").startswith("kd"):  # the tiny teacher of tests/recipes/conftest.py
@@ -68,6 +71,8 @@ def main() -> None:
             else:
                 if case == "losses":
                     run("max_steps=4", output_dir=out)
+                elif case == "sigterm":
+                    sigterm_on_rank_0(run, out)
                 elif case == "resume_dropout":  # LoRA dropout draws in every step after the restore point
                     features.resume(
                         lambda *o, output_dir: run(*o, "peft.dropout=0.1", output_dir=output_dir), out
@@ -83,6 +88,38 @@ def main() -> None:
         (workdir / "results.json").write_text(json.dumps(results, indent=2))
         (workdir / "timings.json").write_text(json.dumps(timings, indent=2))
     dist.destroy_process_group()
+
+
+def sigterm_on_rank_0(run, out: Path) -> None:
+    """SIGTERM reaches rank 0 only, during step 2 (as a scheduler's pre-emption may reach one process
+    first): every rank stops at the same step boundary, the step folder is saved complete, and every
+    rank exits 143."""
+    import os
+    import signal
+
+    from ftune import training
+    from ftune.checkpointing.atomic import is_complete
+
+    log_step = training.Reporter.step
+
+    def step_then_signal(self, step, *args, **kwargs):
+        log_step(self, step, *args, **kwargs)
+        if step == 2 and dist.get_rank() == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    training.Reporter.step = step_then_signal
+    code = None
+    try:
+        run("max_steps=50", "save_every_n_steps=null", output_dir=out)
+    except SystemExit as stop:
+        code = stop.code
+    finally:
+        training.Reporter.step = log_step
+    codes = [None] * dist.get_world_size()
+    dist.all_gather_object(codes, code)
+    assert codes == [143] * len(codes), f"exit codes by rank: {codes}"
+    folders = sorted(p.name for p in out.glob("step_*"))
+    assert folders == ["step_2"] and is_complete(out / "step_2"), folders
 
 
 def _per_rank(overrides):

@@ -83,6 +83,8 @@ def launched(tiny_checkpoint, tmp_path_factory):
                 cases.append("qat_lora_base")
             if recipe == "lora_finetune_distributed":
                 cases += ["qlora_refused", "resume_dropout"]
+            if recipe == "full_finetune_distributed":
+                cases.append("sigterm")
             cmd = [
                 sys.executable,
                 "-m",
@@ -160,6 +162,13 @@ def test_qat_with_fake_quant_off_equals_its_float_sibling(recipe, launched):
 
     got = [r["loss"] for r in read_log(workdir / "qat_off") if "loss" in r]
     assert got == pytest.approx(GOLDENS[RECIPES[recipe][1]], rel=1e-5)
+
+
+@launch_of("full_finetune_distributed")
+def test_sigterm_on_one_rank_stops_every_rank_at_the_same_step(launched):
+    """Every rank saves its part of the same step folder and exits 143 (tests/recipes/dist_driver.py)."""
+    results, _ = launched("full_finetune_distributed")
+    assert results["sigterm"] == "ok", results["sigterm"]
 
 
 @launch_of("qat_lora_finetune_distributed")
