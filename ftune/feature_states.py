@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 # The states of a (recipe, feature) cell. YES is a promise kept by tests: the feature has a check
-# of its effect that runs in the default test run, and a mutant that makes the check fail
-# (tests/recipes/test_mutation.py). The other states carry their reason after the prefix.
+# of its effect, run on one device in the default test run, and a mutant that makes the check fail;
+# `pytest -m matrix` runs the rest of the proof (every check at world size 2, every mutant:
+# tests/recipes/test_mutation.py, test_distributed.py). The other states carry their reason after the prefix.
 YES = "yes"
 NA = "n/a"
 GPU_ONLY = "gpu-only"

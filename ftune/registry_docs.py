@@ -79,7 +79,8 @@ def recipes_index_markdown() -> str:
     legend = (
         "✓: supported. In the training recipes every ✓ is checked: a test runs the recipe with the "
         "feature on and asserts its effect, and fails when the feature's code is replaced by a no-op "
-        "(tests/recipes/test_mutation.py). "
+        "(tests/recipes/test_mutation.py; the default test run checks each effect on one device, "
+        "`pytest -m matrix` every check at world size 2 and every mutant). "
         "n/a: deliberately not supported, for the numbered reason below the table. GPU only: has an "
         "effect on GPU machines only, so the CPU test machines cannot check it (reason below). "
         "Blank: not a feature of that kind of recipe. Each feature links to its glossary entry."

@@ -191,7 +191,7 @@ def test_unknown_keys_and_arguments_are_reported_not_dropped():
     [
         (
             "ref_checkpointer:\n  _component_: torchtune.training.FullModelHFCheckpointer\n",
-            "a DPO config: not in",
+            "a DPO config: ftune has ",
         ),
         ("teacher_model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\n", "knowledge distillation"),
     ],

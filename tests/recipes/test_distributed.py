@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_recipe  # tests/recipes/conftest.py (at import time: the module of this folder)
 from safetensors.torch import load_file
 
 from ftune import registry
@@ -68,15 +69,30 @@ def mutant_cases(recipe):
     return [f"{f}@{m.name}" for f in features(recipe) for m in _mutants()[f]]
 
 
+def _selected(request, test: str, recipe: str) -> bool:
+    """Whether this session runs `test` for `recipe` (the matrix tests run with `-m matrix` only)."""
+    return any(
+        item.originalname == test
+        and getattr(item, "callspec", None)
+        and item.callspec.params.get("recipe") == recipe
+        for item in request.session.items
+    )
+
+
 @pytest.fixture(scope="module")
-def launched(tiny_checkpoint, tmp_path_factory):
-    """recipe -> (results, workdir), launching each recipe's driver once (lazily)."""
+def launched(tiny_checkpoint, tmp_path_factory, request):
+    """recipe -> (results, workdir), launching each recipe's driver once (lazily), with the cases of the
+    tests this session runs: the feature checks and mutants only when the matrix tests are selected."""
     cache = {}
 
     def get(recipe):
         if recipe not in cache:
             workdir = tmp_path_factory.mktemp(recipe)
-            cases = ["losses", *features(recipe), *mutant_cases(recipe)]
+            cases = ["losses"]
+            if _selected(request, "test_feature_at_world_size_2", recipe):
+                cases += features(recipe)
+            if _selected(request, "test_mutant_killed_at_world_size_2", recipe):
+                cases += mutant_cases(recipe)
             if recipe in QAT:
                 cases.append("qat_off")
             if recipe == "qat_lora_finetune_distributed":
@@ -109,12 +125,14 @@ def launched(tiny_checkpoint, tmp_path_factory):
     return get
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("recipe, feature", [(r, f) for r in RECIPES for f in features(r)])
 def test_feature_at_world_size_2(recipe, feature, launched):
     results, _ = launched(recipe)
     assert results.get(feature) == "ok", results.get(feature, "not run")
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("recipe, case", [(r, c) for r in RECIPES for c in mutant_cases(r)])
 def test_mutant_killed_at_world_size_2(recipe, case, launched):
     results, _ = launched(recipe)
@@ -209,7 +227,6 @@ def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp
 @launch_of("qat_lora_finetune_distributed")
 def test_qat_lora_convert_gives_a_quantized_model_that_eval_loads(launched, tiny_checkpoint, tmp_path):
     """The deployable QAT + LoRA model: the adapters merged into the base, prepared and converted."""
-    from conftest import load_recipe
     from tiny_checkpoint import SIZES
 
     from ftune.checkpointing.inference import load_quantized_model, merge_adapter_folder

@@ -38,6 +38,7 @@ def test_mutant_names_are_unique():
     assert len(names) == len(set(names)), names
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "recipe, feature, mutant",
     [(r, f, m) for r in SINGLE for f in declared(r) for m in MUTANTS[f]],
