@@ -180,9 +180,11 @@ def readme_tests() -> str:
     t = load("test_suite")["rows"][0]
     return (
         "**Tests** (sets up `.venv` if needed, then ruff and the whole default suite on tiny seeded models; "
-        f"at commit {load('test_suite')['commit'][:7]} a clean-clone CI run of its {t['tests']} tests, set-up "
+        f"at commit {load('test_suite')['commit'][:7]} a clean-clone CI run of its {t['tests']} tests on two "
+        "pytest-xdist workers, set-up "
         f"included, took {minutes(t['total_seconds'])} on an idle 2-core machine, {minutes(t['tests_seconds'])} "
-        "of it tests; `-m slow` adds torch.compile with the inductor backend; `-m gemma3_gguf` the real Gemma 3 270M file). "
+        "of it tests; `-m slow` adds torch.compile with the inductor backend and the real SmolLM2 GGUF, `-m matrix` "
+        "every feature check at world size 2 and every mutant, `-m gemma3_gguf` the real Gemma 3 270M file). "
         + provenance("test_suite", up="")
     )
 

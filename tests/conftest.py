@@ -1,4 +1,5 @@
 import os
+import sys
 
 import pytest
 
@@ -45,3 +46,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_group_left():
+    """A test that leaves torch.distributed's default group behind would make every later test in its
+    process (an xdist worker runs hundreds) see a world it did not start: destroy it after the test."""
+    yield
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

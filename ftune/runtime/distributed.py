@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import os
 import re
-import socket
 from dataclasses import dataclass
 
 import torch
@@ -38,12 +37,6 @@ class CollectiveFailure(RuntimeError):
     user_facing = True
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def default_backend(device: torch.device) -> str:
     """gloo for CPU, ``cuda:nccl,cpu:gloo`` for CUDA (CPU tensors, e.g. for checkpoints, still reduce)."""
     return "cuda:nccl,cpu:gloo" if device.type == "cuda" else "gloo"
@@ -64,13 +57,14 @@ def init_distributed(
         This process's rank, world size and local rank.
     """
     device = torch.device(device)
-    if "RANK" not in os.environ:  # plain `python recipe.py` / `ftune run recipe`: a world of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    # plain `python recipe.py` / `ftune run recipe`: a world of one, rendezvous in memory (no port
+    # to pick: a free port can be taken by another process between the pick and the bind).
+    alone = "RANK" not in os.environ
     global _OWNS_GROUP, _TIMEOUT_S
     if not dist.is_initialized():
         timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
-        dist.init_process_group(backend or default_backend(device), timeout=timeout)
+        store = {"store": dist.HashStore(), "rank": 0, "world_size": 1} if alone else {}
+        dist.init_process_group(backend or default_backend(device), timeout=timeout, **store)
         _OWNS_GROUP, _TIMEOUT_S = True, timeout_s
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 

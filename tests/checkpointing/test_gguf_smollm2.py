@@ -26,7 +26,9 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 # Small forwards: one thread (tests/conftest.py `one_thread`).
-pytestmark = pytest.mark.usefixtures("one_thread")
+# A minute and more of converting and of transformers' own GGUF loading: in `-m slow`, with the real
+# Gemma 3 file's tests; the tiny synthetic files of test_gguf.py check the same code in the default run.
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
