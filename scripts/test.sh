@@ -8,4 +8,7 @@ cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
 ruff check .
 ruff format --check .
+# One thread per worker: two workers on two cores, and a second OpenMP thread per process only
+# spin-waits on a busy core (tiny models). Set OMP_NUM_THREADS to override.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 python -m pytest -n "${FTUNE_TEST_WORKERS:-2}" --dist loadgroup "$@"
