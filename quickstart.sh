@@ -57,6 +57,9 @@ out, seconds, steps = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 base, tuned = (json.loads((out / f).read_text())["exact_match"] for f in ("base.json", "tuned.json"))
 logs = [json.loads(l) for f in sorted((out / "lora" / "logs").glob("*.jsonl")) for l in f.read_text().splitlines() if l.strip()]
 tps = statistics.median(r["tokens_per_second"] for r in logs if "tokens_per_second" in r)
+summary = {"base_exact_match": base["accuracy"], "tuned_exact_match": tuned["accuracy"], "num_prompts": tuned["num_total"],
+           "steps": int(steps), "train_seconds": seconds, "train_tok_s": tps}
+(out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")  # read by benchmarks/quickstart.py
 print(
     f"\nexact match {base['accuracy']:.0%} -> {tuned['accuracy']:.0%} ({tuned['num_correct']}/{tuned['num_total']} "
     f"held-out prompts) after {steps} LoRA steps in {seconds} s ({tps:.0f} tokens/s); "

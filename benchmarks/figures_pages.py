@@ -51,6 +51,26 @@ def quickstart() -> str:
     return table(header, rows, "ll") + "\n\n" + timing + "\n\n" + provenance("quickstart")
 
 
+def quickstart_gemma3(up: str = "../") -> str:
+    q = load("quickstart_gemma3")["rows"][0]
+    n = q["num_prompts"]
+    rows = [
+        ["Gemma 3 270M, base", f"{q['base_exact_match']}% ({q['base_exact_match'] * n // 100}/{n})"],
+        [
+            f"after {q['steps']} LoRA steps (`{q['config']}`: batch {q['batch_size']}, rank {q['lora_rank']})",
+            f"{q['tuned_exact_match']}% ({q['tuned_exact_match'] * n // 100}/{n})",
+        ],
+    ]
+    timing = (
+        f"`./quickstart.sh gemma3` with `.venv` and the converted model in place took "
+        f"{minutes(q['after_setup_seconds'])}: base eval {q['base_eval_seconds']} s, training "
+        f"{q['train_seconds']} s at a median {q['train_tok_s']} tokens/s (fp32, no native bf16 on this CPU), "
+        f"the second eval {q['tuned_eval_seconds']} s."
+    )
+    header = ["", f"exact match on {n} held-out prompts"]
+    return table(header, rows, "ll") + "\n\n" + timing + "\n\n" + provenance("quickstart_gemma3", up=up)
+
+
 QAT_METRICS = ("word_ppl", "byte_ppl", "bits_per_byte", "token_ppl")
 
 

@@ -48,6 +48,8 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "readme_quickstart": ("README.md", pages.readme_quickstart),
     "readme_tests": ("README.md", text.readme_tests),
     "quickstart": ("docs/quickstart.md", pages.quickstart),
+    "quickstart_gemma3": ("docs/quickstart.md", pages.quickstart_gemma3),
+    "gemma3_quickstart": ("docs/models/gemma3.md", lambda: pages.quickstart_gemma3(up="../../")),
     "qat_ptq_cost": ("docs/qat.md", text.qat_ptq_cost),
     "qat_results": ("docs/qat.md", pages.qat_results),
     "qat_recovered": ("docs/qat.md", pages.qat_recovered),

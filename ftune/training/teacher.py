@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftune.checkpointing.inference import build_float_model
+from ftune.checkpointing.inference import load_inference_model
 from ftune.config import instantiate
 
 logger = logging.getLogger(__name__)
@@ -42,15 +42,7 @@ def load_teacher(
         The teacher, frozen.
     """
     ckpt = instantiate(checkpointer, _path="teacher_checkpointer")
-    loaded = ckpt.load()
-    teacher = build_float_model(
-        loaded,
-        checkpoint_dir=ckpt.checkpoint_dir,
-        model=model,
-        adapter_dir=adapter_dir,
-        device=device,
-        dtype=dtype,
-    )
+    teacher = load_inference_model(ckpt, model=model, adapter_dir=adapter_dir, device=device, dtype=dtype)
     logger.info(
         "Teacher: %s (%d parameters, frozen)%s",
         ckpt.checkpoint_dir,
