@@ -7,8 +7,10 @@
 
 The key and component mappings are the table in `torchtune_table.py`; this module holds the rules
 that need code: which recipe a config is for, model builders (a `lora_*`/`qlora_*` builder becomes
-the base builder plus a `peft` section), tokenizers (picked by the model's family) and paths
-(torchtune's `/tmp/<model>` placeholders become `${ftune_home:}/models/<model>`).
+the base builder plus a `peft` section; a distillation config's teacher too), tokenizers (picked
+by the model's family) and paths (torchtune's `/tmp/<model>` placeholders become
+`${ftune_home:}/models/<model>`). The rules of the DPO, distillation and lm-eval configs are in
+`torchtune_methods.py`.
 """
 
 from __future__ import annotations
@@ -19,24 +21,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ftune import registry
+from ftune.config import torchtune_methods as methods
 from ftune.config import torchtune_table as table
 from ftune.config.recipe_file import recipe_settings
 
 Status = Literal["mapped", "covered", "unsupported"]
 
-# Recipe-specific keys that the ftune recipe does not need.
-_UNUSED_BY_RECIPE: dict[tuple[str, str], str] = {
-    ("quantize", "seed"): "quantization samples nothing: ftune's quantize has no seed",
-    ("generate", "output_dir"): "generate writes no checkpoint",
-    ("generate", "quantizer"): "null: no quantization (ftune's generate reads quantized_checkpoint)",
-}
 _SETTINGS_ORDER = [
     "output_dir seed device dtype batch_size grad_accum_steps epochs max_steps clip_grad_norm shuffle".split(),
     "compile activation_checkpointing activation_offloading optimizer_in_backward".split(),
     "fsdp_cpu_offload log_every_n_steps profile qat prompt system max_new_tokens temperature top_k top_p".split(),
 ]
 _SECTION_ORDER = (
-    "model tokenizer checkpointer peft quantizer dataset loss optimizer lr_scheduler metric_logger"
+    "model tokenizer checkpointer teacher_model teacher_tokenizer teacher_checkpointer peft quantizer dataset "
+    "loss optimizer lr_scheduler metric_logger"
 )
 
 
@@ -68,6 +66,7 @@ class _Converter:
         self.out: dict[str, Any] = {}
         self.report: list[KeyReport] = []
         self.family: str | None = None
+        self.teacher_family: str | None = None
 
     def note(self, key: str, status: Status, detail: str) -> None:
         self.report.append(KeyReport(key, status, detail))
@@ -93,29 +92,26 @@ def _path(value: Any) -> Any:
 def infer_recipe(tt: dict[str, Any]) -> str:
     """The torchtune recipe a config is for, from its content (torchtune configs do not name it).
 
+    A config serves a method's single-device and distributed recipe alike; the single-device name
+    is returned where torchtune has one.
+
     Raises:
-        ValueError: for configs of recipes ftune has no counterpart for (DPO, distillation, PPO, eval).
+        ValueError: for configs of recipes ftune has no counterpart for (PPO).
     """
     model = str((tt.get("model") or {}).get("_component_", ""))
     quantizer = str((tt.get("quantizer") or {}).get("_component_", ""))
     loss = str((tt.get("loss") or {}).get("_component_", ""))
-    if "teacher_model" in tt or "kd_loss" in tt:
-        raise ValueError(
-            f"a knowledge distillation config: {table.MISSING_RECIPES['knowledge_distillation_distributed']}."
-        )
+    lora = model.rsplit(".", 1)[-1].startswith(("lora_", "qlora_"))
     if "reward_and_value_model" in tt or "ref_policy_checkpointer" in tt:
         raise ValueError(f"a PPO config: {table.MISSING_RECIPES['ppo_full_finetune_single_device']}.")
-    if "DPO" in loss or "ref_checkpointer" in tt:
-        raise ValueError(f"a DPO config: {table.MISSING_RECIPES['full_dpo_distributed']}.")
+    if "teacher_model" in tt or "kd_loss" in tt:
+        return "knowledge_distillation_single_device"
+    if loss.startswith("torchtune.rlhf.") or "ref_checkpointer" in tt:
+        return "lora_dpo_single_device" if lora else "full_dpo_distributed"
     if "tasks" in tt:
-        raise ValueError(f"an lm-eval config: {table.MISSING_RECIPES['eleuther_eval']}.")
-    lora = model.rsplit(".", 1)[-1].startswith(("lora_", "qlora_"))
+        return "eleuther_eval"
     if "QAT" in quantizer:
-        if lora:
-            raise ValueError(
-                f"a QAT + LoRA config: {table.MISSING_RECIPES['qat_lora_finetune_distributed']}."
-            )
-        return "qat_distributed"
+        return "qat_lora_finetune_distributed" if lora else "qat_distributed"
     if "prompt" in tt and "max_new_tokens" in tt:
         return "generate"
     if quantizer and "dataset" not in tt:
@@ -123,15 +119,25 @@ def infer_recipe(tt: dict[str, Any]) -> str:
     return "lora_finetune_single_device" if lora else "full_finetune_single_device"
 
 
-def _convert_model(c: _Converter, node: dict[str, Any]) -> None:
+def _convert_model(c: _Converter, node: dict[str, Any], section: str = "model") -> None:
+    """The student's (or only) model, with its peft section; or, as section teacher_model, the teacher."""
     component = str(node.get("_component_", ""))
     parts = component.split(".")
     if len(parts) != 4 or parts[:2] != ["torchtune", "models"] or parts[2] not in table.FAMILIES:
-        c.note("model._component_", "unsupported", f"{component}: ftune has no such model family")
+        c.note(f"{section}._component_", "unsupported", f"{component}: ftune has no such model family")
         return
     tt_family, name = parts[2], parts[3]
-    family = c.family = table.FAMILIES[tt_family]
+    family = table.FAMILIES[tt_family]
     lora = name.startswith(("lora_", "qlora_"))
+    if section == "model":
+        c.family = family
+    else:
+        c.teacher_family = family
+        if lora:
+            why = "ftune's teacher is a full model (merge a trained adapter into it with teacher_adapter_dir)"
+            for key in node:
+                c.note(f"{section}.{key}", "unsupported", f"{component}: {why}")
+            return
     base = name.split("_", 1)[1] if lora else name
     variant_note = table.BUILDER_SUFFIXES.get(base)
     if variant_note is not None:
@@ -141,18 +147,22 @@ def _convert_model(c: _Converter, node: dict[str, Any]) -> None:
     if not callable(getattr(module, base, None)):
         builders = sorted(n for n in module.__all__ if n.startswith(family + "_") and "tokenizer" not in n)
         c.note(
-            "model._component_",
+            f"{section}._component_",
             "unsupported",
             f"{component}: ftune has no builder {base}; {family} has {builders}",
         )
         return
-    c.set("model._component_", f"ftune.models.{family}.{base}")
+    c.set(f"{section}._component_", f"ftune.models.{family}.{base}")
     detail = f"ftune.models.{family}.{base}" + (" + peft section" if lora else "")
-    c.note("model._component_", "mapped", detail + (f" ({variant_note})" if variant_note else ""))
+    if section != "model":
+        detail += "; teacher_tokenizer is the student's tokenizer (torchtune tokenizes once, for both models)"
+    c.note(f"{section}._component_", "mapped", detail + (f" ({variant_note})" if variant_note else ""))
     if not lora:
         for key in sorted(set(node) - {"_component_"}):
             c.note(
-                f"model.{key}", "unsupported", "ftune's model builders take no arguments (published sizes)"
+                f"{section}.{key}",
+                "unsupported",
+                "ftune's model builders take no arguments (published sizes)",
             )
         return
     peft: dict[str, Any] = {"_component_": "ftune.peft.apply_lora", "targets": []}
@@ -212,13 +222,16 @@ def _convert_component(c: _Converter, section: str, node: dict[str, Any]) -> Non
     component = str(node.get("_component_", ""))
     rule = table.COMPONENTS.get(component)
     if rule is None:
-        c.note(f"{section}._component_", "unsupported", f"{component}: no ftune counterpart in the table")
+        why = table.UNSUPPORTED_COMPONENTS.get(component, "no ftune counterpart in the table")
+        c.note(f"{section}._component_", "unsupported", f"{component}: {why}")
         return
+    into = table.SECTION_INTO.get(section, section)  # the ftune section (kd_loss is KDLoss, the loss)
     if rule.target is not None:
-        c.set(f"{section}._component_", rule.target)
+        c.set(f"{into}._component_", rule.target)
         for key, value in rule.set_args.items():
-            c.set(f"{section}.{key}", value)
-    c.note(f"{section}._component_", "mapped", rule.target or rule.note or "no section in ftune")
+            c.set(f"{into}.{key}", value)
+    target = rule.target or rule.note or "no section in ftune"
+    c.note(f"{section}._component_", "mapped", target if into == section else f"{into}: {target}")
     if section == "profiler" and node.get("enabled"):
         rule = dataclasses.replace(rule, covered={})  # an enabled profiler's settings matter
     for key, value in node.items():
@@ -230,9 +243,9 @@ def _convert_component(c: _Converter, section: str, node: dict[str, Any]) -> Non
             c.note(path, "mapped", rule.args[key])
         elif key in rule.args:
             if key == "model_type":
-                value = c.family
-            c.set(f"{section}.{rule.args[key]}", _path(value))
-            c.note(path, "mapped", f"{section}.{rule.args[key]}")
+                value = c.teacher_family if section == "teacher_checkpointer" else c.family
+            c.set(f"{into}.{rule.args[key]}", _path(value))
+            c.note(path, "mapped", f"{into}.{rule.args[key]}")
         elif key in rule.covered and rule.covered_only_as.get(key, value) == value:
             c.note(path, "covered", rule.covered[key])
         else:
@@ -259,11 +272,11 @@ def _convert_setting(c: _Converter, key: str, rule: table.Key, value: Any, field
         c.set(rule.target, value)
         c.note(key, "mapped", rule.target + (f" ({rule.note})" if rule.note else ""))
     elif rule.target not in fields:
-        reason = _UNUSED_BY_RECIPE.get((c.recipe, key))
-        if reason is None:
-            c.note(key, "unsupported", f"{c.recipe} has no setting {rule.target}")
-        else:
-            c.note(key, "covered", reason)
+        status, reason = methods.unused_by_recipe(c.recipe, key, value) or (
+            "unsupported",
+            f"{c.recipe} has no setting {rule.target}",
+        )
+        c.note(key, status, reason)  # type: ignore[arg-type]
     else:
         noted = rule.note and (key != "seed" or value is None)  # the seed note is about null only
         value = 0 if key == "seed" and value is None else _path(value) if key == "output_dir" else value
@@ -294,10 +307,13 @@ def convert_torchtune_config(tt: dict[str, Any], *, recipe: str | None = None) -
     ftune_recipe = table.RECIPES[tt_recipe]
     c = _Converter(tt, ftune_recipe)
     fields = _settings_fields(ftune_recipe)
-    if isinstance(tt.get("model"), dict):
-        _convert_model(c, tt["model"])  # first: the tokenizer and model_type follow its family
+    models = ("model", "teacher_model") if tt_recipe in table.KD_RECIPES else ("model",)
+    for key in models:  # first: the tokenizer and each checkpointer's model_type follow a model's family
+        if isinstance(tt.get(key), dict):
+            _convert_model(c, tt[key], key)
+    own = {**table.SETTINGS, **table.RECIPE_SETTINGS.get(tt_recipe, {})}
     for key, value in tt.items():
-        if key == "model":
+        if key in models and isinstance(value, dict) or methods.convert_special(c, tt_recipe, key, value):
             continue
         if key == "tokenizer" and isinstance(value, dict):
             _convert_tokenizer(c, value)
@@ -310,10 +326,10 @@ def convert_torchtune_config(tt: dict[str, Any], *, recipe: str | None = None) -
                     c.note(f"{key}.{sub}", "unsupported", "not a torchtune key the converter knows")
                 else:
                     _convert_setting(c, f"{key}.{sub}", rule, v, fields)
-        elif key in table.SETTINGS:
-            _convert_setting(c, key, table.SETTINGS[key], value, fields)
-        elif value is None and (ftune_recipe, key) in _UNUSED_BY_RECIPE:
-            c.note(key, "covered", _UNUSED_BY_RECIPE[(ftune_recipe, key)])
+        elif key in own:
+            _convert_setting(c, key, own[key], value, fields)
+        elif value is None and (unused := methods.unused_by_recipe(ftune_recipe, key, value)):
+            c.note(key, *unused)  # type: ignore[arg-type]
         else:
             c.note(key, "unsupported", f"{key}={value!r}: not a torchtune key the converter knows")
     _defaults(c, tt_recipe)
@@ -331,6 +347,7 @@ def _defaults(c: _Converter, tt_recipe: str) -> None:
         c.out.setdefault("qat", False)  # a PTQ quantizer (torchtune's QAT quantizers convert elsewhere)
     if tt_recipe == "generate" and "system" not in c.out:
         c.out["system"] = None
+    methods.method_defaults(c, tt_recipe)
 
 
 def _check_features(c: _Converter) -> None:
@@ -349,7 +366,8 @@ def _check_features(c: _Converter) -> None:
     features = registry.RECIPES[c.recipe].features
     for key, feature in used:
         support = features.get(feature, registry.na("not declared"))
-        if support != registry.YES:  # the key's entry turns unsupported (each key has one entry)
+        if support != registry.YES and not methods.feature_by_config(c.recipe, feature):
+            # the key's entry turns unsupported (each key has one entry)
             i = next(i for i, r in enumerate(c.report) if r.key == key)
             reason = (
                 f"{feature} in {c.recipe}: {support.removeprefix('n/a: ')} (was mapped: {c.report[i].detail})"

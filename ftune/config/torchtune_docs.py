@@ -77,10 +77,16 @@ def _mapping_tables() -> str:
         + [[_code(k), v] for k, v in table.MISSING_RECIPES.items()],
     )
     keys = {**table.SETTINGS, **table.NESTED_SETTINGS}
-    settings = _table(
-        ["torchtune key", "ftune key", "note"],
-        [[_code(k), _code(r.target) if r.target else "(none)", r.note] for k, r in keys.items()],
-    )
+    rows = [[_code(k), _code(r.target) if r.target else "(none)", r.note] for k, r in keys.items()]
+    only: dict[tuple[str, str | None, str], list[str]] = {}  # a key of some recipes -> those recipes
+    for recipe, recipe_keys in table.RECIPE_SETTINGS.items():
+        for k, r in recipe_keys.items():
+            only.setdefault((k, r.target, r.note), []).append(recipe)
+    rows += [
+        [f"{_code(k)} ({', '.join(recipes)} only)", _code(target) if target else "(none)", note]
+        for (k, target, note), recipes in only.items()
+    ]
+    settings = _table(["torchtune key", "ftune key", "note"], rows)
     families = _table(
         ["torchtune.models.*", "ftune.models.*"], [[_code(k), _code(v)] for k, v in table.FAMILIES.items()]
     )
@@ -92,6 +98,7 @@ def _mapping_tables() -> str:
             x for x in (args and f"arguments: {args}", covered and f"not needed: {covered}", rule.note) if x
         )
         components.append([_code(name), _code(rule.target) if rule.target else "(top-level keys)", detail])
+    components += [[_code(name), "(none)", why] for name, why in table.UNSUPPORTED_COMPONENTS.items()]
     lora = _table(
         ["lora_* builder argument", "peft (ftune.peft.apply_lora)"],
         [
@@ -114,8 +121,18 @@ def _mapping_tables() -> str:
         f"{tokenizer}).\n\n" + families + "\n\n"
         "A `lora_<model>` or `qlora_<model>` builder becomes the base builder plus a `peft` section:\n\n"
         + lora
-        + "\n\n## Components\n\n"
-        + _table(["torchtune _component_", "ftune _component_", "details"], components)
+        + "\n\n## Preference, distillation and evaluation configs\n\n"
+        "- DPO: a `lora_dpo` config's reference model is the policy with its adapters off, in both projects. "
+        "torchtune's full DPO loads the reference with its own `ref_checkpointer`; ftune's "
+        "`full_dpo_distributed` takes it from the checkpointer's starting weights, so a `ref_checkpointer` "
+        "of the checkpointer's folder is covered and one of another folder is unsupported.\n"
+        "- Distillation: torchtune's `loss` (the cross-entropy), `kd_loss` (the forward KL) and `kd_ratio` "
+        "become one `loss` section, `ftune.training.KDLoss` with `kd_ratio`. `teacher_model` and "
+        "`teacher_checkpointer` keep their names; ftune's `teacher_tokenizer` is the student's tokenizer, "
+        "because torchtune tokenizes once for both models.\n"
+        "- lm-eval: `eleuther_eval` configs run with ftune's `eval` recipe and its `lm_eval_*` keys (table "
+        "above); `heldout_file` and `text_files` stay unset, so only the lm-eval tasks run.\n"
+        "\n## Components\n\n" + _table(["torchtune _component_", "ftune _component_", "details"], components)
     )
 
 

@@ -1,7 +1,7 @@
 """What each torchtune 0.6.1 config key and component becomes in ftune: the converter's one table.
 
 `ftune convert torchtune-config` reads only this table (plus a few value rules in
-`torchtune_config.py`), and docs/migrating-from-torchtune.md is rendered from it, so the page
+`torchtune_config.py` and `torchtune_methods.py`), and docs/migrating-from-torchtune.md is rendered from it, so the page
 cannot drift from what the converter does. A key is either mapped (to the ftune key named here),
 covered (ftune needs no key for it: the reason says why), or unsupported (the reason says what
 ftune lacks). Nothing is dropped without one of the three.
@@ -21,41 +21,21 @@ RECIPES: dict[str, str] = {
     "lora_finetune_distributed": "lora_finetune_distributed",
     "qat_distributed": "qat_distributed",
     "qat_single_device": "qat_single_device",
+    "qat_lora_finetune_distributed": "qat_lora_finetune_distributed",
+    "lora_dpo_single_device": "lora_dpo_single_device",
+    "lora_dpo_distributed": "lora_dpo_distributed",
+    "full_dpo_distributed": "full_dpo_distributed",
+    "knowledge_distillation_single_device": "knowledge_distillation_single_device",
+    "knowledge_distillation_distributed": "knowledge_distillation_distributed",
     "generate": "generate",
     "quantize": "quantize",
+    "eleuther_eval": "eval",
 }
+KD_RECIPES = ("knowledge_distillation_single_device", "knowledge_distillation_distributed")
 
 # torchtune recipes ftune has no counterpart for yet, with what to do instead.
 MISSING_RECIPES: dict[str, str] = {
-    "qat_lora_finetune_distributed": (
-        "ftune has qat_lora_finetune_distributed, but the converter does not map its configs yet; "
-        "start from `ftune cp smollm2/135M_qat_lora` (or another _qat_lora config)"
-    ),
-    "lora_dpo_single_device": (
-        "ftune has lora_dpo_single_device, but the converter does not map its configs yet; "
-        "start from `ftune cp smollm2/135M_lora_dpo` (or another _lora_dpo config)"
-    ),
-    "lora_dpo_distributed": (
-        "ftune has lora_dpo_distributed, but the converter does not map its configs yet; "
-        "start from `ftune cp smollm2/135M_lora_dpo` (or another _lora_dpo config)"
-    ),
-    "full_dpo_distributed": (
-        "ftune has full_dpo_distributed, but the converter does not map its configs yet; "
-        "start from `ftune cp smollm2/135M_full_dpo` (or another _full_dpo config)"
-    ),
     "ppo_full_finetune_single_device": "not in ftune (PPO)",
-    "knowledge_distillation_single_device": (
-        "ftune has knowledge_distillation_single_device, but the converter does not map its configs yet; "
-        "start from `ftune cp smollm2/360M_to_135M_kd` (or another _kd / _kd_lora config)"
-    ),
-    "knowledge_distillation_distributed": (
-        "ftune has knowledge_distillation_distributed, but the converter does not map its configs yet; "
-        "start from `ftune cp smollm2/360M_to_135M_kd` (or another _kd / _kd_lora config)"
-    ),
-    "eleuther_eval": (
-        "ftune's eval recipe runs lm-eval tasks (ftune run eval --config eval lm_eval_tasks=[...] "
-        "heldout_file=null); its configs are not converted, set those keys by hand"
-    ),
 }
 
 # torchtune model family (torchtune.models.<family>) -> ftune family (ftune.models.<family>).
@@ -139,7 +119,7 @@ SETTINGS: dict[str, Key] = {
     ),
     "tensor_parallel_dim": Key(None, "1 (no tensor parallelism) is ftune's only mode"),
     "tensor_parallel_plan": Key(None, "unused with tensor_parallel_dim 1"),
-    "enable_kv_cache": Key(None, "ftune's generate always decodes with a KV cache"),
+    "enable_kv_cache": Key(None, "ftune always decodes with a KV cache (generate, and eval's generation)"),
     "max_new_tokens": Key("max_new_tokens"),
     "temperature": Key("temperature"),
     "top_k": Key("top_k"),
@@ -151,6 +131,18 @@ NESTED_SETTINGS: dict[str, Key] = {
     "prompt.user": Key("prompt"),
     "prompt.system": Key("system"),
 }
+# Keys of one torchtune recipe's configs (elsewhere they mean something else, or nothing).
+RECIPE_SETTINGS: dict[str, dict[str, Key]] = {
+    "eleuther_eval": {
+        "tasks": Key("lm_eval_tasks"),
+        "limit": Key("lm_eval_limit", "examples per task (ftune's limit caps the held-out records)"),
+        "max_seq_length": Key("lm_eval_max_length"),
+        "include_path": Key("lm_eval_include_path"),
+    },
+    **{r: {"kd_ratio": Key("loss.kd_ratio", "an argument of ftune.training.KDLoss")} for r in KD_RECIPES},
+}
+# torchtune sections that become another ftune section: KD's KL loss is ftune's one `loss` (KDLoss).
+SECTION_INTO: dict[str, str] = {"kd_loss": "loss"}
 
 
 @dataclass(frozen=True)
@@ -193,6 +185,10 @@ _PROFILER_ARGS = (
     "active_steps num_cycles"
 ).split()
 _QUANT = {"groupsize": "group_size"}
+# torchtune passes data_files and name on to load_dataset (**load_dataset_kwargs), as ftune's source does.
+_PREFERENCE = {
+    k: k for k in "source column_map train_on_input new_system_prompt split data_files name".split()
+}
 
 COMPONENTS: dict[str, Component] = {
     "torchtune.training.FullModelHFCheckpointer": _CKPT,
@@ -219,6 +215,21 @@ COMPONENTS: dict[str, Component] = {
         note="8 chunks, torchtune's default",
     ),
     "torch.nn.CrossEntropyLoss": Component("ftune.training.CrossEntropyLoss"),
+    "torchtune.rlhf.loss.DPOLoss": Component(
+        "ftune.training.DPOLoss",
+        args={"beta": "beta", "label_smoothing": "label_smoothing"},
+        set_args={"loss_type": "sigmoid", "beta": 0.1, "label_smoothing": 0.0, "num_chunks": 8},
+        note="loss_type sigmoid (DPO on summed log-probabilities, as torchtune's); torchtune's defaults "
+        "beta 0.1 and label_smoothing 0 are written out; the labelled tokens go to the vocabulary in 8 chunks",
+    ),
+    "torchtune.modules.loss.ForwardKLWithChunkedOutputLoss": Component(
+        "ftune.training.KDLoss",
+        args={"num_output_chunks": "num_chunks", "ignore_index": "ignore_index"},
+        set_args={"num_chunks": 8},
+        note="the loss section: KDLoss mixes kd_ratio (torchtune's top-level key, default 0.5) of this KL "
+        "with the cross-entropy of torchtune's loss section; its KL adds the teacher's entropy, a constant "
+        "torchtune leaves out (the same gradients)",
+    ),
     "torch.optim.AdamW": Component(
         "torch.optim.AdamW",
         args={k: k for k in "lr betas eps weight_decay amsgrad fused foreach".split()},
@@ -272,6 +283,11 @@ COMPONENTS: dict[str, Component] = {
     "torchtune.training.quantization.Int8DynActInt4WeightQATQuantizer": Component(
         "ftune.quantization.Int8DynActInt4Weight", args=_QUANT
     ),
+    "torchtune.training.quantization.Int4WeightOnlyQATQuantizer": Component(
+        "ftune.quantization.Int4WeightOnly",
+        args=_QUANT,
+        covered={"inner_k_tiles": "torchao picks the layout"},
+    ),
     "torchtune.training.quantization.Int8DynActInt4WeightQuantizer": Component(
         "ftune.quantization.Int8DynActInt4Weight", args=_QUANT
     ),
@@ -281,6 +297,30 @@ COMPONENTS: dict[str, Component] = {
         covered={"inner_k_tiles": "torchao picks the layout"},
     ),
     "torchtune.models.llama3.base_llama_tp_plan": Component(None, note="unused with tensor_parallel_dim 1"),
+    "torchtune.datasets.preference_dataset": Component("ftune.datasets.preference_dataset", args=_PREFERENCE),
+    "torchtune.datasets.hh_rlhf_helpful_dataset": Component(
+        "ftune.datasets.preference_dataset",
+        args=_PREFERENCE,
+        set_args={"source": "RLHFlow/HH-RLHF-Helpful-standard"},
+        note="preference_dataset with source RLHFlow/HH-RLHF-Helpful-standard (conversations in chosen, rejected)",
+    ),
+    "torchtune.datasets.stack_exchange_paired_dataset": Component(
+        "ftune.datasets.preference_dataset",
+        args={k: v for k, v in _PREFERENCE.items() if k != "new_system_prompt"},  # not an argument of it
+        set_args={
+            "source": "lvwerra/stack-exchange-paired",
+            "data_files": "data/rl/**",
+            "column_map": {"prompt": "question", "chosen": "response_j", "rejected": "response_k"},
+        },
+        note="preference_dataset with torchtune's source, columns and folder (its data_dir data/rl, which "
+        "`datasets` documents as data_files data/rl/**)",
+    ),
+}
+# torchtune components ftune has no counterpart for, with the reason.
+UNSUPPORTED_COMPONENTS: dict[str, str] = {
+    "torchtune.rlhf.loss.RSOLoss": "the hinge (RSO) loss: ftune.training.DPOLoss has sigmoid, ipo and simpo",
+    "torchtune.modules.loss.ReverseKLWithChunkedOutputLoss": "ftune.training.KDLoss distils with the forward KL only",
+    "torchtune.modules.loss.SymmetricKLWithChunkedOutputLoss": "ftune.training.KDLoss distils with the forward KL only",
 }
 
 # Tokenizer arguments, for every family's tokenizer builder.
