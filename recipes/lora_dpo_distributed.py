@@ -4,7 +4,8 @@ lora_dpo_single_device plus the lines tagged # [dist]: the frozen base and the a
 sharded over the ranks, and the reference model is the same sharded model with its adapters
 switched off (no second copy). The step's loss is the mean over the pairs of every rank, so at
 world size N with batch_size B it computes what lora_dpo_single_device computes with batch_size
-N*B (tests/recipes/test_distributed.py checks it). tests/recipes/test_skeleton.py checks the lines.
+N*B (tests/recipes/test_distributed.py checks it), and validates as lora_dpo_single_device does
+(the figures are all-reduced: the same at any world size). tests/recipes/test_skeleton.py checks the lines.
 """
 
 import torch
@@ -53,7 +54,6 @@ def main(cfg: config.Config) -> None:
     val_loader = training.validation_loader(
         config.instantiate(cfg.dataset_val, tokenizer), batch_size=s.batch_size, collate_fn=collate
     )
-    training.refuse_preference_validation(val_loader)  # [dpo]
 
     loss_fn = config.instantiate(cfg.loss)
     if s.compile:
@@ -111,10 +111,10 @@ def main(cfg: config.Config) -> None:
                 report.step(step, stats, training.count_tokens(micro_batches))
                 profiler.step()
                 if val_loader is not None and training.every(step, s.run_val_every_n_steps):
-                    val = training.eval_loss(
-                        model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
+                    metrics = training.eval_preference(  # [dpo] val_loss, val_rewards/*, val_logps/*
+                        model, reference, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
                     )
-                    report.log(step, {"val_loss": val})
+                    report.log(step, metrics)  # [dpo]
                 if step == steps or stop.check():
                     break
                 if training.every(step, s.save_every_n_steps):

@@ -4,7 +4,9 @@ Trains LoRA adapters on pairs of answers to one prompt (chosen, rejected) with t
 `loss` (ftune.training.DPOLoss: sigmoid DPO, IPO, or reference-free SimPO). The reference model
 is the policy itself with its adapters switched off: no second copy of the weights. The step's
 loss is the mean over its pairs (training.PairStepLoss), and each step logs rewards/chosen,
-rewards/rejected, rewards/margin and rewards/accuracy. This is full_finetune_single_device plus
+rewards/rejected, rewards/margin and rewards/accuracy. Validation on dataset_val's pairs
+(training.eval_preference) logs val_loss, val_rewards/* and val_logps/accuracy, with
+val_logps/reference_accuracy, the figure before training. This is full_finetune_single_device plus
 the lines tagged # [lora] and # [dpo], without the supervised lines tagged # [sft]
 (tests/recipes/test_skeleton.py checks it against an approved diff).
 """
@@ -51,7 +53,6 @@ def main(cfg: config.Config) -> None:
     val_loader = training.validation_loader(
         config.instantiate(cfg.dataset_val, tokenizer), batch_size=s.batch_size, collate_fn=collate
     )
-    training.refuse_preference_validation(val_loader)  # [dpo]
 
     loss_fn = config.instantiate(cfg.loss)
     if s.compile:
@@ -109,10 +110,10 @@ def main(cfg: config.Config) -> None:
                 report.step(step, stats, training.count_tokens(micro_batches))
                 profiler.step()
                 if val_loader is not None and training.every(step, s.run_val_every_n_steps):
-                    val = training.eval_loss(
-                        model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
+                    metrics = training.eval_preference(  # [dpo] val_loss, val_rewards/*, val_logps/*
+                        model, reference, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
                     )
-                    report.log(step, {"val_loss": val})
+                    report.log(step, metrics)  # [dpo]
                 if step == steps or stop.check():
                     break
                 if training.every(step, s.save_every_n_steps):

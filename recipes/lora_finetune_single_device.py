@@ -101,10 +101,10 @@ def main(cfg: config.Config) -> None:
                 report.step(step, stats, training.count_tokens(micro_batches))
                 profiler.step()
                 if val_loader is not None and training.every(step, s.run_val_every_n_steps):
-                    val = training.eval_loss(
+                    val = training.eval_loss(  # [sft]
                         model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
                     )
-                    report.log(step, {"val_loss": val})
+                    report.log(step, {"val_loss": val})  # [sft]
                 if step == steps or stop.check():
                     break
                 if training.every(step, s.save_every_n_steps):

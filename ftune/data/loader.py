@@ -219,7 +219,14 @@ def build_dataloader(
 
 
 def validation_loader(dataset: Any, *, batch_size: int, collate_fn: Any) -> Any:
-    """A plain, unshuffled loader for validation: every evaluation reads the same first batches."""
+    """A plain, unshuffled loader for validation: every evaluation reads the same first batches.
+
+    It has a generator of its own: each ``iter()`` of a torch DataLoader draws a seed from its
+    generator, and without one from the global RNG, so a validation pass would shift the dropout
+    draws of every later training step (a run with validation would then train differently).
+    """
     if dataset is None:
         return None
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
+    return torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn, generator=torch.Generator()
+    )

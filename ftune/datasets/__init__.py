@@ -2,7 +2,14 @@
 
 from ftune.datasets.chat import chat_dataset
 from ftune.datasets.concat import ConcatDataset, concat_datasets
-from ftune.datasets.demo import demo_dataset, exact_match, read_demo_examples, write_demo_data
+from ftune.datasets.demo import (
+    demo_dataset,
+    demo_preference_dataset,
+    exact_match,
+    read_demo_examples,
+    write_demo_data,
+    write_demo_preference_data,
+)
 from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
 from ftune.datasets.preference import PreferenceDataset, preference_dataset
 from ftune.datasets.sft import SFTDataset
@@ -19,6 +26,7 @@ __all__ = [
     "chat_dataset",
     "concat_datasets",
     "demo_dataset",
+    "demo_preference_dataset",
     "exact_match",
     "instruct_dataset",
     "load_source",
@@ -26,4 +34,5 @@ __all__ = [
     "read_demo_examples",
     "text_completion_dataset",
     "write_demo_data",
+    "write_demo_preference_data",
 ]

@@ -20,6 +20,7 @@ from ftune.training.batch_loss import batch_loss
 from ftune.training.cadence import every, every_after, total_steps
 from ftune.training.compile import compile_loss, compile_model
 from ftune.training.dpo_loss import DPOLoss, PairLogps, PairLosses
+from ftune.training.dpo_validation import eval_preference
 from ftune.training.fsdp import is_sharded, shard_model
 from ftune.training.kd_loss import KDLoss, teacher_forward
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
@@ -35,12 +36,7 @@ from ftune.training.metric_logging import (
 from ftune.training.optimizer import build_optimizer
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.peft_setup import apply_peft
-from ftune.training.preference_step import (
-    PairStepLoss,
-    ReferenceModel,
-    preference_loss,
-    refuse_preference_validation,
-)
+from ftune.training.preference_step import PairStepLoss, ReferenceModel, preference_loss
 from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
@@ -89,7 +85,6 @@ __all__ = [
     "apply_peft",
     "batch_loss",
     "preference_loss",
-    "refuse_preference_validation",
     "build_collate",
     "check_same_vocab",
     "load_teacher",
@@ -104,6 +99,7 @@ __all__ = [
     "count_tokens",
     "default_dtype",
     "eval_loss",
+    "eval_preference",
     "every",
     "every_after",
     "get_device",

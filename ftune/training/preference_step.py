@@ -68,6 +68,28 @@ class ReferenceModel:
         return logps
 
 
+def preference_batch(
+    loss_fn: DPOLoss, batch: Batch, *, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check a preference batch and its loss; return its ``tokens`` and shifted ``labels`` on ``device``.
+
+    Raises:
+        ValueError: for a packed batch (preference pairs are not packed), or a loss that is not a DPOLoss.
+    """
+    if not isinstance(loss_fn, DPOLoss):
+        raise ValueError(
+            f"loss: the DPO recipes score pairs of answers and need loss._component_=ftune.training.DPOLoss; "
+            f"got {type(loss_fn).__module__}.{type(loss_fn).__name__}."
+        )
+    check_batch(batch)
+    if "document_ids" in batch:
+        raise ValueError(
+            "preference_loss got a packed batch; DPO scores whole answers and does not support packing."
+        )
+    tokens = batch["tokens"].to(device, non_blocking=True)
+    return tokens, shift_labels(batch["labels"].to(device, non_blocking=True))  # (2b, s)
+
+
 def preference_loss(
     model: nn.Module,
     loss_fn: DPOLoss,
@@ -93,37 +115,12 @@ def preference_loss(
     Raises:
         ValueError: for a packed batch (preference pairs are not packed), or a loss that is not a DPOLoss.
     """
-    if not isinstance(loss_fn, DPOLoss):
-        raise ValueError(
-            f"loss: the DPO recipes score pairs of answers and need loss._component_=ftune.training.DPOLoss; "
-            f"got {type(loss_fn).__module__}.{type(loss_fn).__name__}."
-        )
-    check_batch(batch)
-    if "document_ids" in batch:
-        raise ValueError(
-            "preference_loss got a packed batch; DPO scores whole answers and does not support packing."
-        )
-    tokens = batch["tokens"].to(device, non_blocking=True)
-    labels = shift_labels(batch["labels"].to(device, non_blocking=True))  # (2b, s)
+    tokens, labels = preference_batch(loss_fn, batch, device=device)
     ref = reference.row_logps(loss_fn, tokens, labels) if loss_fn.needs_reference else None
     hidden = model.hidden(tokens, input_pos=None, mask=None)  # (2b, s, dim)
     policy = PairLogps.from_rows(*loss_fn.row_logps(model.output_weight, hidden, labels))
     pairs = loss_fn(policy, ref)
     return pairs.losses.sum(), pairs
-
-
-def refuse_preference_validation(val_loader: object | None) -> None:
-    """Refuse a ``dataset_val`` in a DPO recipe: its validation is the supervised token loss, not a preference one.
-
-    Raises:
-        ValueError: if ``val_loader`` is not None.
-    """
-    if val_loader is not None:
-        raise ValueError(
-            "dataset_val: the DPO recipes have no validation pass yet (the shared one computes the supervised "
-            "token loss, not a preference loss); given a dataset_val section, accepted: null. Fix: set "
-            "dataset_val=null."
-        )
 
 
 class PairStepLoss(StepLoss):

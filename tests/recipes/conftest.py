@@ -46,8 +46,9 @@ def load_recipe(name: str):
 
 
 def overrides_for(config: str, checkpoint: Path, data_dir: Path, output_dir: Path) -> list[str]:
-    """The tiny-model overrides of a shipped config: preference data for the DPO methods, the demo data otherwise."""
-    if registry.method_of(config) in ("lora_dpo", "full_dpo"):
+    """The tiny-model overrides of a shipped config: preference data for the DPO methods (but those on the
+    demo task's pairs, smollm2/135M_demo_lora_dpo), the demo data otherwise."""
+    if registry.method_of(config) in ("lora_dpo", "full_dpo") and "_demo_" not in config:
         return tiny_preference_overrides(checkpoint, data_dir, output_dir)
     return tiny_overrides(checkpoint, data_dir, output_dir)
 

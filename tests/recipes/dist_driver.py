@@ -4,7 +4,8 @@ per run would cost ~10 s each). Writes {case: "ok" | error} as JSON on rank 0.
     torchrun --nproc_per_node 2 dist_driver.py <recipe> <config> <workdir> <checkpoint> <case>...
 
 Cases are feature names from tests/recipes/features.py, plus "losses" (4 steps at batch_size 2 per
-rank, logs kept in <workdir>/losses for the test to compare with the single-device run), plus
+rank, logs kept in <workdir>/losses for the test to compare with the single-device run; the DPO
+recipes also validate at steps 2 and 4), plus
 "resume_dropout" (the resume check with LoRA dropout on), "sigterm" (SIGTERM on rank 0 only), plus
 "<feature>@<mutant>": the feature's check under that mutant of tests/recipes/mutants.py, whose
 result is "killed: ...", "survived" or "error: ..." (the mutation test of the distributed recipes).
@@ -28,6 +29,7 @@ from conftest import load_recipe, overrides_for  # noqa: E402
 from features import CHECKS, read_log  # noqa: E402
 from mutants import mutant_named, outcome  # noqa: E402
 from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint  # noqa: E402
+from tiny_preference import VAL_EVERY_2  # noqa: E402
 
 from ftune import registry  # noqa: E402
 from ftune.config import load_config  # noqa: E402
@@ -69,8 +71,9 @@ def main() -> None:
                 feature, name = case.split("@")
                 results[case] = outcome(feature, mutant_named(feature, name), run, out)
             else:
-                if case == "losses":
-                    run("max_steps=4", output_dir=out)
+                if case == "losses":  # the DPO runs validate too: their figures are compared as well
+                    dpo = registry.method_of(config) in ("lora_dpo", "full_dpo")
+                    run("max_steps=4", *(VAL_EVERY_2 if dpo else ()), output_dir=out)
                 elif case == "sigterm":
                     sigterm_on_rank_0(run, out)
                 elif case == "resume_dropout":  # LoRA dropout draws in every step after the restore point

@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import load_recipe  # tests/recipes/conftest.py (at import time: the module of this folder)
 from safetensors.torch import load_file
+from tiny_preference import VAL_EVERY_2  # tests/assets (on the path: tests/recipes/conftest.py)
 
 from ftune import registry
 
@@ -207,16 +208,29 @@ def test_qat_lora_base_is_frozen_and_fake_quantized(launched):
 def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp_path):
     results, workdir = launched(recipe)
     single = RECIPES[recipe][1]
-    logs, out = run_recipe(single, RECIPES[recipe][0], "max_steps=4", output_dir=tmp_path / "single")
+    dpo = "dpo" in recipe
+    val = VAL_EVERY_2 if dpo else ()  # as in tests/recipes/dist_driver.py's "losses" case
+    logs, out = run_recipe(single, RECIPES[recipe][0], "max_steps=4", *val, output_dir=tmp_path / "single")
     from features import read_log
 
-    dist_logs = [r for r in read_log(workdir / "losses") if "loss" in r]
-    if "dpo" in recipe:  # the DPO rewards are step means over the pairs of every rank
+    dist_rows = read_log(workdir / "losses")
+    dist_logs = [r for r in dist_rows if "loss" in r]
+    if dpo:  # the DPO rewards are step means over the pairs of every rank
         # A reward is beta times a difference of two summed log-probabilities of about -100: float
         # rounding (batches of 4 rows per rank against 8) leaves about 1e-7 of it, whatever its size.
         for key in ("rewards/chosen", "rewards/rejected", "rewards/margin", "rewards/accuracy"):
-            got, want = [r[key] for r in dist_logs], [r[key] for r in logs]
+            got, want = [r[key] for r in dist_logs], [r[key] for r in logs if "loss" in r]
             assert got == pytest.approx(want, rel=1e-5, abs=2e-6), key
+        # The validation figures are means over the same 16 held-out pairs: every rank reads them all
+        # (2 per batch against 4) and the sums are all-reduced, so world size 2 logs what one device does.
+        got, want = ({r["step"]: r for r in rows if "val_loss" in r} for rows in (dist_rows, logs))
+        assert sorted(got) == sorted(want) == [2, 4]
+        for step in want:
+            keys = sorted(k for k in want[step] if k.startswith("val_"))
+            assert len(keys) == 7 and keys == sorted(k for k in got[step] if k.startswith("val_"))
+            assert [got[step][k] for k in keys] == pytest.approx(
+                [want[step][k] for k in keys], rel=1e-5, abs=2e-6
+            )
     name = "adapter_model.safetensors" if "lora" in recipe else "model.safetensors"
     a, b = load_file(str(out / "step_4" / name)), load_file(str(workdir / "losses" / "step_4" / name))
     assert a.keys() == b.keys()

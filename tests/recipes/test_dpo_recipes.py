@@ -4,16 +4,36 @@ The registry's ✓ features of the DPO recipes are checked by test_features_sing
 test_mutation.py (and test_distributed.py at world size 2); this file checks what is DPO's own.
 """
 
+import json
 import math
+import shutil
 
 import pytest
+import torch
 from features import losses
+from run_logs import _weights
 from spies import models_run
 
+from ftune.checkpointing.inference import merge_adapter_folder
+from ftune.data.messages import Message
+from ftune.models import load_hf
+from ftune.models.smollm2 import smollm2_tokenizer
 from ftune.modules.transformer import TransformerDecoder
 
 LORA = ("lora_dpo_single_device", "smollm2/135M_lora_dpo")
+FULL = ("full_dpo_distributed", "smollm2/135M_full_dpo")  # in this process: a world of one
 REWARDS = {"rewards/chosen", "rewards/rejected", "rewards/margin", "rewards/accuracy"}
+VAL_ORDER = (
+    "val_loss",
+    "val_rewards/chosen",
+    "val_rewards/rejected",
+    "val_rewards/margin",
+    "val_rewards/accuracy",
+    "val_logps/accuracy",
+    "val_logps/reference_accuracy",
+)
+VAL_KEYS = set(VAL_ORDER)
+VAL = ("run_val_every_n_steps=2", "max_val_batches=null")
 
 
 def test_lora_dpo_reference_is_the_policy_with_adapters_off(run_recipe, tmp_path):
@@ -49,14 +69,113 @@ def test_ipo_and_simpo_run_from_the_config(run_recipe, tmp_path):
     assert simpo[0]["rewards/chosen"] < 0 and math.isfinite(losses(simpo)[0])
 
 
-def test_packing_and_validation_are_refused_with_a_message(run_recipe, demo_dir, tmp_path):
+def test_packing_is_refused_with_a_message(run_recipe, tmp_path):
     with pytest.raises(ValueError, match=r"dataset.packed: preference_dataset .* does not pack"):
         run_recipe(*LORA, "max_steps=1", "dataset.packed=true", output_dir=tmp_path / "p")
-    with pytest.raises(ValueError, match="dataset_val: the DPO recipes have no validation pass"):
-        run_recipe(
-            *LORA,
-            "max_steps=1",
-            "dataset_val._component_=ftune.datasets.preference_dataset",
-            f"dataset_val.source={demo_dir / 'preference.jsonl'}",
-            output_dir=tmp_path / "v",
-        )
+
+
+# --- validation: training.eval_preference on dataset_val (tests/assets/tiny_preference.py: 16 held-out pairs)
+
+
+def val_rows(logs):
+    return {row["step"]: row for row in logs if "val_loss" in row}
+
+
+def answer_logp(model, tokens: list[int], masked: list[bool]) -> float:
+    """log p of the unmasked tokens from the model's full logits (no chunking, no padding, no shift helper)."""
+    logp = model(torch.tensor([tokens]))[0].double().log_softmax(-1)  # (s, vocab)
+    return sum(logp[t - 1, tokens[t]].item() for t in range(1, len(tokens)) if not masked[t])
+
+
+def test_validation_figures_equal_the_formula_on_the_held_out_pairs(
+    run_recipe, tiny_checkpoint, demo_dir, tmp_path
+):
+    """The pass at step 2 against an independent computation: the policy is the base with the saved
+    step-2 adapters merged in, the reference the base checkpoint, the log-probabilities full softmaxes."""
+    steps = ("max_steps=2", "lr_scheduler.num_warmup_steps=0", "optimizer.lr=0.01", *VAL)
+    logs, out = run_recipe(*LORA, *steps, output_dir=tmp_path / "v")
+    val = val_rows(logs)
+    assert sorted(val) == [2] and VAL_KEYS <= val[2].keys(), val
+
+    reference = load_hf(tiny_checkpoint).eval()
+    policy = load_hf(tiny_checkpoint).eval()
+    policy.load_state_dict(merge_adapter_folder(policy.state_dict(), out / "step_2", family="smollm2"))
+    tokenizer = smollm2_tokenizer(tiny_checkpoint, max_seq_len=64)
+    beta, rows = 0.1, []
+    lines = (demo_dir / "preference_val.jsonl").read_text().splitlines()
+    with torch.no_grad():
+        for record in map(json.loads, lines):
+            logps = {}
+            for side in ("chosen", "rejected"):
+                messages = [
+                    Message("user", record["prompt"], masked=True),
+                    Message("assistant", record[side]),
+                ]
+                tokens, masked = tokenizer.tokenize_messages(messages, add_eos=True)
+                logps[side] = (answer_logp(policy, tokens, masked), answer_logp(reference, tokens, masked))
+            (pc, rc), (pr, rr) = logps["chosen"], logps["rejected"]
+            chosen, rejected = beta * (pc - rc), beta * (pr - rr)
+            loss = -math.log(1 / (1 + math.exp(-(chosen - rejected))))
+            rows.append((loss, chosen, rejected, chosen - rejected, chosen > rejected, pc > pr, rc > rr))
+    want = dict(zip(VAL_ORDER, (sum(col) / len(rows) for col in zip(*rows))))
+    assert len(rows) == 16
+    assert {k: val[2][k] for k in VAL_ORDER} == pytest.approx(want, rel=1e-4, abs=1e-6)
+    assert val[2]["val_rewards/margin"] != 0, "the policy never left the reference"
+
+
+def test_validation_leaves_the_training_weights_and_rng_untouched(run_recipe, tmp_path):
+    """With LoRA dropout on (training draws from the RNG), a run that validates after every step trains
+    exactly as one that never does: same losses, same adapters."""
+    common = ("max_steps=3", "peft.dropout=0.1", "lr_scheduler.num_warmup_steps=0", "optimizer.lr=0.01")
+    plain, a = run_recipe(*LORA, *common, output_dir=tmp_path / "plain")
+    checked, b = run_recipe(
+        *LORA, *common, "run_val_every_n_steps=1", "max_val_batches=2", output_dir=tmp_path / "v"
+    )
+    assert sorted(val_rows(checked)) == [1, 2, 3] and not val_rows(plain)
+    assert losses(checked) == losses(plain)
+    wa, wb = _weights(a / "step_3"), _weights(b / "step_3")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_resume_with_validation_is_exact(run_recipe, tmp_path):
+    """4 straight steps equal 2 + resume + 2, losses and validation figures, with dropout on."""
+    common = ("max_steps=4", "peft.dropout=0.1", "run_val_every_n_steps=1", "max_val_batches=2")
+    straight, _ = run_recipe(*LORA, *common, output_dir=tmp_path / "a")
+    first, b = run_recipe(*LORA, *common, "save_every_n_steps=2", output_dir=tmp_path / "b")
+    shutil.rmtree(b / "step_4")
+    shutil.rmtree(b / "logs")
+    second, _ = run_recipe(*LORA, *common, "checkpointer.resume_from_checkpoint=auto", output_dir=b)
+    assert losses(first)[:2] + losses(second) == losses(straight)
+    resumed = {**{k: v for k, v in val_rows(first).items() if k <= 2}, **val_rows(second)}
+    assert sorted(resumed) == [1, 2, 3, 4]
+    assert all(
+        {k: resumed[s][k] for k in VAL_KEYS} == {k: val_rows(straight)[s][k] for k in VAL_KEYS}
+        for s in resumed
+    )
+
+
+def test_full_and_lora_dpo_validate_against_the_same_reference(run_recipe, tmp_path):
+    """Full DPO's frozen copy and LoRA's adapters-off model are both the base checkpoint: the same
+    reference figure, which is what a pass before the first step would report for either policy."""
+    common = (
+        "max_steps=1",
+        "lr_scheduler.num_warmup_steps=0",
+        "optimizer.lr=0.01",
+        "run_val_every_n_steps=1",
+    )
+    lora, _ = run_recipe(*LORA, *common, "max_val_batches=null", output_dir=tmp_path / "lora")
+    full, _ = run_recipe(*FULL, *common, "max_val_batches=null", output_dir=tmp_path / "full")
+    lora_val, full_val = val_rows(lora)[1], val_rows(full)[1]
+    assert VAL_KEYS <= full_val.keys()
+    assert full_val["val_logps/reference_accuracy"] == lora_val["val_logps/reference_accuracy"]
+    assert full_val["val_rewards/margin"] != 0 and lora_val["val_rewards/margin"] != 0
+
+
+def test_the_demo_preference_config_runs_on_the_tiny_model(run_recipe, demo_dir, tmp_path):
+    """smollm2/135M_demo_lora_dpo: its data (written on first use) and its validation of every held-out pair."""
+    logs, _ = run_recipe(
+        "lora_dpo_single_device", "smollm2/135M_demo_lora_dpo", "max_steps=2", "run_val_every_n_steps=2"
+    )
+    assert (demo_dir / "train_pref.jsonl").is_file() and (demo_dir / "heldout_pref.jsonl").is_file()
+    assert len(losses(logs)) == 2 and sorted(val_rows(logs)) == [2]
+    assert all(math.isfinite(val_rows(logs)[2][k]) for k in VAL_KEYS)

@@ -33,7 +33,7 @@ ALLOWED = {
     "knowledge_distillation_distributed": {"kd", "dist", "sft"},
     "qat_single_device": {"qat", "sft"},
     "qat_lora_finetune_distributed": {"lora", "qat", "dist", "sft"},
-    # Preference tuning replaces the supervised lines (# [sft]: collate, step loss, batch loss).
+    # Preference tuning replaces the supervised lines (# [sft]: collate, step loss, batch loss, validation).
     "lora_dpo_single_device": {"lora", "dpo"},
     "lora_dpo_distributed": {"lora", "dpo", "dist"},
     "full_dpo_distributed": {"full", "dpo", "dist"},
