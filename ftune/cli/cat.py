@@ -15,7 +15,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("config", help="shipped config name (see `ftune ls`) or path to a .yaml file")
     parser.add_argument("overrides", nargs="*", help="key=value, a.b=value, ~key")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options may follow the overrides
     try:
         print(load_config(args.config, args.overrides).to_yaml(), end="")
     except Exception as e:  # noqa: BLE001

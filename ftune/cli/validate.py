@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
         help="also trust this package for _component_ paths (repeatable; see docs/config.md)",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options may follow the overrides
     if args.config_option is not None:  # `--config X a=1`: the first word was an override
         args.overrides[:0] = [args.config] if args.config is not None else []
         args.config = args.config_option

@@ -128,6 +128,13 @@ def test_validate_ok(ftune_cli):
     assert "is valid against lora_finetune_single_device's settings" in proc.stdout
 
 
+def test_validate_takes_options_after_the_overrides(ftune_cli):
+    """`ftune validate <config> a=1 --recipe r` as `ftune validate --recipe r <config> a=1` (argparse intermixed)."""
+    proc = ftune_cli("validate", "smollm2/135M_lora", "max_steps=3", "--recipe", "lora_finetune_distributed")
+    assert proc.returncode == 0, proc.stderr
+    assert "is valid against lora_finetune_distributed's settings" in proc.stdout
+
+
 def test_run_unknown_recipe(ftune_cli):
     proc = ftune_cli("run", "lora_finetune_single_devce")
     assert "Did you mean 'lora_finetune_single_device'?" in proc.stderr
