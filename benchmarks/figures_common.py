@@ -51,3 +51,8 @@ def span(values: list[float], fmt: str = ".2f", unit: str = "") -> str:
     return (
         f"{low:{fmt}}{unit}-{high:{fmt}}{unit}" if f"{low:{fmt}}" != f"{high:{fmt}}" else f"{low:{fmt}}{unit}"
     )
+
+
+def lr_text(x: float) -> str:
+    """A learning rate as written on a command line: 2e-4, not 0.0002."""
+    return f"{x:.0e}".replace("e-0", "e-")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from figures_common import load, minutes, provenance, table
+from figures_common import load, lr_text, minutes, provenance, table
 
 
 def readme_speed() -> str:
@@ -144,6 +144,48 @@ def qat_variants() -> str:
         + f"\n\n{variants['note']} Measured on [qat_experiment.json](../benchmarks/results/qat_experiment.json) "
         f'("variants"): {load("qat_experiment")["machine"]["cpu"]}, torch '
         f"{load('qat_experiment')['machine']['torch']}, commit {variants['commit'][:7]}, {variants['date']}."
+    )
+
+
+def _sweep_label(settings: dict, method: str) -> str:
+    lr = settings["lora_lr"] if method == "qat_lora" else settings["lr"]
+    fq = settings["fake_quant_after"]
+    delay = "" if fq is None else f", fake quant after step {fq}"
+    name = "QAT+LoRA" if method == "qat_lora" else "QAT"
+    return f"{name}, lr {lr_text(lr)} (full FT at lr {lr_text(settings['lr'])}), {settings['steps']} steps{delay}"
+
+
+def qat_sweep() -> str:
+    """The runs recorded by benchmarks/qat_record.py: each method against the full fine-tune of the same run."""
+    entries = load("qat_experiment").get("sweep", [])
+    rows, lines = [], []
+    for e in entries:
+        for seed, r in e["seeds"].items():
+            ppl = r["perplexity"]
+            for method, key, conv, flt in (
+                ("qat", "recovered", "qat_converted", "float_qat"),
+                ("qat_lora", "recovered_qat_lora", "qat_lora_converted", "float_qat_lora"),
+            ):
+                if key not in r:
+                    continue
+                rows.append([
+                    _sweep_label(e["settings"], method), seed.removeprefix("seed"),
+                    f"{ppl['float_full']['word_perplexity']:.2f}", f"{ppl['ptq_full']['word_perplexity']:.2f}",
+                    f"{ppl[flt]['word_perplexity']:.2f}", f"{ppl[conv]['word_perplexity']:.2f}",
+                    f"**{r[key]['word_perplexity']:.1%}**", f"{r[key]['bits_per_byte']:.1%}",
+                ])  # fmt: skip
+        m = e["machine"]
+        lines.append(
+            f"- `{e['command']}`: commit {e['commit'][:7]}, {e['date']}, {m['cpu']} ({', '.join(m['flags'])}), "
+            f"torch {m['torch']}, torchao {m['torchao']}; {e['total_seconds'] / 60:.0f} minutes in all ({e['load']})."
+        )
+    header = ["run", "seed", "full FT, float", "full FT, PTQ", "float", "converted", "recovered (word ppl)",
+              "recovered (bits/byte)"]  # fmt: skip
+    return (
+        table(header, rows, "llrrrrrr")
+        + "\n\nWord perplexities; each run's recovered fraction is against the full fine-tune of the same run "
+        "(same learning rate, data, steps and seed). Measured on [qat_experiment.json]"
+        '(../benchmarks/results/qat_experiment.json) ("sweep"):\n\n' + "\n".join(lines)
     )
 
 

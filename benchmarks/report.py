@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import figures_methods as methods  # noqa: E402
 import figures_pages as pages  # noqa: E402
 import figures_text as text  # noqa: E402
 import figures_training as training  # noqa: E402
@@ -49,6 +50,8 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "readme_tests": ("README.md", text.readme_tests),
     "quickstart": ("docs/quickstart.md", pages.quickstart),
     "quickstart_gemma3": ("docs/quickstart.md", pages.quickstart_gemma3),
+    "dpo_demo": ("docs/recipes/lora_dpo_single_device.md", methods.dpo_demo),
+    "kd_demo": ("docs/recipes/knowledge_distillation_single_device.md", methods.kd_demo),
     "gemma3_quickstart": ("docs/models/gemma3.md", lambda: pages.quickstart_gemma3(up="../../")),
     "qat_ptq_cost": ("docs/qat.md", text.qat_ptq_cost),
     "qat_results": ("docs/qat.md", pages.qat_results),
@@ -56,6 +59,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "qat_summary": ("docs/qat.md", text.qat_summary),
     "qat_time": ("docs/qat.md", text.qat_time),
     "qat_variants": ("docs/qat.md", pages.qat_variants),
+    "qat_sweep": ("docs/qat.md", pages.qat_sweep),
     "bf16_slowdown": ("docs/glossary.md", pages.bf16_slowdown),
     "gemma3_conversion": ("docs/checkpoints.md", text.gemma3_conversion),
     "eval_speed": ("docs/recipes/eval.md", pages.eval_speed),

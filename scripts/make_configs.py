@@ -264,7 +264,7 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
             "full_dpo": "5.0e-6",
         }.get(method, "1.0e-3")
     if demo_pairs:
-        lr = "1.0e-3"  # the quickstart's LoRA settings (smollm2/135M_lora)
+        lr = "1.0e-4"  # at the quickstart's 1e-3, DPO degraded the answers (docs/recipes/lora_dpo_single_device.md)
     val = m.demo
     # Validation as in the SFT configs; the demo pairs' pass reads all 100 held-out pairs (25 batches of
     # 4) at steps 30 and 60. No recipe validates at step 0: a DPO pass logs the reference's figure.
