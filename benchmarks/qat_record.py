@@ -81,7 +81,7 @@ def main() -> None:
         "settings": {k: settings[k] for k in KEYS},
         "command": command(settings)
         + (
-            f" (its full fine-tune: the run with the same settings, {args.full_from.name})"
+            f" (its full fine-tune: --full-from {args.full_from.parent.name}/{args.full_from.name})"
             if args.full_from
             else ""
         ),
