@@ -7,7 +7,8 @@ same chat prompts greedily, batch 1, a fixed number of new tokens (no stop token
 both), alternating ftune and transformers prompt by prompt in one process. Reported per tool: the
 median over prompts and rounds of new tokens per second (prefill included) and of the prefill time
 alone (one forward of the prompt), and whether both produced the same tokens (greedy decoding of
-the same weights should; a difference shows where the two computations round apart). Writes
+the same weights should, until two candidates are near-tied and the two computations round apart:
+the results give the first differing position of each generation). Writes
 benchmarks/results/generate_vs_transformers.json.
 """
 
@@ -53,9 +54,11 @@ def main() -> None:
     ours = load_hf(folder, dtype=torch.float32).eval()
     theirs = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(folder)
-    prompts = [
-        tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True) for p in PROMPTS
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in PROMPTS
     ]
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     n = args.new_tokens
 
     def run_ftune(ids: list[int]) -> tuple[list[int], float]:
@@ -88,7 +91,7 @@ def main() -> None:
                 b, tb = run_hf(ids)
                 times["ftune"].append(n / ta)
                 times["transformers"].append(n / tb)
-                same.append(a[:n] == b[:n])
+                same.append(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))
                 for tool in times:
                     prefills[tool].append(prefill(tool, ids))
     load.append(load1())
@@ -117,12 +120,13 @@ def main() -> None:
             "dtype": "fp32",
             "batch": 1,
         },  # fmt: skip
-        same_tokens=f"{sum(same)} of {len(same)} generations",
+        same_tokens=f"{sum(s == n for s in same)} of {len(same)} generations identical; the first differing "
+        f"position, per generation: {same}",
         load_average_1min=load,
     )
     for r in rows:
         print(r)
-    print(f"same tokens: {sum(same)} of {len(same)}; load {load}")
+    print(f"identical: {sum(s == n for s in same)} of {len(same)}; first difference at {same}; load {load}")
 
 
 if __name__ == "__main__":
