@@ -239,3 +239,21 @@ def quantize_speed() -> str:
         f"slower than fp32 ({q8['decode_tok_s']} against {f32['decode_tok_s']} tokens/s decoding at batch 1, see "
         "[generate](generate.md)). " + provenance("generate_quantize", up="../../")
     )
+
+
+def generate_vs_transformers() -> str:
+    r = load("generate_vs_transformers")
+    by = {row["tool"]: row for row in r["rows"]}
+    ft, hf = by["ftune"], by["transformers"]
+    w = r["workload"]
+    return (
+        f"Against transformers' `generate` on the same folder ({w['model']}, fp32, batch 1, greedy, {w['new_tokens']} "
+        f"new tokens, {w['prompts']} chat prompts x {w['rounds']} rounds, alternating in one process): ftune "
+        f"{ft['new_tokens_per_second']} new tokens/s [{ft['new_tokens_per_second_range'][0]}-"
+        f"{ft['new_tokens_per_second_range'][1]}], transformers {hf['new_tokens_per_second']} "
+        f"[{hf['new_tokens_per_second_range'][0]}-{hf['new_tokens_per_second_range'][1]}] "
+        f"({ft['new_tokens_per_second'] / hf['new_tokens_per_second']:.2f}x); prefill {ft['prefill_ms']:.0f} ms "
+        f"against {hf['prefill_ms']:.0f} ms. The greedy outputs agree token for token at first, then part "
+        f"({r['same_tokens']}). `python benchmarks/generate_vs_transformers.py`. "
+        + provenance("generate_vs_transformers", up="../../")
+    )

@@ -68,6 +68,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "recipe_full_dist": ("docs/recipes/full_finetune_distributed.md", training.recipe_full_dist),
     "recipe_lora_dist": ("docs/recipes/lora_finetune_distributed.md", training.recipe_lora_dist),
     "generate_speed": ("docs/recipes/generate.md", pages.generate_speed),
+    "generate_vs_transformers": ("docs/recipes/generate.md", pages.generate_vs_transformers),
     "quantize_speed": ("docs/recipes/quantize.md", pages.quantize_speed),
 }
 
