@@ -51,7 +51,7 @@ def dpo_demo() -> str:
         "exact match (greedy, 100 prompts)",
     ]
     timing = "\n".join(f"- {_timing(r)}" for r in runs)
-    return table(header, rows, "lrrr") + "\n\n" + timing + "\n\n" + provenance("method_demos")
+    return table(header, rows, "lrrr") + "\n\n" + timing + "\n\n" + provenance("method_demos", up="../../")
 
 
 def kd_demo() -> str:
@@ -66,4 +66,4 @@ def kd_demo() -> str:
     ]
     timing = _timing(r)
     header = ["", "exact match (greedy, 100 held-out prompts)"]
-    return table(header, rows, "lr") + "\n\n" + timing + "\n\n" + provenance("method_demos")
+    return table(header, rows, "lr") + "\n\n" + timing + "\n\n" + provenance("method_demos", up="../../")

@@ -115,6 +115,11 @@ def run_recipe(recipe, overrides) -> dict[str, int]:
     return dict(COUNTS)
 
 
+def _counts(trace: Path) -> Path:
+    """Where a rank writes its counts: next to its trace (`with_suffix` would give both ranks one file)."""
+    return trace.with_name(trace.name + ".counts")
+
+
 def _child(recipe, overrides, plan, trace: Path, env: dict) -> None:
     """The training process (never returns): run the recipe, dying at `plan` = (kind, k) if given."""
     global PLAN
@@ -122,7 +127,7 @@ def _child(recipe, overrides, plan, trace: Path, env: dict) -> None:
     try:
         os.environ.update(env)
         PLAN, TRACE[:] = plan, [trace]
-        trace.with_suffix(".counts").write_text(json.dumps(run_recipe(recipe, overrides)))
+        _counts(trace).write_text(json.dumps(run_recipe(recipe, overrides)))
         code = 0
     except BaseException:  # noqa: BLE001 - the parent sees the exit code, the test the message
         traceback.print_exc()
@@ -142,7 +147,7 @@ def launch(recipe, overrides, out, plan, world, victim=0, delay=None):
     traces = [out.parent / f"{out.name}.trace{r}" for r in range(world)]
     for t in traces:
         t.unlink(missing_ok=True)
-        t.with_suffix(".counts").unlink(missing_ok=True)
+        _counts(t).unlink(missing_ok=True)
     pids = []
     for rank in range(world):
         env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)}
@@ -164,7 +169,7 @@ def launch(recipe, overrides, out, plan, world, victim=0, delay=None):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(other, signal.SIGKILL)
     picked = [json.loads(t.read_text()) if t.exists() else None for t in traces]
-    counts = json.loads(traces[0].with_suffix(".counts").read_text()) if codes[0] == 0 else None
+    counts = json.loads(_counts(traces[0]).read_text()) if codes[0] == 0 else None
     return [codes[r] for r in range(world)], picked, counts
 
 
