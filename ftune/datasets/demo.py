@@ -26,6 +26,7 @@ import os
 import random
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -144,27 +145,41 @@ def generate_demo_pairs(n: int, *, seed: int = 0) -> list[DemoPair]:
     return [_pair(*key) for key in _keys(n, seed)]
 
 
-def _write_jsonl(path: Path, examples: list[DemoExample]) -> None:
+def _write_records(path: Path, records: Iterable[dict]) -> None:
+    """One JSON record a line, written to a temporary file first, then moved into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for ex in examples:
-            messages = [{"role": "user", "content": ex.prompt}, {"role": "assistant", "content": ex.answer}]
-            f.write(json.dumps({"messages": messages}) + "\n")
+        for record in records:
+            f.write(json.dumps(record) + "\n")
     os.replace(tmp, path)
+
+
+def _write_jsonl(path: Path, examples: list[DemoExample]) -> None:
+    _write_records(
+        path,
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": ex.prompt},
+                    {"role": "assistant", "content": ex.answer},
+                ]
+            }
+            for ex in examples
+        ),
+    )
+
+
+def _pair_record(pair: DemoPair) -> dict:
+    user = {"role": "user", "content": pair.prompt}
+    return {
+        "chosen": [user, {"role": "assistant", "content": pair.chosen}],
+        "rejected": [user, {"role": "assistant", "content": pair.rejected}],
+        "rejected_kind": pair.kind,
+    }
 
 
 def _write_pairs_jsonl(path: Path, pairs: list[DemoPair]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for pair in pairs:
-            user = {"role": "user", "content": pair.prompt}
-            record = {
-                "chosen": [user, {"role": "assistant", "content": pair.chosen}],
-                "rejected": [user, {"role": "assistant", "content": pair.rejected}],
-                "rejected_kind": pair.kind,
-            }
-            f.write(json.dumps(record) + "\n")
-    os.replace(tmp, path)
+    _write_records(path, (_pair_record(pair) for pair in pairs))
 
 
 def write_demo_preference_data(
