@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch
-from results_file import ROOT, write_results
+from results_file import ROOT, load1, write_results
 
 MODEL = "SmolLM2-135M-Instruct"
 PROMPTS = [
@@ -30,10 +30,6 @@ PROMPTS = [
     "Write a short poem about the sea.",
     "List five uses of a paperclip.",
 ]
-
-
-def load1() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def main() -> None:

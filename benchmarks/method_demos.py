@@ -29,13 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from results_file import ROOT, write_results
+from results_file import ROOT, load1, write_results
 
 MODEL, REPO = "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"
-
-
-def load1() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def run(cmd: list[str], env: dict[str, str], log: Path) -> float:

@@ -14,22 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import yaml
-from results_file import ROOT, write_results
+from results_file import ROOT, load1, write_results
 
 CONFIGS = {
     "smollm2": ("smollm2/135M_lora", "SmolLM2-135M-Instruct"),
     "gemma3": ("gemma3/270M_lora", "gemma-3-270m"),
 }
-
-
-def load1() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def summarise(out: Path, model: str, total_seconds: float, load: list[float]) -> dict:

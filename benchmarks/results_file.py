@@ -8,6 +8,7 @@ The one format benchmarks/report.py reads to generate the docs' figures:
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -34,6 +35,11 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
     }
+
+
+def load1() -> float:
+    """The machine's 1-minute load average (two decimals), recorded with a run's figures."""
+    return round(os.getloadavg()[0], 2)
 
 
 def commit() -> str:
