@@ -29,8 +29,10 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from results_file import ROOT, load1, write_results
 
+DPO_CONFIG = ROOT / "recipes" / "configs" / "smollm2" / "135M_demo_lora_dpo.yaml"
 MODEL, REPO = "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
@@ -64,7 +66,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "output/method_demos")
     parser.add_argument("--steps", type=int, default=60, help="training steps of each demo")
     parser.add_argument(
-        "--dpo-lr", type=float, default=None, help="the DPO demo's lr (default: the config's, 1e-3)"
+        "--dpo-lr", type=float, default=None, help="the DPO demo's lr (default: the config's)"
     )
     args = parser.parse_args()
     home = args.home.expanduser().resolve()
@@ -121,7 +123,7 @@ def main() -> None:
             "demo": "dpo",
             "command": f"ftune run lora_dpo_single_device --config smollm2/135M_demo_lora_dpo max_steps={args.steps}"
             + "".join(f" {x}" for x in lr),
-            "lr": args.dpo_lr or 1e-3,
+            "lr": args.dpo_lr or float(yaml.safe_load(DPO_CONFIG.read_text())["optimizer"]["lr"]),
             "steps": args.steps,
             "train_seconds": seconds,
             "load_average_1min": load,
