@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftune.training.linear_cross_entropy import linear_cross_entropy
+
 # Same value as ftune.data's CROSS_ENTROPY_IGNORE_IDX (and torch's default ignore_index).
 IGNORE_INDEX = -100
 
@@ -29,6 +31,9 @@ class CrossEntropyLoss(nn.Module):
     #: ignored positions before calling (``ftune.training.batch_loss`` does: it skips their
     #: projection to the vocabulary). A loss that looks across positions must leave this False.
     token_wise: bool = True
+    #: Make the gradients in the forward pass (``ftune.training.linear_cross_entropy``) instead of
+    #: saving each block's log-probs; True for ``ChunkedCrossEntropyLoss``.
+    fused_backward: bool = False
 
     def __init__(self, *, ignore_index: int = IGNORE_INDEX) -> None:
         super().__init__()
@@ -51,6 +56,20 @@ class CrossEntropyLoss(nn.Module):
         # Upcast here, per block: softmax over a large vocab in bf16 loses precision.
         logits = F.linear(hidden, weight).float()  # (tokens, vocab)
         return F.cross_entropy(logits, labels, ignore_index=self.ignore_index, reduction="sum")
+
+    def _fused_backward(self, weight: torch.Tensor, hidden: torch.Tensor) -> bool:
+        """Whether this call goes through ``linear_cross_entropy`` (gradients made in the forward pass).
+
+        Only ``ChunkedCrossEntropyLoss`` does, when autograd will need the gradients and its own
+        ``chunk_loss`` is in place (``compile_loss`` or a test may replace it: the block loop then
+        calls the replacement). ``CrossEntropyLoss`` stays the plain reference.
+        """
+        return (
+            self.fused_backward
+            and "chunk_loss" not in vars(self)
+            and torch.is_grad_enabled()
+            and (weight.requires_grad or hidden.requires_grad)
+        )
 
     def forward(
         self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor
@@ -78,6 +97,11 @@ class CrossEntropyLoss(nn.Module):
         # projection hit a ~4x slower matmul path on CPU.
         flat_hidden = hidden.reshape(-1, hidden.shape[-1])  # (b*s, dim)
         flat_labels = labels.reshape(-1)  # (b*s,)
+        if self._fused_backward(weight, hidden):
+            loss_sum = linear_cross_entropy(
+                flat_hidden, weight, flat_labels, num_chunks=self.num_chunks, ignore_index=self.ignore_index
+            )
+            return loss_sum, int((flat_labels != self.ignore_index).sum())
         loss_sum = hidden.new_zeros((), dtype=torch.float32)
         for h, y in zip(flat_hidden.chunk(self.num_chunks), flat_labels.chunk(self.num_chunks)):
             loss_sum = loss_sum + self.chunk_loss(weight, h, y)
@@ -87,9 +111,12 @@ class CrossEntropyLoss(nn.Module):
 class ChunkedCrossEntropyLoss(CrossEntropyLoss):
     """Token cross-entropy computed over ``num_chunks`` contiguous blocks of tokens.
 
-    Only one block's logits exist in fp32 at a time in the forward pass, so peak memory drops
-    from "full logits in model dtype + fp32 copy + fp32 log-probs" to one block's worth of those.
-    The saved log-probs that backward needs still add up to the full fp32 logits' size.
+    Only one block's logits exist in fp32 at a time, so peak memory drops from "full logits in
+    model dtype + fp32 copy + fp32 log-probs" to one block's worth of those. When autograd needs
+    gradients, each block's gradients are made in the forward pass
+    (``ftune.training.linear_cross_entropy``), so no logits or log-probs are saved for backward
+    either; what is saved is one ``[tokens, dim]`` and, when the weight is trained, one fp32
+    ``[vocab, dim]`` gradient.
 
     Args:
         num_chunks: number of blocks the ``b * s`` tokens are split into.
@@ -106,3 +133,4 @@ class ChunkedCrossEntropyLoss(CrossEntropyLoss):
                 f"ChunkedCrossEntropyLoss: num_chunks must be a positive int, got {num_chunks!r}."
             )
         self.num_chunks = num_chunks
+        self.fused_backward = True
