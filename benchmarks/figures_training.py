@@ -217,3 +217,28 @@ def vs_torchtune(result: dict | None = None) -> str:
         f"{min(loads):.2f}-{max(loads):.2f} cores during the runs."
     )
     return "\n\n".join(x for x in (table(header, rows, "lrrrrrrrrr"), run_line, where) if x)
+
+
+def step_profile() -> str:
+    """Where a step's time goes (benchmarks/step_profile.py): shares of the profiled step, the matmul rate."""
+    r = load("step_profile")
+    peak = max(r["matmul_peak_gflops"])
+    rows = []
+    for row in r["rows"]:
+        s = row["shares"]
+        others = ", ".join(
+            f"{name.removeprefix('aten::')} {share:.0%}" for name, share in row["top_other"][:4]
+        )
+        rows.append([
+            row["method"], f"{row['step_s']:.1f}", f"{row['tok_s']:.0f}", f"{row['matmul_fraction']:.0%}",
+            f"{s['matmul']:.0%}", f"{row['matmul_gflop_s']:.0f} ({row['matmul_rate_of_peak']:.0%})",
+            f"{s['attention']:.0%}", f"{s['loss']:.0%}", f"{s['optimizer']:.0%}", f"{s['other']:.0%} ({others})",
+        ])  # fmt: skip
+    header = ["method", "step s", "tok/s", "of matmul peak", "matmul share", "matmul GFLOP/s (of peak)",
+              "attention", "loss softmax", "optimizer + clipping", "other (largest)"]  # fmt: skip
+    run_line = (
+        f"`{r['command']}`: median of {len(r['rows'][0]['step_s_all'])} steps after 2 warm-up steps, then "
+        f"one step under `torch.profiler` for the shares; fp32 matrix-product peak {peak:.0f} GFLOP/s "
+        f"(measured before and after); {r['note']}."
+    )
+    return "\n\n".join((table(header, rows, "lrrrrrrrrl"), run_line, provenance("step_profile")))

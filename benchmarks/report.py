@@ -45,6 +45,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "why_lora": ("docs/benchmarks.md", text.why_lora),
     "optimizer_state": ("docs/benchmarks.md", text.optimizer_state),
     "vs_torchtune": ("docs/benchmarks.md", training.vs_torchtune),
+    "step_profile": ("docs/benchmarks.md", training.step_profile),
     "readme_speed": ("README.md", pages.readme_speed),
     "readme_quickstart": ("README.md", pages.readme_quickstart),
     "readme_tests": ("README.md", text.readme_tests),
