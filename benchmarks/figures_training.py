@@ -242,3 +242,14 @@ def step_profile() -> str:
         f"(measured before and after); {r['note']}."
     )
     return "\n\n".join((table(header, rows, "lrrrrrrrrl"), run_line, provenance("step_profile")))
+
+
+def step_memory() -> str:
+    """What holds the peak RSS of each variant (benchmarks/step_profile.py)."""
+    r = load("step_profile")
+    parts = ["runtime", "weights", "gradients", "optimizer_state", "activations", "rest"]
+    rows = [[row["method"], f"{row['memory_gib']['peak_rss']:.2f}", *(f"{row['memory_gib'][k]:.2f}" for k in parts)]
+            for row in r["rows"]]  # fmt: skip
+    header = ["method", "peak RSS GiB", "Python + torch + data", "weights", "gradients", "optimizer state",
+              "saved activations", "rest (allocator, transients)"]  # fmt: skip
+    return "\n\n".join((table(header, rows, "lrrrrrrr"), provenance("step_profile")))

@@ -46,6 +46,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "optimizer_state": ("docs/benchmarks.md", text.optimizer_state),
     "vs_torchtune": ("docs/benchmarks.md", training.vs_torchtune),
     "step_profile": ("docs/benchmarks.md", training.step_profile),
+    "step_memory": ("docs/benchmarks.md", training.step_memory),
     "readme_speed": ("README.md", pages.readme_speed),
     "readme_quickstart": ("README.md", pages.readme_quickstart),
     "readme_tests": ("README.md", text.readme_tests),

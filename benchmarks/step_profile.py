@@ -18,8 +18,10 @@ Writes benchmarks/results/step_profile.json; benchmarks/report.py renders docs/b
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -71,7 +73,51 @@ def build(method: str, model_dir: Path) -> tuple[torch.nn.Module, torch.optim.Op
     return model, instantiate(node, params, _path="optimizer"), instantiate(shipped["loss"], _path="loss")
 
 
+def _rss_gib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 2**20
+    raise ValueError(f"/proc/self/status has no {field}")
+
+
+def _gib(tensors) -> float:
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values()) / 2**30
+
+
+def saved_activations_gib(model: torch.nn.Module, loss_fn: torch.nn.Module, batch: dict) -> float:
+    """What one forward keeps for backward: unique storages a saved-tensors hook sees, parameters excluded."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    sizes: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in params:
+            sizes[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t.detach()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        batch_loss(model, loss_fn, batch, device=torch.device("cpu"))
+    return sum(sizes.values()) / 2**30
+
+
+def memory_parts(model, optimizer, loss_fn, batch, runtime_gib: float, peak_gib: float) -> dict[str, float]:
+    """What the peak RSS is made of: each part as if all were held at once, and the rest (allocator, copies)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+    parts = {
+        "peak_rss": peak_gib,
+        "runtime": runtime_gib,
+        "weights": _gib(model.parameters()),
+        "gradients": _gib(trainable),
+        "optimizer_state": _gib(state),
+        "activations": saved_activations_gib(model, loss_fn, batch),
+    }
+    parts["rest"] = parts["peak_rss"] - sum(v for k, v in parts.items() if k != "peak_rss")
+    return {k: round(v, 2) for k, v in parts.items()}
+
+
 def profile_method(method: str, batch: dict, model_dir: Path, steps: int) -> dict:
+    runtime_gib = _rss_gib("VmRSS")  # python, torch and the batch, before the model
     model, optimizer, loss_fn = build(method, model_dir)
     cpu = torch.device("cpu")
 
@@ -91,8 +137,10 @@ def profile_method(method: str, batch: dict, model_dir: Path, steps: int) -> dic
     for i in range(2):
         step(i)
     times = [step(i + 2) for i in range(steps)]
+    peak_gib = _rss_gib("VmHWM")  # before the profiler, which holds every event in memory
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as prof:
         step(steps + 2)
+    memory = memory_parts(model, optimizer, loss_fn, batch, runtime_gib, peak_gib)
     events = list(prof.events())
     spans = {e.name[3:]: e.time_range for e in events if e.name.startswith("## ")}
     buckets: Counter[str] = Counter()
@@ -121,6 +169,7 @@ def profile_method(method: str, batch: dict, model_dir: Path, steps: int) -> dic
         "matmul_gflop_s": round(matmul_flops / matmul_s / 1e9, 1),
         "top_other": [[name, round(us / total, 3)] for name, us in others.most_common(6)],
         "region_s": {r: round((spans[r].end - spans[r].start) / 1e6, 2) for r in REGIONS},
+        "memory_gib": memory,
     }
 
 
@@ -134,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "step_profile.json"
     )
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     model_dir = args.ftune_home / "models" / MODEL_NAME
     hf_config = yaml.safe_load((model_dir / "config.json").read_text())
@@ -141,10 +191,16 @@ def main(argv: list[str] | None = None) -> None:
     tokens = torch.tensor(corpus_rows(model_dir, batch_size, seq_len))
     batch = {"tokens": tokens, "labels": tokens.clone()}
     load_before = load1()
-    peak = [measure.matmul_peak_gflops()]
+    peak = [] if args.child else [measure.matmul_peak_gflops()]
     rows = []
     for method in args.methods:
-        row = profile_method(method, batch, model_dir, args.steps)
+        if args.child:  # this process measures one method (its own peak RSS)
+            print("ROW " + json.dumps(profile_method(method, batch, model_dir, args.steps)), flush=True)
+            return
+        child = [sys.executable, __file__, "--child", "--methods", method, "--steps", str(args.steps),
+                 "--ftune-home", str(args.ftune_home)]  # fmt: skip
+        out = subprocess.run(child, capture_output=True, text=True, check=True).stdout
+        row = json.loads(next(line[4:] for line in out.splitlines() if line.startswith("ROW ")))
         flops = measure.flops_per_step(hf_config, method, batch_size, seq_len)
         row |= {"tok_s": round(batch_size * seq_len / row["step_s"], 1), "flops_per_step": flops}
         rows.append(row)
