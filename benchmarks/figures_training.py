@@ -253,3 +253,19 @@ def step_memory() -> str:
     header = ["method", "peak RSS GiB", "Python + torch + data", "weights", "gradients", "optimizer state",
               "saved activations", "rest (allocator, transients)"]  # fmt: skip
     return "\n\n".join((table(header, rows, "lrrrrrrr"), provenance("step_profile")))
+
+
+def step_memory_allocator() -> str:
+    """The default allocator against huge-page allocations (step_profile.json vs step_profile_thp.json)."""
+    rows = []
+    for name in ("step_profile", "step_profile_thp"):
+        r = load(name)
+        setting = " ".join(f"{k}={v}" for k, v in r.get("env", {}).items()) or "default"
+        for row in r["rows"]:
+            if row["method"] != "full":
+                continue
+            m = row["memory_gib"]
+            rows.append([f"`{setting}`", f"{m['peak_rss']:.2f}", f"{m['rest']:.2f}",
+                         f"{row['step_s']:.1f} {row['step_s_all']}"])  # fmt: skip
+    header = ["full fine-tune, allocator", "peak RSS GiB", "rest GiB", "step s (median, all)"]
+    return "\n\n".join((table(header, rows, "lrrl"), provenance("step_profile", "step_profile_thp")))

@@ -183,8 +183,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "step_profile.json"
     )
+    p.add_argument(
+        "--env", nargs="+", default=[], metavar="KEY=VALUE", help="environment of the measured processes"
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    bad = [kv for kv in args.env if "=" not in kv]
+    if bad:
+        p.error(f"--env takes KEY=VALUE pairs; got {bad}")
+    env = dict(os.environ) | dict(kv.split("=", 1) for kv in args.env)
     model_dir = args.ftune_home / "models" / MODEL_NAME
     hf_config = yaml.safe_load((model_dir / "config.json").read_text())
     batch_size, seq_len = 4, 512
@@ -199,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
             return
         child = [sys.executable, __file__, "--child", "--methods", method, "--steps", str(args.steps),
                  "--ftune-home", str(args.ftune_home)]  # fmt: skip
-        out = subprocess.run(child, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(child, capture_output=True, text=True, check=True, env=env).stdout
         row = json.loads(next(line[4:] for line in out.splitlines() if line.startswith("ROW ")))
         flops = measure.flops_per_step(hf_config, method, batch_size, seq_len)
         row |= {"tok_s": round(batch_size * seq_len / row["step_s"], 1), "flops_per_step": flops}
@@ -213,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         args.out, "step_profile", rows,
         note=f"load average {load_before} before, {load1()} after (this process uses 2 threads)",
         matmul_peak_gflops=[round(x, 1) for x in peak],
+        env=dict(kv.split("=", 1) for kv in args.env),
         workload={"model": MODEL_NAME, "batch": batch_size, "seq_len": seq_len, "dtype": "fp32",
                   "lora": configs.LORA, "lr": configs.LR, "corpus": "pydoc_data.topics, as vs_torchtune.py"},
     )  # fmt: skip
