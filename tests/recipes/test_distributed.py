@@ -35,6 +35,16 @@ RECIPES = {
 }
 # Fake-quantized recipes: their losses differ from their float sibling's (and equal it with QAT off).
 QAT = {"qat_distributed": "qat_single_device", "qat_lora_finetune_distributed": None}
+# Launched only under `-m matrix`, to keep CI under its 10 minutes on 2 cores (each launch is about
+# 30 s of a worker): their skeletons are those of full_finetune_distributed (QAT, KD) and
+# lora_dpo_distributed (full DPO) line for line (tests/recipes/test_skeleton.py), and their
+# single-device siblings' goldens are checked in the default run.
+MATRIX_ONLY = {"qat_distributed", "knowledge_distillation_distributed", "full_dpo_distributed"}
+
+
+def cases(recipes):
+    """The recipes as parameters, those of MATRIX_ONLY marked `matrix`."""
+    return [pytest.param(r, marks=pytest.mark.matrix) if r in MATRIX_ONLY else r for r in recipes]
 
 
 def features(recipe):
@@ -141,7 +151,7 @@ def test_mutant_killed_at_world_size_2(recipe, case, launched):
     assert result.startswith("killed"), f"{recipe}: the {case.replace('@', ' check under mutant ')}: {result}"
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("recipe", cases(RECIPES))
 def test_losses_equal_single_device(recipe, launched):
     results, workdir = launched(recipe)
     assert results["losses"] == "ok", results["losses"]
@@ -173,7 +183,7 @@ def test_resume_with_dropout_is_exact_at_world_size_2(launched):
     assert results["resume_dropout"] == "ok", results["resume_dropout"]
 
 
-@pytest.mark.parametrize("recipe", QAT)
+@pytest.mark.parametrize("recipe", cases(QAT))
 def test_qat_with_fake_quant_off_equals_its_float_sibling(recipe, launched):
     results, workdir = launched(recipe)
     assert results["qat_off"] == "ok", results["qat_off"]
@@ -198,12 +208,14 @@ def test_qat_lora_base_is_frozen_and_fake_quantized(launched):
 
 @pytest.mark.parametrize(
     "recipe",
-    [
-        "full_finetune_distributed",
-        "lora_finetune_distributed",
-        "lora_dpo_distributed",
-        "full_dpo_distributed",
-    ],
+    cases(
+        [
+            "full_finetune_distributed",
+            "lora_finetune_distributed",
+            "lora_dpo_distributed",
+            "full_dpo_distributed",
+        ]
+    ),
 )
 def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp_path):
     results, workdir = launched(recipe)
