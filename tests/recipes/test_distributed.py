@@ -36,8 +36,8 @@ RECIPES = {
 # Fake-quantized recipes: their losses differ from their float sibling's (and equal it with QAT off).
 QAT = {"qat_distributed": "qat_single_device", "qat_lora_finetune_distributed": None}
 # Launched only under `-m matrix`, to keep CI under its 10 minutes on 2 cores (each launch is about
-# 30 s of a worker): their skeletons are those of full_finetune_distributed (QAT, KD) and
-# lora_dpo_distributed (full DPO) line for line (tests/recipes/test_skeleton.py), and their
+# 30 s of a worker): each differs from its parent recipe only by approved, tagged lines
+# (tests/recipes/test_skeleton.py), and full_finetune_distributed, lora_dpo_distributed and their
 # single-device siblings' goldens are checked in the default run.
 MATRIX_ONLY = {"qat_distributed", "knowledge_distillation_distributed", "full_dpo_distributed"}
 
