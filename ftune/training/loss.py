@@ -101,10 +101,10 @@ class CrossEntropyLoss(nn.Module):
             loss_sum = linear_cross_entropy(
                 flat_hidden, weight, flat_labels, num_chunks=self.num_chunks, ignore_index=self.ignore_index
             )
-            return loss_sum, int((flat_labels != self.ignore_index).sum())
-        loss_sum = hidden.new_zeros((), dtype=torch.float32)
-        for h, y in zip(flat_hidden.chunk(self.num_chunks), flat_labels.chunk(self.num_chunks)):
-            loss_sum = loss_sum + self.chunk_loss(weight, h, y)
+        else:
+            loss_sum = hidden.new_zeros((), dtype=torch.float32)
+            for h, y in zip(flat_hidden.chunk(self.num_chunks), flat_labels.chunk(self.num_chunks)):
+                loss_sum = loss_sum + self.chunk_loss(weight, h, y)
         return loss_sum, int((flat_labels != self.ignore_index).sum())
 
 
@@ -126,6 +126,8 @@ class ChunkedCrossEntropyLoss(CrossEntropyLoss):
         ValueError: if ``num_chunks`` is not a positive int.
     """
 
+    fused_backward = True
+
     def __init__(self, num_chunks: int = 8, *, ignore_index: int = IGNORE_INDEX) -> None:
         super().__init__(ignore_index=ignore_index)
         if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
@@ -133,4 +135,3 @@ class ChunkedCrossEntropyLoss(CrossEntropyLoss):
                 f"ChunkedCrossEntropyLoss: num_chunks must be a positive int, got {num_chunks!r}."
             )
         self.num_chunks = num_chunks
-        self.fused_backward = True
