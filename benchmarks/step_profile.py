@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vs_torchtune_configs as configs  # noqa: E402
 import vs_torchtune_measure as measure  # noqa: E402
 from results_file import load1, write_results  # noqa: E402
+from step_ablation import saved_activation_mib  # noqa: E402
 from vs_torchtune import MODEL_NAME, corpus_rows  # noqa: E402
 
 from ftune import training  # noqa: E402
@@ -41,6 +42,7 @@ from ftune.config import instantiate  # noqa: E402
 from ftune.models import load_hf  # noqa: E402
 from ftune.peft import apply_lora  # noqa: E402
 from ftune.training.batch_loss import batch_loss  # noqa: E402
+from ftune.training.memory import peak_memory_gib  # noqa: E402
 
 MATMUL = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm"}
 LOSS = ("softmax", "nll_loss", "_LinearCrossEntropy", "logsumexp")
@@ -73,31 +75,17 @@ def build(method: str, model_dir: Path) -> tuple[torch.nn.Module, torch.optim.Op
     return model, instantiate(node, params, _path="optimizer"), instantiate(shipped["loss"], _path="loss")
 
 
-def _rss_gib(field: str) -> float:
+def _rss_gib() -> float:
+    """The process's current resident set size (VmRSS), GiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
+        if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 2**20
-    raise ValueError(f"/proc/self/status has no {field}")
+    raise ValueError("/proc/self/status has no VmRSS")
 
 
 def _gib(tensors) -> float:
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
     return sum(storages.values()) / 2**30
-
-
-def saved_activations_gib(model: torch.nn.Module, loss_fn: torch.nn.Module, batch: dict) -> float:
-    """What one forward keeps for backward: unique storages a saved-tensors hook sees, parameters excluded."""
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    sizes: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if t.untyped_storage().data_ptr() not in params:
-            sizes[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t.detach()
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        batch_loss(model, loss_fn, batch, device=torch.device("cpu"))
-    return sum(sizes.values()) / 2**30
 
 
 def memory_parts(model, optimizer, loss_fn, batch, runtime_gib: float, peak_gib: float) -> dict[str, float]:
@@ -110,14 +98,14 @@ def memory_parts(model, optimizer, loss_fn, batch, runtime_gib: float, peak_gib:
         "weights": _gib(model.parameters()),
         "gradients": _gib(trainable),
         "optimizer_state": _gib(state),
-        "activations": saved_activations_gib(model, loss_fn, batch),
+        "activations": saved_activation_mib(model, loss_fn, batch) / 1024,
     }
     parts["rest"] = parts["peak_rss"] - sum(v for k, v in parts.items() if k != "peak_rss")
     return {k: round(v, 2) for k, v in parts.items()}
 
 
 def profile_method(method: str, batch: dict, model_dir: Path, steps: int) -> dict:
-    runtime_gib = _rss_gib("VmRSS")  # python, torch and the batch, before the model
+    runtime_gib = _rss_gib()  # python, torch and the batch, before the model
     model, optimizer, loss_fn = build(method, model_dir)
     cpu = torch.device("cpu")
 
@@ -137,7 +125,9 @@ def profile_method(method: str, batch: dict, model_dir: Path, steps: int) -> dic
     for i in range(2):
         step(i)
     times = [step(i + 2) for i in range(steps)]
-    peak_gib = _rss_gib("VmHWM")  # before the profiler, which holds every event in memory
+    peak_gib = peak_memory_gib("cpu")[
+        "peak_rss_gib"
+    ]  # before the profiler, which holds every event in memory
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as prof:
         step(steps + 2)
     memory = memory_parts(model, optimizer, loss_fn, batch, runtime_gib, peak_gib)
@@ -191,22 +181,24 @@ def main(argv: list[str] | None = None) -> None:
     bad = [kv for kv in args.env if "=" not in kv]
     if bad:
         p.error(f"--env takes KEY=VALUE pairs; got {bad}")
-    env = dict(os.environ) | dict(kv.split("=", 1) for kv in args.env)
+    extra_env = dict(kv.split("=", 1) for kv in args.env)
     model_dir = args.ftune_home / "models" / MODEL_NAME
     hf_config = yaml.safe_load((model_dir / "config.json").read_text())
     batch_size, seq_len = 4, 512
-    tokens = torch.tensor(corpus_rows(model_dir, batch_size, seq_len))
-    batch = {"tokens": tokens, "labels": tokens.clone()}
     load_before = load1()
     peak = [] if args.child else [measure.matmul_peak_gflops()]
     rows = []
     for method in args.methods:
         if args.child:  # this process measures one method (its own peak RSS)
+            tokens = torch.tensor(corpus_rows(model_dir, batch_size, seq_len))
+            batch = {"tokens": tokens, "labels": tokens.clone()}
             print("ROW " + json.dumps(profile_method(method, batch, model_dir, args.steps)), flush=True)
             return
         child = [sys.executable, __file__, "--child", "--methods", method, "--steps", str(args.steps),
                  "--ftune-home", str(args.ftune_home)]  # fmt: skip
-        out = subprocess.run(child, capture_output=True, text=True, check=True, env=env).stdout
+        out = subprocess.run(
+            child, capture_output=True, text=True, check=True, env=os.environ | extra_env
+        ).stdout
         row = json.loads(next(line[4:] for line in out.splitlines() if line.startswith("ROW ")))
         flops = measure.flops_per_step(hf_config, method, batch_size, seq_len)
         row |= {"tok_s": round(batch_size * seq_len / row["step_s"], 1), "flops_per_step": flops}
@@ -220,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
         args.out, "step_profile", rows,
         note=f"load average {load_before} before, {load1()} after (this process uses 2 threads)",
         matmul_peak_gflops=[round(x, 1) for x in peak],
-        env=dict(kv.split("=", 1) for kv in args.env),
+        env=extra_env,
         workload={"model": MODEL_NAME, "batch": batch_size, "seq_len": seq_len, "dtype": "fp32",
                   "lora": configs.LORA, "lr": configs.LR, "corpus": "pydoc_data.topics, as vs_torchtune.py"},
     )  # fmt: skip
