@@ -53,6 +53,7 @@ FEATURES: dict[str, str] = {
     "chunked_loss": "cross-entropy in sequence chunks, never the full fp32 logits",
     "custom_collate": "a collate function chosen in the config",
     "packing": "pack samples into fixed-length rows with a document mask",
+    "padding_free": "a batch's samples end to end in one row: no compute on padding",
     "validation": "loss on dataset_val every run_val_every_n_steps",
     "step_checkpointing": "save every save_every_n_steps, prune with keep_last_n_checkpoints",
     "resume": "exact resume: same losses as an uninterrupted run",

@@ -34,6 +34,7 @@ _SFT_COMMON = {
     "low_precision_optimizers": YES,
     "custom_collate": YES,
     "packing": YES,
+    "padding_free": YES,
     "validation": YES,
     "step_checkpointing": YES,
     "resume": YES,
@@ -85,6 +86,9 @@ _DPO_COMMON = {
         f"{_DPO_UNCHECKED}; a collate_fn must keep padded_collate_preference's layout (chosen rows, then rejected)"
     ),
     "packing": na("preference pairs are scored as whole rows; dataset.packed=true is refused with a message"),
+    "padding_free": na(
+        "preference pairs are scored as whole rows: chosen rows, then rejected (right-padded)"
+    ),
     "validation": YES,  # training.eval_preference: the preference loss, rewards and log-prob accuracy
     "step_checkpointing": na(_DPO_UNCHECKED),
     "resume": YES,

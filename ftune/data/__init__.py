@@ -7,6 +7,7 @@ from ftune.data.collate import (
     padded_collate_packed,
     padded_collate_preference,
     padded_collate_sft,
+    padding_free_collate,
 )
 from ftune.data.loader import StatefulDataLoader, build_dataloader, validation_loader
 from ftune.data.messages import Message
@@ -38,5 +39,6 @@ __all__ = [
     "padded_collate_packed",
     "padded_collate_preference",
     "padded_collate_sft",
+    "padding_free_collate",
     "validation_loader",
 ]

@@ -3,6 +3,7 @@
 A batch is {"tokens": [b, s] long, "labels": [b, s] long} plus, for packed data,
 {"input_pos": [b, s] long, "document_ids": [b, s] long}. Labels are aligned with tokens
 (the training step shifts them); CROSS_ENTROPY_IGNORE_IDX marks positions without loss.
+`padding_free_collate` lays a batch's samples end to end in one packed row instead of padding them.
 """
 
 from __future__ import annotations
@@ -100,6 +101,50 @@ def padded_collate_packed(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Te
         key: torch.stack([torch.as_tensor(item[key], dtype=torch.long) for item in batch])
         for key in PACKED_KEYS
     }
+
+
+def padding_free_collate(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Lay the samples of a batch end to end in one row, without padding (a batch packed on the fly).
+
+    The row carries ``input_pos`` (restarting at 0 for every sample) and ``document_ids`` (the
+    sample's index), so the model keeps every sample to itself and the loss skips each sample's
+    first label, as for packed data: the loss and gradients equal those of the right-padded batch,
+    but no compute goes to padding. On CPU, ftune's attention skips the blocks the document mask
+    excludes, so attention costs what the samples cost alone. On a GPU, attention gets a dense
+    ``(b * s)^2`` mask: there, prefer right padding (``collate_fn: null``) or ``dataset.packed``.
+    Packed items (with "document_ids") are stacked as they are (`padded_collate_packed`), and
+    samples of one length have no padding to save: they are stacked as ``[b, s]`` rows.
+
+    Args:
+        batch: items with "tokens" and "labels" (lists of ints or 1-D tensors of equal length per item).
+
+    Returns:
+        {"tokens", "labels", "input_pos", "document_ids"}: each [1, n] long, n = the samples' total
+        length; or {"tokens", "labels"} [b, s] when every sample is s tokens long.
+
+    Raises:
+        ValueError: the batch is empty, or an item's tokens and labels differ in length.
+    """
+    if not batch:
+        raise ValueError("padding_free_collate: got an empty batch; a batch needs at least one item.")
+    if "document_ids" in batch[0]:
+        return padded_collate_packed(batch)
+    if len({len(item["tokens"]) for item in batch}) == 1:
+        return padded_collate_sft(batch, pad_id=0)  # nothing to pad: no pad id is written
+    rows: dict[str, list[torch.Tensor]] = {key: [] for key in PACKED_KEYS}
+    for i, item in enumerate(batch):
+        tokens = torch.as_tensor(item["tokens"], dtype=torch.long).reshape(-1)
+        labels = torch.as_tensor(item["labels"], dtype=torch.long).reshape(-1)
+        if tokens.numel() != labels.numel():
+            raise ValueError(
+                f"padding_free_collate: item {i} has {tokens.numel()} tokens but {labels.numel()} labels; "
+                "tokens and labels must be aligned (same length) in every dataset item."
+            )
+        rows["tokens"].append(tokens)
+        rows["labels"].append(labels)
+        rows["input_pos"].append(torch.arange(tokens.numel()))
+        rows["document_ids"].append(torch.full((tokens.numel(),), i, dtype=torch.long))
+    return {key: torch.cat(parts)[None] for key, parts in rows.items()}
 
 
 def padded_collate_preference(

@@ -2,7 +2,12 @@ import pytest
 import torch
 
 from ftune.data import CROSS_ENTROPY_IGNORE_IDX
-from ftune.data.collate import padded_collate_packed, padded_collate_preference, padded_collate_sft
+from ftune.data.collate import (
+    padded_collate_packed,
+    padded_collate_preference,
+    padded_collate_sft,
+    padding_free_collate,
+)
 
 
 def test_ignore_index_value():
@@ -75,3 +80,26 @@ def test_preference_collate_chosen_rows_then_rejected_rows():
     out = padded_collate_preference(batch, pad_id=0)
     assert out["tokens"].tolist() == [[1, 2, 0], [4, 0, 0], [1, 3, 3], [5, 0, 0]]
     assert out["labels"].tolist() == [[-100, 2, -100], [4, -100, -100], [-100, 3, 3], [5, -100, -100]]
+
+
+def test_padding_free_collate_lays_samples_end_to_end():
+    batch = [{"tokens": [1, 2, 3], "labels": [-100, 2, 3]}, {"tokens": torch.tensor([4, 5]), "labels": [4, 5]}]
+    out = padding_free_collate(batch)
+    assert {k: v.tolist() for k, v in out.items()} == {
+        "tokens": [[1, 2, 3, 4, 5]],
+        "labels": [[-100, 2, 3, 4, 5]],
+        "input_pos": [[0, 1, 2, 0, 1]],
+        "document_ids": [[0, 0, 0, 1, 1]],
+    }
+    assert all(v.dtype == torch.long for v in out.values())
+
+
+def test_padding_free_collate_stacks_packed_items_and_names_bad_input():
+    packed = {"tokens": [1, 2], "labels": [1, 2], "input_pos": [0, 0], "document_ids": [0, 1]}
+    assert padding_free_collate([packed, packed])["tokens"].tolist() == [[1, 2], [1, 2]]
+    same = padding_free_collate([{"tokens": [1, 2], "labels": [1, 2]}, {"tokens": [3, 4], "labels": [3, 4]}])
+    assert {k: v.tolist() for k, v in same.items()} == {"tokens": [[1, 2], [3, 4]], "labels": [[1, 2], [3, 4]]}
+    with pytest.raises(ValueError, match="item 1 has 2 tokens but 1 labels; tokens and labels must be aligned"):
+        padding_free_collate([{"tokens": [1], "labels": [1]}, {"tokens": [1, 2], "labels": [1]}])
+    with pytest.raises(ValueError, match="got an empty batch"):
+        padding_free_collate([])

@@ -171,6 +171,19 @@ def packing(run, tmp_path):
     assert all(r >= 2 for r in per_step), f"labelled tokens per step, packed / unpacked: {per_step}"
 
 
+def padding_free(run, tmp_path):
+    # The shipped configs lay a batch's samples end to end; collate_fn=null right-pads them instead.
+    padded, _ = run("max_steps=2", "collate_fn=null", output_dir=tmp_path / "padded")
+    flat, _ = run("max_steps=2", output_dir=tmp_path / "flat")
+    # The tiny model's samples are 41-53 tokens: right padding computes positions that hold nothing.
+    fewer = [f < p for f, p in zip(_column(flat, "tokens"), _column(padded, "tokens"))]
+    assert fewer == [True, True], (
+        f"tokens a step: {_column(flat, 'tokens')} vs padded {_column(padded, 'tokens')}"
+    )
+    assert _column(flat, "tokens_trained") == _column(padded, "tokens_trained")  # the same labelled tokens
+    assert losses(flat) == pytest.approx(losses(padded), rel=1e-5)  # and the same loss
+
+
 def validation(run, tmp_path):
     plain, _ = run("max_steps=3", output_dir=tmp_path / "plain")
     logs, _ = run("max_steps=3", "run_val_every_n_steps=2", "max_val_batches=2", output_dir=tmp_path / "v")
@@ -296,6 +309,7 @@ CHECKS = {
         low_precision_optimizers,
         custom_collate,
         packing,
+        padding_free,
         validation,
         step_checkpointing,
         resume,

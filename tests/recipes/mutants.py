@@ -17,6 +17,7 @@ import math
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytest
@@ -191,6 +192,18 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
             "packing_one_sample_per_row",
             "ftune.data.packing.pack_sequences",
             _wrap(ftune.data.packing, "pack_sequences", _one_sample_per_row),
+        ),
+    ),
+    "padding_free": (
+        Mutant(
+            "padding_free_collate_pads",
+            "ftune.data.padding_free_collate",
+            # the configs name ftune.data.padding_free_collate: instantiate reads it from ftune.data
+            _wrap(
+                ftune.data,
+                "padding_free_collate",
+                lambda real: partial(ftune.data.padded_collate_sft, pad_id=0),
+            ),
         ),
     ),
     "validation": (

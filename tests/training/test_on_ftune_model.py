@@ -1,12 +1,14 @@
 """The primitives on a real (tiny) ftune decoder: RoPE positions, GQA, tied embeddings."""
 
 import copy
+from functools import partial
 
 import pytest
 import torch
 import torch.nn.functional as F
 from recipe_step import train_step
 
+from ftune.data.collate import padded_collate_sft, padding_free_collate
 from ftune.models.llama3 import llama3
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.batch_loss import batch_loss
@@ -53,6 +55,29 @@ def test_packed_row_equals_its_documents():
     parts = [batch_loss(model, loss_fn, _batch([d], [d]), device=CPU) for d in (doc_a, doc_b)]
     assert packed_n == sum(n for _, n in parts) == 5 + 3
     torch.testing.assert_close(packed_sum, sum(s for s, _ in parts), rtol=1e-5, atol=1e-5)
+
+
+def test_padding_free_batch_equals_the_padded_batch():
+    """One row of the batch's samples end to end gives the padded batch's loss and gradients."""
+    gen = torch.Generator().manual_seed(3)
+    items = []
+    for n in (9, 4, 13):
+        tokens = torch.randint(0, 96, (n,), generator=gen).tolist()
+        items.append({"tokens": tokens, "labels": [-100] * (n // 3) + tokens[n // 3 :]})  # prompt masked
+    loss_fn = ChunkedCrossEntropyLoss(2)
+    results = []
+    for collate in (partial(padded_collate_sft, pad_id=0), padding_free_collate):
+        model = _model()
+        batch = collate(items)
+        loss_sum, n = batch_loss(model, loss_fn, batch, device=CPU)
+        loss_sum.backward()
+        results.append((batch["tokens"].shape, loss_sum, n, [p.grad for p in model.parameters()]))
+    (padded_shape, padded, padded_n, padded_grads), (flat_shape, flat, flat_n, flat_grads) = results
+    assert padded_shape == (3, 13) and flat_shape == (1, 9 + 4 + 13)  # 13 padding positions fewer
+    assert flat_n == padded_n == (9 - 3 - 1) + (4 - 1 - 1) + (13 - 4 - 1)
+    torch.testing.assert_close(flat, padded, rtol=1e-5, atol=1e-5)
+    for a, b in zip(flat_grads, padded_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("tied", [True, False])
