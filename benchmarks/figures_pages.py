@@ -266,6 +266,20 @@ def generate_vs_transformers() -> str:
         f"[{hf['new_tokens_per_second_range'][0]}-{hf['new_tokens_per_second_range'][1]}] "
         f"({ft['new_tokens_per_second'] / hf['new_tokens_per_second']:.2f}x); prefill {ft['prefill_ms']:.0f} ms "
         f"against {hf['prefill_ms']:.0f} ms. The greedy outputs agree token for token at first, then part "
-        f"({r['same_tokens']}). `python benchmarks/generate_vs_transformers.py`. "
-        + provenance("generate_vs_transformers", up="../../")
+        f"({r['same_tokens']}). " + _eval_vs_transformers(r, ft, hf)
+        + "`python benchmarks/generate_vs_transformers.py`. " + provenance("generate_vs_transformers", up="../../")
+    )  # fmt: skip
+
+
+def _eval_vs_transformers(r: dict, ft: dict, hf: dict) -> str:
+    """The eval path's sentence (batched greedy decoding), when the results file has it."""
+    if "eval_prompts_per_second" not in ft:
+        return ""
+    e = r["workload"]["eval"]
+    return (
+        f"The eval recipe's path, {e['prompts']} date prompts in batches of {e['batch']}, at most "
+        f"{e['max_new_tokens']} new tokens, stopping at the stop tokens: ftune's `exact_match` "
+        f"{ft['eval_prompts_per_second']} prompts/s, transformers' batched `generate` (left-padded) "
+        f"{hf['eval_prompts_per_second']} ({ft['eval_prompts_per_second'] / hf['eval_prompts_per_second']:.2f}x; "
+        f"{ft['same_answers']} answers the same text). "
     )

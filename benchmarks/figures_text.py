@@ -20,24 +20,24 @@ def _pct_span(values: list[float]) -> str:
 
 
 def compile_memory() -> str:
-    full32, full16 = throughput_row("full", "fp32", "on"), throughput_row("full", "bf16", "on")
-    (lean,) = [r for r in load("train_throughput_reruns")["rows"] if r["experiment"].startswith("lean")]
+    rows = {(r["method"], r["compile"]): r for r in load("train_throughput")["rows"] if r["dtype"] == "fp32"}
+    fall = [
+        1 - rows[(m, "on")]["bare_peak_gib"] / rows[(m, "off")]["bare_peak_gib"] for m in ("full", "lora")
+    ]
+    ours = [rows[(m, "on")]["ftune_peak_gib"] for m in ("full", "lora")]
+    bare = [rows[(m, "on")]["bare_peak_gib"] for m in ("full", "lora")]
     return (
-        "With compile, the bare loop's own memory falls by a third (inductor recomputes element-wise\n"
-        "work instead of saving it), so the margin ftune's hand-written savings give in eager mode\n"
-        "mostly disappears; ftune's compiled runs are still the smallest in absolute terms "
-        f"({full32['ftune_peak_gib']:.2f} and {full16['ftune_peak_gib']:.2f} GiB). Letting the lean "
-        f"RMSNorm/SwiGLU backward (below) run under compile too was tried: full fp32 with compile then peaked "
-        f"at {lean['peak_gib']:.2f} GiB ({lean['peak_gib'] / full32['bare_peak_gib']:.2f}x the bare loop's) but "
-        f"ran {_pct(1 - lean['tok_s'] / full32['ftune_tok_s'])} slower ({lean['tok_s']} tok/s), so compiled "
-        "layers keep inductor's own choices. " + provenance("train_throughput_reruns")
+        f"With compile, the bare loop's own memory falls by {_pct_span([100 * f for f in fall])} in fp32 (inductor "
+        "recomputes element-wise work instead of saving it), so the margin ftune's hand-written savings give in "
+        f"eager mode shrinks; ftune's compiled runs peak at {ours[0]:.2f} GiB (full) and {ours[1]:.2f} GiB (LoRA) "
+        f"against the bare loop's {bare[0]:.2f} and {bare[1]:.2f}. " + provenance("train_throughput")
     )
 
 
 def variants_notes() -> str:
     slower = []
     for r in load("train_throughput_variants")["rows"]:
-        if r["method"] == "QLoRA":
+        if r["method"] == "qlora":
             slower.append(
                 100 * (1 - r["ftune_tok_s"] / throughput_row("lora", r["dtype"], "off")["ftune_tok_s"])
             )
@@ -66,34 +66,12 @@ def _ablation(setting: str) -> dict[str, dict]:
     return {r["variant"]: r for r in load("step_ablation")["rows"] if r["setting"] == setting}
 
 
-def attention_backward_rerun() -> str:
-    a = _ablation("full, bf16")
-    rerun = {(r["impl"], r["method"]): r["tok_s"] for r in load("train_throughput_reruns")["rows"]}
-    table_ = {
-        (i, m): throughput_row(m, "bf16", "off")[f"{i}_tok_s"]
-        for i in ("ftune", "bare")
-        for m in ("full", "lora")
-    }
-    worth = [1 - rerun[("ftune", m)] / table_[("ftune", m)] for m in ("full", "lora")]
-    bare = [rerun[("bare", m)] for m in ("full", "lora")]
-    bare_same = all(rerun[("bare", m)] == table_[("bare", m)] for m in ("full", "lora"))
-    return (
-        "The in-process ablation cannot separate the fp32 attention backward from noise "
-        f"({a['all on']['s_per_step']:.2f} against {a['without fp32 attention backward']['s_per_step']:.2f} "
-        f"s/step); end to end it is worth {_pct_span([100 * w for w in worth])}: with it removed, a rerun "
-        f"of the bf16 rows gave {rerun[('ftune', 'full')]} tok/s full and {rerun[('ftune', 'lora')]} LoRA against "
-        f"{table_[('ftune', 'full')]} and {table_[('ftune', 'lora')]} above, while the bare loop's rows gave "
-        f"{bare[0]} and {bare[1]} tok/s{' again' if bare_same else ''}. So it stays. "
-        + provenance("train_throughput_reruns")
-    )
-
-
 def ablation_summary() -> str:
     def gain(setting: str, variant: str) -> float:
         a = _ablation(setting)
         return 100 * (a[variant]["s_per_step"] / a["all on"]["s_per_step"] - 1)
 
-    settings = ("full, fp32", "full, bf16", "LoRA, fp32")
+    settings = tuple(dict.fromkeys(r["setting"] for r in load("step_ablation")["rows"]))
     speed = [
         gain(s, v) for s in settings for v in ("without label selection", "without block-skipping attention")
     ]
@@ -111,35 +89,33 @@ def ablation_summary() -> str:
 
 
 def why_lora() -> str:
-    p = load("lora_step_profile")["rows"][0]
-    full_s = round(p["full_gemm_tflop"] * 1000 / p["gemm_gflop_s"], 1)
-    lora_s = round(p["lora_gemm_tflop"] * 1000 / p["gemm_gflop_s"], 1)
-    common, adapter = p["common_s_per_step"], p["adapter_s_per_step"]
-    lora_ratio = {(d, c): throughput_row("lora", d, c)["ftune_tok_s"] / throughput_row("full", d, c)["ftune_tok_s"]
-                  for d in ("fp32", "bf16") for c in ("off", "on")}  # fmt: skip
-    bare = [throughput_row("lora", d, c)["bare_tok_s"] / throughput_row("full", d, c)["bare_tok_s"]
-            for d in ("fp32", "bf16") for c in ("off", "on")]  # fmt: skip
-    plain = [v for (d, c), v in lora_ratio.items() if d == "fp32" or c == "off"]
+    prof = {r["method"]: r for r in load("step_profile")["rows"]}
+    full, lora = prof["full"], prof["lora"]
+
+    def part(row: dict, share: str) -> float:
+        return row["profiled_step_s"] * row["shares"][share]
+
+    mm = {m: part(r, "matmul") for m, r in prof.items()}
+    rest = {m: r["profiled_step_s"] - mm[m] for m, r in prof.items()}
+    wide = [
+        throughput_row("lora", "fp32", c)["ftune_tok_s"] / throughput_row("full", "fp32", c)["ftune_tok_s"]
+        for c in ("off", "on")
+    ]
+    rank = load("step_profile")["workload"]["lora"]
     return (
-        f"- The decoder's linears do 2 x {p['linear_params_m']}M multiply-adds x {p['tokens']} tokens = "
-        f"{p['linear_forward_gflop']} GFLOP forward. Backward doubles that in a full fine-tune (input and weight "
-        "gradients) and not in LoRA (input gradient only). With the output projection over the labelled "
-        f"positions: {p['full_gemm_tflop']} TFLOP of GEMMs against {p['lora_gemm_tflop']} TFLOP. At the "
-        f"{p['gemm_gflop_s']} GFLOP/s these GEMMs reach here, {full_s} s against {lora_s} s.\n"
-        f"- The adapters' rank-16 GEMMs are skinny and run at {p['adapter_gflop_s_low']}-"
-        f"{p['adapter_gflop_s_high']} GFLOP/s: about {adapter} s a step (after the merged-weight path halved them).\n"
-        "- Everything else is the same in both (attention kernels, norms, activations, RoPE, the optimizer, "
-        f"Python): about {common} s a step in the PyTorch profiler (`torch.profiler`, one step of each recipe's "
-        f"training step), where matrix multiplies are {_pct(p['matmul_share_full'])} of a full step and "
-        f"{_pct(p['matmul_share_lora'])} of a LoRA step.\n\n"
-        f"So the ratio is about ({full_s} + {common}) / ({lora_s} + {adapter} + {common}) = "
-        f"{(full_s + common) / (lora_s + adapter + common):.2f}, against {lora_ratio[('fp32', 'off')]:.2f} measured "
-        f"({span(plain)} without compile or in fp32); even with everything but the GEMMs free it would be "
-        f"{full_s} / {lora_s + adapter:.2f} = {full_s / (lora_s + adapter):.2f}. Reaching the target needs the "
-        "adapters' GEMMs and the common work gone; compile, which fuses much of the common work, comes closest "
-        f"(bf16 with compile: {lora_ratio[('bf16', 'on')]:.2f}x). The bare loop, with the same arithmetic and the "
-        f"textbook LoRA layer, gets {span(bare, unit='x')}. "
-        + provenance("lora_step_profile", "train_throughput")
+        f"- With vs_torchtune's LoRA (rank {rank['rank']} on {' and '.join(rank['targets'])}; the profile above), a LoRA "
+        f"step takes {lora['step_s']:.1f} s against {full['step_s']:.1f} s: {full['step_s'] / lora['step_s']:.2f}x. "
+        f"Its matrix products are {full['flops_per_step'] / lora['flops_per_step']:.2f}x fewer FLOPs (no weight "
+        f"gradients for the frozen linears) and take {mm['lora']:.1f} s against {mm['full']:.1f} s of the profiled "
+        f"steps, at {lora['matmul_gflop_s']:.0f} against {full['matmul_gflop_s']:.0f} GFLOP/s; everything else takes "
+        f"{rest['lora']:.1f} s against {rest['full']:.1f} s (the full step's optimizer and clipping: "
+        f"{part(full, 'optimizer'):.1f} s).\n"
+        f"- With the shipped smollm2/135M_lora config (rank 16 on all seven linears of every layer; the tables "
+        f"above), LoRA is {span(wide, unit='x')} the full fine-tune's tokens/s: the adapters' own GEMMs are "
+        "skinny (rank 16 wide) on every linear, and the work outside the matrix products is the same in both.\n\n"
+        "So LoRA's gain is bounded by the matrix products it removes (the weight gradients of the frozen linears, "
+        "a third of their work) and diluted by the rest of the step, which it does not change. "
+        + provenance("step_profile", "train_throughput")
     )
 
 

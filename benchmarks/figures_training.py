@@ -29,16 +29,21 @@ def throughput() -> str:
 
 def throughput_run() -> str:
     r = load("train_throughput")
+    wall = f" in {r['wall_minutes']} minutes" if "wall_minutes" in r else ""
     return (
-        f"`{r['command']}`, one invocation, {2 * len(r['rows'])} runs (bare and ftune) in {r['wall_minutes']} "
-        "minutes; the LoRA fp32 rows are from a rerun after the last change to the LoRA layer (the merged-weight "
-        "path's break-even, below). tok/s = 2048 / the median step time; peak = the process's peak RSS in GiB."
+        f"`{r['command']}`, one invocation, {2 * len(r['rows'])} runs (bare and ftune){wall}. tok/s = 2048 / the "
+        "median step time; peak = the process's peak RSS in GiB."
     )
+
+
+def dtypes() -> list[str]:
+    """The dtypes the throughput table has rows for (bf16 only where the machine has native bf16)."""
+    return list(dict.fromkeys(r["dtype"] for r in load("train_throughput")["rows"]))
 
 
 def lora_over_full() -> str:
     rows = []
-    for dtype in ("fp32", "bf16"):
+    for dtype in dtypes():
         for c in ("off", "on"):
             lora, full = throughput_row("lora", dtype, c), throughput_row("full", dtype, c)
             rows.append(
@@ -53,12 +58,23 @@ def lora_over_full() -> str:
     return table(header, rows, "llrr")
 
 
+VARIANT_NAMES = {"qlora": "QLoRA", "dora": "DoRA"}
+
+
+def variant_rows() -> dict[str, dict]:
+    """The QLoRA and DoRA rows by display name (fp32: the dtype every machine measures)."""
+    rows = load("train_throughput_variants")["rows"]
+    return {VARIANT_NAMES[r["method"]]: r for r in rows if r["dtype"] == "fp32"}
+
+
 def variants() -> str:
     rows = []
     for r in load("train_throughput_variants")["rows"]:
         lora = throughput_row("lora", r["dtype"], "off")
         same = f"{lora['ftune_tok_s']} tok/s, {lora['ftune_peak_gib']:.2f} GiB"
-        rows.append([r["method"], r["dtype"], r["ftune_tok_s"], f"{r['ftune_peak_gib']:.2f}", same])
+        rows.append(
+            [VARIANT_NAMES[r["method"]], r["dtype"], r["ftune_tok_s"], f"{r['ftune_peak_gib']:.2f}", same]
+        )
     header = ["method", "dtype", "ftune tok/s", "ftune peak GiB", "LoRA, same dtype, table above"]
     return table(header, rows, "llrrl") + "\n\n" + provenance("train_throughput_variants")
 
@@ -86,29 +102,28 @@ def ablation(setting: str) -> Callable[[], str]:
 
 
 def recipe_full_single() -> str:
-    f32, b16 = throughput_row("full", "fp32", "off"), throughput_row("full", "bf16", "off")
+    f32 = throughput_row("full", "fp32", "off")
     return (
-        f"Measured on 2 CPU cores, SmolLM2-135M, 4 x 512 packed tokens a step: {f32['ftune_tok_s']} tok/s and "
-        f"{f32['ftune_peak_gib']:.2f} GiB peak in fp32, {b16['ftune_tok_s']} tok/s and {b16['ftune_peak_gib']:.2f} GiB "
-        f"in bf16, against {f32['bare_tok_s']} and {b16['bare_tok_s']} tok/s ({f32['bare_peak_gib']:.2f} and "
-        f"{b16['bare_peak_gib']:.2f} GiB) for a bare PyTorch loop; compile and the method behind each gain: "
+        f"Measured on 2 CPU cores, SmolLM2-135M, 4 x 512 packed tokens a step, fp32: {f32['ftune_tok_s']} tok/s and "
+        f"{f32['ftune_peak_gib']:.2f} GiB peak, against {f32['bare_tok_s']} tok/s and {f32['bare_peak_gib']:.2f} GiB "
+        "for a bare PyTorch loop; compile, torchtune 0.6.1 and the method behind each gain: "
         "[docs/benchmarks.md](../benchmarks.md). " + provenance("train_throughput", up="../../")
     )
 
 
 def recipe_lora_single() -> str:
     lora = throughput_row("lora", "fp32", "off")
-    variants = {r["method"]: r for r in load("train_throughput_variants")["rows"] if r["dtype"] == "fp32"}
+    variants = variant_rows()
     ratios = [
         throughput_row("lora", d, c)["ftune_tok_s"] / throughput_row("full", d, c)["ftune_tok_s"]
-        for d in ("fp32", "bf16")
+        for d in dtypes()
         for c in ("off", "on")
     ]
     return (
         f"Measured on 2 CPU cores, SmolLM2-135M, 4 x 512 packed tokens a step, fp32: LoRA {lora['ftune_tok_s']} tok/s "
         f"and {lora['ftune_peak_gib']:.2f} GiB peak (a bare loop with a textbook LoRA layer: {lora['bare_tok_s']} tok/s, "
         f"{lora['bare_peak_gib']:.2f} GiB), QLoRA {variants['QLoRA']['ftune_tok_s']} tok/s, DoRA "
-        f"{variants['DoRA']['ftune_tok_s']} tok/s; bf16, compile and why LoRA is {min(ratios):.2f}-{max(ratios):.2f}x "
+        f"{variants['DoRA']['ftune_tok_s']} tok/s; compile and why LoRA is {span(ratios, unit='x')} "
         "a full fine-tune's speed here, not more: [docs/benchmarks.md](../benchmarks.md). "
         + provenance("train_throughput", "train_throughput_variants", up="../../")
     )
@@ -144,7 +159,7 @@ def targets() -> str:
     rows = load("train_throughput")["rows"]
     full = [r for r in rows if r["method"] == "full"]
     speed = [r["ftune_tok_s"] / r["bare_tok_s"] for r in full]
-    cases = [(d, c) for d in ("fp32", "bf16") for c in ("off", "on")]
+    cases = [(d, c) for d in dtypes() for c in ("off", "on")]
     lora = {
         case: throughput_row("lora", *case)["ftune_tok_s"] / throughput_row("full", *case)["ftune_tok_s"]
         for case in cases
@@ -217,6 +232,40 @@ def vs_torchtune(result: dict | None = None) -> str:
         f"{min(loads):.2f}-{max(loads):.2f} cores during the runs."
     )
     return "\n\n".join(x for x in (table(header, rows, "lrrrrrrrrr"), run_line, where) if x)
+
+
+def vs_torchtune_compile() -> str:
+    """The compile-on variants of benchmarks/vs_torchtune.py (their own results file)."""
+    return vs_torchtune(load("vs_torchtune_compile")) + "\n\n" + provenance("vs_torchtune_compile")
+
+
+def vs_torchtune_instruct(result: dict | None = None) -> str:
+    """One epoch of instruction data at each tool's default batching (benchmarks/vs_torchtune_instruct.py)."""
+    r = load("vs_torchtune_instruct") if result is None else result
+    where = provenance("vs_torchtune_instruct") if result is None else ""
+    if r["contended"] or r["quick"]:
+        kind = "a `--quick` run (plumbing, not figures)" if r["quick"] else "a run on a busy machine"
+        return (f"No figures yet: the results file holds {kind}. Rerun `python benchmarks/vs_torchtune_instruct.py` "
+                "on an idle machine, then `python benchmarks/report.py`. " + where).strip()  # fmt: skip
+    tt, ft = ({row["tool"]: row for row in r["rows"]}[tool] for tool in ("torchtune", "ftune"))
+    w = r["workload"]
+    rows = [[
+        f"{tt['epoch_s']:.0f} [{tt['epoch_s_min']:.0f}-{tt['epoch_s_max']:.0f}]",
+        f"{ft['epoch_s']:.0f} [{ft['epoch_s_min']:.0f}-{ft['epoch_s_max']:.0f}]",
+        f"{tt['epoch_s'] / ft['epoch_s']:.2f}x",
+        f"{tt['peak_rss_gib']:.2f}", f"{ft['peak_rss_gib']:.2f}", f"{ft['peak_rss_gib'] / tt['peak_rss_gib']:.2f}",
+        f"{w['padded_tokens']} / {w['tokens']}", f"{tt['step1_loss']:.4f} / {ft['step1_loss']:.4f}",
+    ]]  # fmt: skip
+    header = ["torchtune epoch s", "ftune epoch s", "ftune's speed-up", "torchtune peak GiB", "ftune peak GiB",
+              "ftune / torchtune", "positions computed (tt / ftune)", "step-1 loss (tt / ftune)"]  # fmt: skip
+    loads = [run["others_cores"] for run in r["runs"]]
+    run_line = (
+        f"`{r['command']}`: {w['samples']} samples ({w['labelled_tokens']} labelled tokens), {w['steps']} steps of "
+        f"batch {w['batch']}, at most {w['max_seq_len']} tokens a sample, {w['repeats']} repeats alternating "
+        f"torchtune and ftune; epoch s = median [range] over the repeats; other processes used "
+        f"{min(loads):.2f}-{max(loads):.2f} cores during the runs."
+    )
+    return "\n\n".join(x for x in (table(header, rows, "rrrrrrrr"), run_line, where) if x)
 
 
 def step_profile() -> str:

@@ -8,8 +8,13 @@ both), alternating ftune and transformers prompt by prompt in one process. Repor
 median over prompts and rounds of new tokens per second (prefill included) and of the prefill time
 alone (one forward of the prompt), and whether both produced the same tokens (greedy decoding of
 the same weights should, until two candidates are near-tied and the two computations round apart:
-the results give the first differing position of each generation). Writes
-benchmarks/results/generate_vs_transformers.json.
+the results give the first differing position of each generation).
+
+Then the `eval` recipe's path (`--eval-prompts`, batch `--eval-batch`): ftune's `exact_match`
+(batched greedy decoding with its stop tokens, as `ftune run eval` does) against transformers'
+`generate` on the same prompts, left-padded in batches of the same size, stopping at the same
+stop tokens (`eos_token_id`), alternating the two `--rounds` times: prompts a second, and how many
+answers are the same text. Writes benchmarks/results/generate_vs_transformers.json.
 """
 
 from __future__ import annotations
@@ -32,6 +37,57 @@ PROMPTS = [
 ]
 
 
+def eval_prompts(n: int) -> list[tuple[list[dict], str]]:
+    """`n` date-reformatting prompts (the demo task's kind) with their reference answers."""
+    dates = [(2000 + i % 25, 1 + i % 12, 1 + (7 * i) % 28) for i in range(n)]
+    return [
+        ([{"role": "user", "content": f"Rewrite the date {y}-{m:02d}-{d:02d} in the format DD/MM/YYYY. "
+                                      "Answer with the date only."}], f"{d:02d}/{m:02d}/{y}")
+        for y, m, d in dates
+    ]  # fmt: skip
+
+
+def eval_speed(
+    ours, theirs, tok, folder: Path, n: int, batch: int, new_tokens: int, rounds: int
+) -> list[dict]:
+    """Prompts a second of ftune's exact_match against transformers' batched generate, same prompts and stops."""
+    from ftune.data import Message
+    from ftune.evaluation.exact_match import exact_match
+    from ftune.models.smollm2 import smollm2_tokenizer
+
+    ftok = smollm2_tokenizer(folder)
+    samples = eval_prompts(n)
+    ftune_samples = [
+        ([Message(role=m["role"], content=m["content"]) for m in msgs], ref) for msgs, ref in samples
+    ]
+    tok.padding_side = "left"
+    seconds: dict[str, list[float]] = {"ftune": [], "transformers": []}
+    answers: dict[str, list[str]] = {}
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = exact_match(ours, ftok, ftune_samples, max_new_tokens=new_tokens, batch_size=batch)
+        seconds["ftune"].append(time.perf_counter() - start)
+        answers["ftune"] = result.predictions
+        start, texts = time.perf_counter(), []
+        for i in range(0, n, batch):
+            chats = [
+                tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+                for m, _ in samples[i : i + batch]
+            ]
+            x = tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)
+            out = theirs.generate(**x, max_new_tokens=new_tokens, do_sample=False, eos_token_id=ftok.stop_tokens,
+                                  pad_token_id=tok.pad_token_id or tok.eos_token_id)  # fmt: skip
+            texts += tok.batch_decode(out[:, x["input_ids"].shape[1] :], skip_special_tokens=True)
+        seconds["transformers"].append(time.perf_counter() - start)
+        answers["transformers"] = texts
+    same = sum(a.strip() == b.strip() for a, b in zip(answers["ftune"], answers["transformers"]))
+    return [
+        {"tool": tool, "eval_prompts_per_second": round(n / statistics.median(t), 2),
+         "eval_seconds": [round(x, 1) for x in t], "same_answers": f"{same} of {n}"}
+        for tool, t in seconds.items()
+    ]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -39,6 +95,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "~/.cache/ftune")))
+    parser.add_argument("--eval-prompts", type=int, default=64)
+    parser.add_argument("--eval-batch", type=int, default=32, help="the eval recipe's batch_size")
+    parser.add_argument("--eval-new-tokens", type=int, default=16)
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -90,6 +149,8 @@ def main() -> None:
                 same.append(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))))
                 for tool in times:
                     prefills[tool].append(prefill(tool, ids))
+        evals = eval_speed(ours, theirs, tok, folder, args.eval_prompts, args.eval_batch, args.eval_new_tokens,
+                           args.rounds)  # fmt: skip
     load.append(load1())
     import transformers
 
@@ -100,6 +161,7 @@ def main() -> None:
             "new_tokens_per_second_range": [round(min(times[tool]), 1), round(max(times[tool]), 1)],
             "prefill_ms": round(1000 * statistics.median(prefills[tool]), 1),
         }
+        | next(e for e in evals if e["tool"] == tool)
         for tool in times
     ]
     write_results(
@@ -115,6 +177,11 @@ def main() -> None:
             "prompt_tokens": [len(p) for p in prompts],
             "dtype": "fp32",
             "batch": 1,
+            "eval": {
+                "prompts": args.eval_prompts,
+                "batch": args.eval_batch,
+                "max_new_tokens": args.eval_new_tokens,
+            },
         },  # fmt: skip
         same_tokens=f"{sum(s == n for s in same)} of {len(same)} generations identical; the first differing "
         f"position, per generation: {same}",

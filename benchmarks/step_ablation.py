@@ -1,6 +1,7 @@
 """Before/after of each training-speed optimization, measured inside one process.
 
     python benchmarks/step_ablation.py --method full --dtype fp32 [--rounds 3] [--threads 1]
+    python benchmarks/step_ablation.py --method lora --results benchmarks/results/step_ablation.json
 
 Runs the recipes' training step (forward, backward, clipping, AdamW) on SmolLM2-135M-Instruct with the benchmark's batch (demo
 dataset packed into 4 x 512 tokens, ChunkedCrossEntropyLoss(8), AdamW, clipping at 1.0), and
@@ -130,6 +131,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="measured steps per variant")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--ftune-home", type=Path, default=Path("/tmp/bench_home"))
+    parser.add_argument(
+        "--results", type=Path, default=None,
+        help="write this setting's rows into the results file the docs are generated from (its other settings kept)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -188,12 +193,36 @@ def main() -> None:
     print(f"\n{args.method} {args.dtype}, {torch.get_num_threads()} threads, {args.rounds} steps per variant")
     print("| variant | wall s/step | cpu s/step | tok/s (wall) | tok/cpu-s | saved activations MiB |")
     print("|---|---:|---:|---:|---:|---:|")
+    rows = []
     for variant in variants:
         wall = statistics.median(t[0] for t in times[variant])
         cpu = statistics.median(t[1] for t in times[variant])
         print(
             f"| {variant} | {wall:.2f} | {cpu:.2f} | {2048 / wall:.1f} | {2048 / cpu:.1f} | {memory[variant]:.0f} |"
         )
+        rows.append({"variant": variant, "s_per_step": round(wall, 2), "tok_s": round(2048 / wall),
+                     "saved_activations_mib": round(memory[variant])})  # fmt: skip
+    if args.results:
+        write_setting(
+            args.results, f"{'LoRA' if args.method == 'lora' else 'full'}, {args.dtype}", rows, args.rounds
+        )
+
+
+def write_setting(path: Path, setting: str, rows: list[dict], rounds: int) -> None:
+    """Replace `setting`'s rows of the results file (the other settings' rows, each with its commit, stay)."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from results_file import commit, write_results
+
+    kept = (
+        [r for r in json.loads(path.read_text())["rows"] if r["setting"] != setting] if path.is_file() else []
+    )
+    new = [{"setting": setting, **r, "commit": commit(), "rounds": rounds} for r in rows]
+    workload = ("SmolLM2-135M-Instruct, the demo dataset packed into 4 x 512 tokens, one process, variants "
+                "alternating step by step; median of the rounds; saved activations counted by a saved-tensors hook")  # fmt: skip
+    write_results(path, "step_ablation", kept + new, workload=workload)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     python benchmarks/train_throughput.py [--steps N] [--quick] [--only full-fp32] [--repeat R]
 
 Workload: SmolLM2-135M-Instruct (the quickstart model), the demo dataset packed into rows of 512
-tokens, batch 4 (2048 tokens a step), fp32 and bf16, torch.compile off and on.
+tokens, batch 4 (2048 tokens a step), fp32 (and bf16 where the CPU has native bf16), compile off and on.
 
 Every configuration runs in its own subprocess, so that peak RSS figures do not mix:
 
@@ -20,10 +20,8 @@ Every configuration runs in its own subprocess, so that peak RSS figures do not 
   (``base(x) + scale * B(A(x))``, frozen base, rank 16, alpha 32). With compile on, each decoder
   layer is compiled (``layer.compile()``), as the recipe does.
 
-Each row reports the median over the steps after warm-up, and the ratios of each ftune row to the
-bare row measured just before it in the same invocation. Load on the machine is reported with
-every row: the 1-minute load average, and the CPU time other processes took during the row
-(``others``, in cores), since other work on a 2-core machine changes the figures a lot.
+Each row: the median over the steps after warm-up, its ratios to the bare row measured just before
+it, the 1-minute load average and the CPU time other processes took during it (``others``, cores).
 """
 
 from __future__ import annotations
@@ -275,20 +273,6 @@ def report(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def machine() -> str:
-    import torch
-
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        "unknown",
-    )  # fmt: skip
-    return (
-        f"CPU: {cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), python {sys.version.split()[0]}"
-    )
-
-
 def ensure_model(ftune_home: Path) -> None:
     if (ftune_home / "models" / MODEL_NAME / "model.safetensors").is_file():
         return
@@ -326,15 +310,17 @@ def main(argv: list[str] | None = None) -> None:
         help="also write the results file the docs are generated from (benchmarks/results/train_throughput.json)",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    steps = args.steps or (5 if args.quick else 8)
+    steps, start = args.steps or (5 if args.quick else 8), time.perf_counter()
     ensure_model(args.ftune_home)
+    from results_file import machine
+
     configs = [
         (method, dtype, compiled)
         for method in args.methods
-        for dtype in ("fp32", "bf16")
+        for dtype in ("fp32", "bf16")[: 2 if machine()["native_bf16"] else 1]  # bf16: native only
         for compiled in ((False,) if args.quick else (False, True))
     ]
-    print(machine(), flush=True)
+    print(machine(), f"{os.cpu_count()} cores", flush=True)
     results: list[Result] = []
     for _ in range(args.repeat):
         for method, dtype, compiled in configs:
@@ -363,7 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.results:
         from results_file import write_results
 
-        write_results(args.results, "train_throughput", results_rows(results), steps=steps)
+        minutes = round((time.perf_counter() - start) / 60, 1)
+        write_results(
+            args.results, "train_throughput", results_rows(results), steps=steps, wall_minutes=minutes
+        )
 
 
 def results_rows(results: list[Result]) -> list[dict]:

@@ -72,6 +72,17 @@ def ensure_model(home: Path) -> Path:
     return model
 
 
+def torchtune_recipes(tt_python: Path) -> Path:
+    """The folder of torchtune's recipe files: it installs them as a top-level `recipes` package
+    in site-packages (importing it raises), so they are run as files."""
+    purelib = subprocess.run([tt_python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    site = Path(purelib) / "recipes"
+    if not (site / "full_finetune_single_device.py").is_file():
+        sys.exit(f"torchtune's recipes are not in {site}; delete {tt_python.parents[1]} to recreate the venv")
+    return site
+
+
 def corpus_rows(model_dir: Path, n_rows: int, seq_len: int) -> list[list[int]]:
     """CPython's pydoc_data.topics, one document a topic (sorted by name) ending in EOS, cut into rows."""
     from pydoc_data.topics import topics
@@ -188,12 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     home = args.ftune_home
     model = ensure_model(home)
     tt_python = ensure_venv(home)
-    # torchtune installs its recipes as a top-level `recipes` folder in site-packages (importing it raises)
-    purelib = subprocess.run([tt_python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    site = Path(purelib) / "recipes"
-    if not (site / "full_finetune_single_device.py").is_file():
-        sys.exit(f"torchtune's recipes are not in {site}; delete {tt_python.parents[1]} to recreate the venv")
+    site = torchtune_recipes(tt_python)
     variants = [
         {"name": f"{m}-{d}" + ("-compile" if c == "on" else ""), "method": m, "dtype": d, "compile": c == "on",
          "steps": steps, "batch": batch, "seq_len": seq_len, "warmup": 3 if c == "on" else 1}
