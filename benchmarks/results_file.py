@@ -43,11 +43,16 @@ def load1() -> float:
 
 
 def commit() -> str:
-    """HEAD's full hash, with `+dirty` when the work tree has uncommitted changes (rerun after committing)."""
+    """HEAD's full hash, with `+dirty` when the code has uncommitted changes (rerun after committing).
+
+    The results files themselves (benchmarks/results/) are not code: a benchmark run after another
+    one wrote its file, before that file is committed, measured the committed code all the same.
+    """
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "ftune", "recipes", "benchmarks"],
+    paths = ["ftune", "recipes", "benchmarks", ":(exclude)benchmarks/results"]
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *paths],
                            capture_output=True, text=True, cwd=ROOT).stdout.strip()  # fmt: skip
     return head + ("+dirty" if dirty else "")
 
