@@ -74,7 +74,7 @@ def test_padding_free_batch_equals_the_padded_batch():
         results.append((batch["tokens"].shape, loss_sum, n, [p.grad for p in model.parameters()]))
     (padded_shape, padded, padded_n, padded_grads), (flat_shape, flat, flat_n, flat_grads) = results
     assert padded_shape == (3, 13) and flat_shape == (1, 9 + 4 + 13)  # 13 padding positions fewer
-    assert flat_n == padded_n == (9 - 3 - 1) + (4 - 1 - 1) + (13 - 4 - 1)
+    assert flat_n == padded_n == (9 - 3) + (4 - 1) + (13 - 4)  # each sample's unmasked labels
     torch.testing.assert_close(flat, padded, rtol=1e-5, atol=1e-5)
     for a, b in zip(flat_grads, padded_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
