@@ -25,9 +25,24 @@ def readme_speed() -> str:
         )
     return (
         "**Speed**: against torchtune 0.6.1's own recipes on the same machine, model (SmolLM2-135M) and "
-        f"batches (4 x 512 tokens, fp32): {'; '.join(parts)}. Both, with the profile of a step and what holds "
-        "the memory: [docs/benchmarks.md](docs/benchmarks.md#against-torchtune-061). "
+        f"batches (4 x 512 tokens, fp32): {'; '.join(parts)}. {_readme_instruct()}Both, with the profile of a "
+        "step and what holds the memory: [docs/benchmarks.md](docs/benchmarks.md#against-torchtune-061). "
         + provenance("vs_torchtune", up="")
+        + (" " + provenance("vs_torchtune_instruct", up="") if _readme_instruct() else "")
+    )
+
+
+def _readme_instruct() -> str:
+    """The instruction-data epoch at each tool's defaults, when its results file holds an idle run."""
+    r = load("vs_torchtune_instruct")
+    if r["contended"] or r["quick"]:
+        return ""
+    tt, ft = ({row["tool"]: row for row in r["rows"]}[tool] for tool in ("torchtune", "ftune"))
+    w = r["workload"]
+    return (
+        f"An epoch of {w['samples']} instruction pairs (IFBench, LoRA) at each tool's default batching: "
+        f"{ft['epoch_s']:.0f} s against {tt['epoch_s']:.0f} s ({tt['epoch_s'] / ft['epoch_s']:.2f}x faster) in "
+        f"{ft['peak_rss_gib'] / tt['peak_rss_gib']:.2f}x the peak memory. "
     )
 
 
