@@ -248,7 +248,8 @@ def vs_torchtune_instruct(result: dict | None = None) -> str:
         kind = "a `--quick` run (plumbing, not figures)" if r["quick"] else "a run on a busy machine"
         return (f"No figures yet: the results file holds {kind}. Rerun `python benchmarks/vs_torchtune_instruct.py` "
                 "on an idle machine, then `python benchmarks/report.py`. " + where).strip()  # fmt: skip
-    tt, ft = ({row["tool"]: row for row in r["rows"]}[tool] for tool in ("torchtune", "ftune"))
+    by = {row["tool"]: row for row in r["rows"]}
+    tt, ft = by["torchtune"], by["ftune"]
     w = r["workload"]
     rows = [[
         f"{tt['epoch_s']:.0f} [{tt['epoch_s_min']:.0f}-{tt['epoch_s_max']:.0f}]",
@@ -266,6 +267,13 @@ def vs_torchtune_instruct(result: dict | None = None) -> str:
         f"torchtune and ftune; epoch s = median [range] over the repeats; other processes used "
         f"{min(loads):.2f}-{max(loads):.2f} cores during the runs."
     )
+    if "ftune-padded" in by:  # the same ftune run with right-padded batches (--padded)
+        pad = by["ftune-padded"]
+        run_line += (
+            f" ftune with right-padded batches (`collate_fn=null`, the positions torchtune computes) took "
+            f"{pad['epoch_s']:.0f} s [{pad['epoch_s_min']:.0f}-{pad['epoch_s_max']:.0f}] at {pad['peak_rss_gib']:.2f} "
+            f"GiB: padding_free makes ftune's epoch {pad['epoch_s'] / ft['epoch_s']:.2f}x faster."
+        )
     return "\n\n".join(x for x in (table(header, rows, "rrrrrrrr"), run_line, where) if x)
 
 

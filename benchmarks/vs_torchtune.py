@@ -35,7 +35,7 @@ BENCH = REPO / "benchmarks"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 TORCHTUNE_PINS = ["torch==2.13.0", "torchtune==0.6.1", "torchao==0.15.0"]
 VENV_NAME = "torchtune-0.6.1"
-TOOLS = ("torchtune", "ftune")
+TOOLS = ("torchtune", "ftune")  # vs_torchtune_instruct.py --padded adds "ftune-padded" (collate_fn: null)
 
 
 def ensure_venv(home: Path) -> Path:
@@ -120,6 +120,10 @@ def one_run(tool: str, variant: dict, ctx: dict, repeat: int) -> dict:
         ]
     else:
         cfg = configs.ftune_config(variant["method"], ctx["rows"], out, **kw)
+        if (
+            tool == "ftune-padded"
+        ):  # ftune with right-padded batches instead of the shipped padding_free_collate
+            cfg["collate_fn"] = None
         env["PYTHONPATH"] = f"{REPO}{os.pathsep}{BENCH}"
         cmd = [sys.executable, "-P", "-m", "ftune.cli", "run", "--trust", "vs_torchtune_data",
                configs.RECIPE[variant["method"]], "--config", str(configs.write_yaml(cfg, out / "cfg.yaml"))]  # fmt: skip

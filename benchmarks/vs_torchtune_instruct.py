@@ -80,10 +80,10 @@ def batch_tokens(items: list[dict], batch: int) -> dict[str, int]:
             "padded_tokens": sum(max(b) * len(b) for b in batches), "labelled_tokens": labelled}  # fmt: skip
 
 
-def summarise(runs: list[dict]) -> list[dict]:
+def summarise(runs: list[dict], tools: tuple[str, ...]) -> list[dict]:
     """One row per tool: median [range] of the epoch time over the repeats, peak RSS, step-1 loss."""
     rows = []
-    for tool in vs.TOOLS:
+    for tool in tools:
         ok = [r for r in runs if r["tool"] == tool and r["step_seconds"]]
         if not ok:
             continue
@@ -110,7 +110,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ftune-home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "/tmp/bench_home")))
     p.add_argument("--out", type=Path, default=vs.BENCH / "results" / "vs_torchtune_instruct.json")
     p.add_argument("--note", default="", help="added to the results file's note")
+    p.add_argument(
+        "--padded", action="store_true", help="also ftune with right-padded batches (collate_fn: null)"
+    )
     args = p.parse_args(argv)
+    tools = vs.TOOLS + (("ftune-padded",) if args.padded else ())
     n_pairs = args.pairs or (8 if args.quick else 96)
     max_seq_len = args.max_seq_len or (128 if args.quick else 512)
     repeats = args.repeats or (1 if args.quick else 2)
@@ -130,14 +134,14 @@ def main(argv: list[str] | None = None) -> None:
                "steps": counts["steps"], "batch": args.batch, "seq_len": max_seq_len, "warmup": 1}  # fmt: skip
     ctx = {"home": home, "model": model, "rows": data_file, "tmp": tmp, "torchtune_python": tt_python,
            "torchtune_recipes": site, "threads": None}  # fmt: skip
-    print(f"{counts}; {repeats} x {vs.TOOLS}", flush=True)
+    print(f"{counts}; {repeats} x {tools}", flush=True)
     runs = []
     for repeat in range(repeats):
-        for tool in vs.TOOLS:
+        for tool in tools:
             run = vs.one_run(tool, variant, ctx, repeat)
             runs.append(run)
             epoch = run["first_step_s"] + sum(run["step_seconds"]) if run["step_seconds"] else None
-            print(f"{tool:9s} epoch {epoch and round(epoch, 1)} s, peak {run['peak_rss_gib']:.2f} GiB, "
+            print(f"{tool:12s} epoch {epoch and round(epoch, 1)} s, peak {run['peak_rss_gib']:.2f} GiB, "
                   f"loss1 {run['step1_loss']}, others {run['others_cores']:.2f} cores"
                   + (f"\n  ERROR {run['error']}:\n    " + "\n    ".join(run["log_tail"]) if "error" in run else ""),
                   flush=True)  # fmt: skip
@@ -151,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
                 "max_seq_len": max_seq_len, "batch": args.batch, "repeats": repeats, "shuffle": False,
                 "lora": vs.configs.LORA, "lr": vs.configs.LR["lora"], "dtype": "fp32", "compile": False,
                 "torchtune": vs.TORCHTUNE_PINS, **counts}  # fmt: skip
-    write_results(args.out, "vs_torchtune_instruct", summarise(runs), note=note, contended=contended,
+    write_results(args.out, "vs_torchtune_instruct", summarise(runs, tools), note=note, contended=contended,
                   quick=args.quick, workload=workload, runs=runs)  # fmt: skip
     print(f"wrote {args.out}")
 
