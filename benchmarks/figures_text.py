@@ -73,15 +73,13 @@ def ablation_summary() -> str:
         return 100 * (a[variant]["s_per_step"] / a["all on"]["s_per_step"] - 1)
 
     settings = tuple(dict.fromkeys(r["setting"] for r in load("step_ablation")["rows"]))
-    speed = [
-        gain(s, v) for s in settings for v in ("without label selection", "without block-skipping attention")
-    ]
+    speed = [gain(s, v) for s in settings for v in ("without label_selection", "without blocked_attention")]
     lean = [
         100 * (1 - _ablation(s)["all on"]["saved_activations_mib"]
-               / _ablation(s)["without lean RMSNorm/SwiGLU backward"]["saved_activations_mib"])
+               / _ablation(s)["without lean_backward"]["saved_activations_mib"])
         for s in settings
     ]  # fmt: skip
-    merged = gain("LoRA, fp32", "without the merged-weight LoRA path")
+    merged = gain("LoRA, fp32", "without lora_merged_weight")
     return (
         f"Without label selection or block-skipping attention a step takes {_pct_span(speed)} longer; "
         f"the lean backward saves {_pct_span(lean)} of the activation memory at no cost in time; without "

@@ -89,10 +89,26 @@ def distributed() -> str:
     return table(header, rows, "lrrrl") + "\n\n" + provenance("train_throughput_distributed")
 
 
+# step_ablation.py's switch names, as the tables show them
+ABLATION_LABELS = {
+    "label_selection": "label selection",
+    "blocked_attention": "block-skipping attention",
+    "lean_backward": "lean RMSNorm/SwiGLU backward",
+    "lora_merged_weight": "the merged-weight LoRA path",
+    "fp32_attention_backward": "fp32 attention backward",
+}
+
+
+def ablation_label(variant: str) -> str:
+    """ "without lean_backward" -> "without lean RMSNorm/SwiGLU backward"; "all on" and "all off" as they are."""
+    name = variant.removeprefix("without ")
+    return f"without {ABLATION_LABELS[name]}" if name in ABLATION_LABELS else variant
+
+
 def ablation(setting: str) -> Callable[[], str]:
     def render() -> str:
         rows = [
-            [r["variant"], f"{r['s_per_step']:.2f}", r["tok_s"], r["saved_activations_mib"]]
+            [ablation_label(r["variant"]), f"{r['s_per_step']:.2f}", r["tok_s"], r["saved_activations_mib"]]
             for r in load("step_ablation")["rows"]
             if r["setting"] == setting
         ]
