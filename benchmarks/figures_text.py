@@ -83,12 +83,14 @@ def ablation_summary() -> str:
                / _ablation(s)["without lean_backward"]["saved_activations_mib"])
         for s in settings
     ]  # fmt: skip
-    lean_time = [-gain(s, "without lean_backward") for s in settings]  # > 0: the lean backward costs time
+    lean_time = [
+        round(-gain(s, "without lean_backward")) + 0.0 for s in settings
+    ]  # > 0: it costs time; no -0
     merged = gain("LoRA, fp32", "without lora_merged_weight")
     return (
         f"A step takes longer {'; '.join(each)} (full and LoRA); the lean backward saves {_pct_span(lean)} of the "
-        f"activation memory for {span(lean_time, '+.0f')}% of step time (in-process noise is a few percent); "
-        f"without the merged-weight path a LoRA step takes {merged:+.0f}% longer. "
+        f"activation memory for {span(lean_time, '.0f')}% more step time (in-process noise is a few percent); "
+        f"without the merged-weight path a LoRA step takes {merged:.0f}% longer. "
         + provenance("step_ablation")
     )
 

@@ -243,7 +243,8 @@ def vs_torchtune(result: dict | None = None) -> str:
     w = r["workload"]
     loads = [run["others_cores"] for run in r["runs"]]
     run_line = (
-        f"`{r['command']}`: {w['steps']} steps of {w['batch']} x {w['seq_len']} tokens, {w['repeats']} repeats "
+        f"`{r['command']}`: {w['steps']} steps of {w['batch']} x {w['seq_len']} tokens, {w['repeats']} "
+        f"repeat{'s' if w['repeats'] > 1 else ''} "
         f"alternating torchtune and ftune; tok/s = median [range] over the repeats; fp32 matrix-product peak "
         f"{max(r['matmul_peak_gflops']):.0f} GFLOP/s (measured before and after); other processes used "
         f"{min(loads):.2f}-{max(loads):.2f} cores during the runs."

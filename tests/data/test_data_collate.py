@@ -83,7 +83,10 @@ def test_preference_collate_chosen_rows_then_rejected_rows():
 
 
 def test_padding_free_collate_lays_samples_end_to_end():
-    batch = [{"tokens": [1, 2, 3], "labels": [-100, 2, 3]}, {"tokens": torch.tensor([4, 5]), "labels": [4, 5]}]
+    batch = [
+        {"tokens": [1, 2, 3], "labels": [-100, 2, 3]},
+        {"tokens": torch.tensor([4, 5]), "labels": [4, 5]},
+    ]
     out = padding_free_collate(batch)
     assert {k: v.tolist() for k, v in out.items()} == {
         "tokens": [[1, 2, 3, 4, 5]],
@@ -98,8 +101,13 @@ def test_padding_free_collate_stacks_packed_items_and_names_bad_input():
     packed = {"tokens": [1, 2], "labels": [1, 2], "input_pos": [0, 0], "document_ids": [0, 1]}
     assert padding_free_collate([packed, packed])["tokens"].tolist() == [[1, 2], [1, 2]]
     same = padding_free_collate([{"tokens": [1, 2], "labels": [1, 2]}, {"tokens": [3, 4], "labels": [3, 4]}])
-    assert {k: v.tolist() for k, v in same.items()} == {"tokens": [[1, 2], [3, 4]], "labels": [[1, 2], [3, 4]]}
-    with pytest.raises(ValueError, match="item 1 has 2 tokens but 1 labels; tokens and labels must be aligned"):
+    assert {k: v.tolist() for k, v in same.items()} == {
+        "tokens": [[1, 2], [3, 4]],
+        "labels": [[1, 2], [3, 4]],
+    }
+    with pytest.raises(
+        ValueError, match="item 1 has 2 tokens but 1 labels; tokens and labels must be aligned"
+    ):
         padding_free_collate([{"tokens": [1], "labels": [1]}, {"tokens": [1, 2], "labels": [1]}])
     with pytest.raises(ValueError, match="got an empty batch"):
         padding_free_collate([])
