@@ -222,7 +222,9 @@ def write_setting(path: Path, setting: str, rows: list[dict], rounds: int) -> No
     new = [{"setting": setting, **r, "commit": commit(), "rounds": rounds} for r in rows]
     workload = ("SmolLM2-135M-Instruct, the demo dataset packed into 4 x 512 tokens, one process, variants "
                 "alternating step by step; median of the rounds; saved activations counted by a saved-tensors hook")  # fmt: skip
-    write_results(path, "step_ablation", kept + new, workload=workload)
+    previous = json.loads(path.read_text())["note"] if kept else ""
+    note = "; ".join(x for x in (previous, f"{setting}: `{' '.join(['python', *sys.argv])}`") if x)
+    write_results(path, "step_ablation", kept + new, note, workload=workload)
 
 
 if __name__ == "__main__":

@@ -350,8 +350,10 @@ def main(argv: list[str] | None = None) -> None:
         from results_file import write_results
 
         minutes = round((time.perf_counter() - start) / 60, 1)
+        others = [r.others_cores for r in results]
+        note = f"other processes used {min(others):.2f}-{max(others):.2f} cores during the runs"
         write_results(
-            args.results, "train_throughput", results_rows(results), steps=steps, wall_minutes=minutes
+            args.results, "train_throughput", results_rows(results), note, steps=steps, wall_minutes=minutes
         )
 
 
