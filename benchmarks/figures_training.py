@@ -209,18 +209,29 @@ def targets() -> str:
     return table(["target", "reached"], table_rows, "ll")
 
 
+def others_text(r: dict) -> str:
+    """The load sentence of a side-by-side run: the CPU other processes took during its runs."""
+    loads = [run["others_cores"] for run in r["runs"]]
+    return f"other processes used {min(loads):.2f}-{max(loads):.2f} cores during the runs."
+
+
+def no_figures(r: dict, script: str, where: str) -> str:
+    """What a block says instead of figures when its results file holds a `--quick` or contended run."""
+    worst = max(run["others_cores"] for run in r["runs"])
+    kind = "a `--quick` run (plumbing, not figures)" if r["quick"] else "a run on a busy machine"
+    return (
+        f"No figures yet: the results file holds {kind}, measured while other processes used up to "
+        f"{worst:.2f} cores, so this page quotes nothing from it. Rerun `python benchmarks/{script}` "
+        "on an idle machine, then `python benchmarks/report.py`. " + where
+    ).strip()
+
+
 def vs_torchtune(result: dict | None = None) -> str:
     """torchtune 0.6.1 against ftune (benchmarks/vs_torchtune.py); no figure while the file holds a contended run."""
     r = load("vs_torchtune") if result is None else result
     where = provenance("vs_torchtune") if result is None else ""
     if r["contended"] or r["quick"]:
-        worst = max(run["others_cores"] for run in r["runs"])
-        kind = "a `--quick` run (plumbing, not figures)" if r["quick"] else "a run on a busy machine"
-        return (
-            f"No figures yet: the results file holds {kind}, measured while other processes used up to "
-            f"{worst:.2f} cores, so this page quotes nothing from it. Rerun `python benchmarks/vs_torchtune.py` "
-            "on an idle machine, then `python benchmarks/report.py`. " + where
-        ).strip()
+        return no_figures(r, "vs_torchtune.py", where)
     by = {(row["variant"], row["tool"]): row for row in r["rows"]}
     rows = []
     for variant in dict.fromkeys(row["variant"] for row in r["rows"]):
@@ -241,13 +252,11 @@ def vs_torchtune(result: dict | None = None) -> str:
               "ftune peak GiB", "ftune / torchtune", "first step s (tt / ftune)", "step-1 loss (tt / ftune)",
               "of matmul peak (tt / ftune)"]  # fmt: skip
     w = r["workload"]
-    loads = [run["others_cores"] for run in r["runs"]]
     run_line = (
         f"`{r['command']}`: {w['steps']} steps of {w['batch']} x {w['seq_len']} tokens, {w['repeats']} "
-        f"repeat{'s' if w['repeats'] > 1 else ''} "
-        f"alternating torchtune and ftune; tok/s = median [range] over the repeats; fp32 matrix-product peak "
-        f"{max(r['matmul_peak_gflops']):.0f} GFLOP/s (measured before and after); other processes used "
-        f"{min(loads):.2f}-{max(loads):.2f} cores during the runs."
+        f"repeat{'s' if w['repeats'] > 1 else ''} alternating torchtune and ftune; tok/s = median [range] over the "
+        f"repeats; fp32 matrix-product peak {max(r['matmul_peak_gflops']):.0f} GFLOP/s (measured before and after); "
+        + others_text(r)
     )
     return "\n\n".join(x for x in (table(header, rows, "lrrrrrrrrr"), run_line, where) if x)
 
@@ -262,9 +271,7 @@ def vs_torchtune_instruct(result: dict | None = None) -> str:
     r = load("vs_torchtune_instruct") if result is None else result
     where = provenance("vs_torchtune_instruct") if result is None else ""
     if r["contended"] or r["quick"]:
-        kind = "a `--quick` run (plumbing, not figures)" if r["quick"] else "a run on a busy machine"
-        return (f"No figures yet: the results file holds {kind}. Rerun `python benchmarks/vs_torchtune_instruct.py` "
-                "on an idle machine, then `python benchmarks/report.py`. " + where).strip()  # fmt: skip
+        return no_figures(r, "vs_torchtune_instruct.py", where)
     by = {row["tool"]: row for row in r["rows"]}
     tt, ft = by["torchtune"], by["ftune"]
     w = r["workload"]
@@ -277,12 +284,10 @@ def vs_torchtune_instruct(result: dict | None = None) -> str:
     ]]  # fmt: skip
     header = ["torchtune epoch s", "ftune epoch s", "ftune's speed-up", "torchtune peak GiB", "ftune peak GiB",
               "ftune / torchtune", "positions computed (tt / ftune)", "step-1 loss (tt / ftune)"]  # fmt: skip
-    loads = [run["others_cores"] for run in r["runs"]]
     run_line = (
         f"`{r['command']}`: {w['samples']} samples ({w['labelled_tokens']} labelled tokens), {w['steps']} steps of "
         f"batch {w['batch']}, at most {w['max_seq_len']} tokens a sample, {w['repeats']} repeats alternating "
-        f"torchtune and ftune; epoch s = median [range] over the repeats; other processes used "
-        f"{min(loads):.2f}-{max(loads):.2f} cores during the runs."
+        "torchtune and ftune; epoch s = median [range] over the repeats; " + others_text(r)
     )
     if "ftune-padded" in by:  # the same ftune run with right-padded batches (--padded)
         pad = by["ftune-padded"]
