@@ -68,7 +68,7 @@ def main() -> None:
             parser.error("--ingest needs --seconds (the run's wall time)")
         out, seconds, load = args.ingest, args.seconds, args.load
     else:
-        out = ROOT / "output" / ("quickstart" if args.model == "smollm2" else f"quickstart_{args.model}")
+        out = ROOT / "output" / f"quickstart_{args.model}"  # ./quickstart.sh <model> writes there
         load, start = [load1()], time.perf_counter()
         subprocess.run(["./quickstart.sh", args.model], cwd=ROOT, check=True)
         seconds = time.perf_counter() - start
