@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_throughput as tt  # noqa: E402
+import vs_torchtune_measure as measure  # noqa: E402
 
 RECIPES = {"full": "full_finetune_distributed", "lora": "lora_finetune_distributed"}
 WORLD_SIZE, BATCH_PER_RANK = 2, tt.BATCH_SIZE // 2
@@ -40,9 +41,9 @@ def run(method: str, steps: int, home: Path) -> dict:
         "lr_scheduler.num_warmup_steps=0",
     ]  # fmt: skip
     result = tt.Result("ftune", method, "fp32", False, steps=steps, warmup=1)
-    env = tt._child_env(None) | {"FTUNE_HOME": str(home)}
+    env = tt.child_env(None) | {"FTUNE_HOME": str(home)}
     try:
-        tt._run_measured(cmd, env, result)
+        tt.run_measured(cmd, env, result)
         logs = sorted((out / "logs").glob("*.jsonl"))
         if result.error or not logs:
             raise SystemExit(
@@ -77,8 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.results:
         from results_file import write_results
 
-        others = max(r["others_cores"] for r in rows)
-        note = "idle machine" if others <= 0.2 else f"CONTENDED: others used up to {others:.2f} cores"
+        _, note = measure.contention_note([r["others_cores"] for r in rows], False, "")
         workload = (f"as train_throughput at world size {WORLD_SIZE}: batch {BATCH_PER_RANK} per rank, fp32, no "
                     f"compile, {args.steps} steps, median after the first; rank 0's log")  # fmt: skip
         write_results(args.results, "world size 2 (FSDP2, gloo)", rows, note=note, workload=workload)

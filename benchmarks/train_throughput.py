@@ -39,6 +39,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vs_torchtune_measure as measure  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL_NAME = "SmolLM2-135M-Instruct"
 SEQ_LEN, BATCH_SIZE = 512, 4
@@ -99,20 +102,9 @@ class Result:
 # ----------------------------------------------------------------------------- measurement helpers
 
 
-def _busy_seconds() -> float:
-    """CPU seconds all processes spent busy since boot (from /proc/stat)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def _children_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def _load1() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def _peak_rss_gib() -> float:
@@ -148,7 +140,7 @@ def step_seconds(records: list[dict]) -> list[float]:
     return durations
 
 
-def _child_env(threads: int | None) -> dict[str, str]:
+def child_env(threads: int | None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("PYTHONPATH", str(REPO))
     if threads:
@@ -156,15 +148,15 @@ def _child_env(threads: int | None) -> dict[str, str]:
     return env
 
 
-def _run_measured(cmd: list[str], env: dict[str, str], result: Result) -> subprocess.CompletedProcess:
-    result.load1_before = _load1()
-    busy0, child0, t0 = _busy_seconds(), _children_cpu_seconds(), time.perf_counter()
+def run_measured(cmd: list[str], env: dict[str, str], result: Result) -> subprocess.CompletedProcess:
+    result.load1_before = measure.load1()
+    busy0, child0, t0 = measure.busy_seconds(), _children_cpu_seconds(), time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
     wall = time.perf_counter() - t0
-    busy, child = _busy_seconds() - busy0, _children_cpu_seconds() - child0
+    busy, child = measure.busy_seconds() - busy0, _children_cpu_seconds() - child0
     result.wall_seconds = wall
     result.others_cores = max(0.0, (busy - child) / wall)
-    result.load1_after = _load1()
+    result.load1_after = measure.load1()
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
         result.error = "\n".join(tail)
@@ -192,10 +184,10 @@ def run_recipe(result: Result, ftune_home: Path, threads: int | None) -> Result:
         f"compile={'true' if result.compile else 'false'}",
         f"dtype={result.dtype}",
     ]  # fmt: skip
-    env = _child_env(threads)
+    env = child_env(threads)
     env["FTUNE_HOME"] = str(ftune_home)
     try:
-        _run_measured(cmd, env, result)
+        run_measured(cmd, env, result)
         logs = sorted((out / "logs").glob("*.jsonl"))
         if not result.error and logs:
             records = [json.loads(line) for line in logs[-1].read_text().splitlines() if line.strip()]
@@ -212,7 +204,7 @@ def run_bare(result: Result, ftune_home: Path, threads: int | None) -> Result:
     """The bare loop, in a child process (benchmarks/bare_loop.py)."""
     spec = json.dumps({**asdict(result), "ftune_home": str(ftune_home)})
     bare_loop = Path(__file__).with_name("bare_loop.py")
-    proc = _run_measured([sys.executable, str(bare_loop), spec], _child_env(threads), result)
+    proc = run_measured([sys.executable, str(bare_loop), spec], child_env(threads), result)
     if not result.error:
         lines = [line for line in proc.stdout.splitlines() if line.startswith("BARE_RESULT ")]
         child = json.loads(lines[-1].removeprefix("BARE_RESULT "))

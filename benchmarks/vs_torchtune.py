@@ -233,11 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     peaks.append(measure.matmul_peak_gflops())
     shutil.rmtree(tmp, ignore_errors=True)
     ctx["peak"] = max(peaks)
-    others = max(r["others_cores"] for r in runs)
-    contended = others > 0.2 or args.quick
-    note = (f"{'--quick (plumbing check, not figures). ' if args.quick else ''}"
-            f"{'CONTENDED: other processes used up to ' + format(others, '.2f') + ' cores during the runs; not figures to quote. ' if contended else ''}"
-            f"{args.note}").strip() or "idle machine"  # fmt: skip
+    contended, note = measure.contention_note([r["others_cores"] for r in runs], args.quick, args.note)
     workload = {"model": MODEL_NAME, "corpus": "pydoc_data.topics (CPython), pre-tokenised, contiguous rows",
                 "corpus_sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16], "steps": steps,
                 "repeats": repeats, "threads": args.threads, "batch": batch, "seq_len": seq_len, "lora": configs.LORA, "lr": configs.LR,

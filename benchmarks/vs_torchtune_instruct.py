@@ -145,11 +145,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"loss1 {run['step1_loss']}, others {run['others_cores']:.2f} cores"
                   + (f"\n  ERROR {run['error']}:\n    " + "\n    ".join(run["log_tail"]) if "error" in run else ""),
                   flush=True)  # fmt: skip
-    others = max(r["others_cores"] for r in runs)
-    contended = others > 0.2 or args.quick
-    note = (f"{'--quick (plumbing check, not figures). ' if args.quick else ''}"
-            f"{'CONTENDED: other processes used up to ' + format(others, '.2f') + ' cores; not figures to quote. ' if contended else ''}"
-            f"{args.note}").strip() or "idle machine"  # fmt: skip
+    contended, note = measure.contention_note([r["others_cores"] for r in runs], args.quick, args.note)
     workload = {"model": vs.MODEL_NAME, "data": f"{IFBENCH} {PAIRS_FILE}, first {n_pairs} pairs, Alpaca format",
                 "items_sha256": hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16],
                 "max_seq_len": max_seq_len, "batch": args.batch, "repeats": repeats, "shuffle": False,

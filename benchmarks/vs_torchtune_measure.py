@@ -104,7 +104,7 @@ def steady(seconds: list[float], warmup: int) -> list[float]:
     return seconds[max(0, warmup - 1) :]
 
 
-def _busy_seconds() -> float:
+def busy_seconds() -> float:
     """CPU seconds all processes spent busy since boot (/proc/stat)."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
@@ -115,13 +115,36 @@ def load1() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
+# Other processes' CPU use (cores) above which a run's times are not figures to quote.
+CONTENDED_CORES = 0.2
+
+
+def contention_note(others_cores: list[float], quick: bool, note: str) -> tuple[bool, str]:
+    """Whether a set of runs was contended (or a --quick check), and the results file's note saying so.
+
+    Args:
+        others_cores: each run's `others_cores` (run_child's).
+        quick: the run was a --quick plumbing check.
+        note: what the caller adds (the --note option).
+
+    Returns:
+        (contended, note); the note is "idle machine" when nothing else is to be said.
+    """
+    others = max(others_cores)
+    contended = others > CONTENDED_CORES or quick
+    text = "--quick (plumbing check, not figures). " if quick else ""
+    if others > CONTENDED_CORES:
+        text += f"CONTENDED: other processes used up to {others:.2f} cores during the runs; not figures to quote. "
+    return contended, (text + note).strip() or "idle machine"
+
+
 def run_child(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
     """Run one training process; time-stamp each stdout line as it arrives, measure its own peak RSS.
 
     Peak RSS is the child's own ru_maxrss from wait4 (that process only, model loading included);
     `others_cores` is the CPU time other processes took during the run over its wall time.
     """
-    before, busy0, t0 = load1(), _busy_seconds(), time.perf_counter()
+    before, busy0, t0 = load1(), busy_seconds(), time.perf_counter()
     proc = subprocess.Popen(
         cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -138,7 +161,7 @@ def run_child(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
         "cpu_s": cpu,
         "load1_before": before,
         "load1_after": load1(),
-        "others_cores": max(0.0, (_busy_seconds() - busy0 - cpu) / wall),
+        "others_cores": max(0.0, (busy_seconds() - busy0 - cpu) / wall),
     }
 
 

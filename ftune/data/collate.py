@@ -38,6 +38,20 @@ def _padded_length(lengths: Sequence[int], pad_to_multiple_of: int | None) -> in
     return length
 
 
+def _aligned_lengths(batch: Sequence[dict[str, Any]], collate: str) -> list[int]:
+    """Each item's length, refusing an item whose tokens and labels differ in length."""
+    lengths = []
+    for i, item in enumerate(batch):
+        n_tok, n_lab = len(item["tokens"]), len(item["labels"])
+        if n_tok != n_lab:
+            raise ValueError(
+                f"{collate}: item {i} has {n_tok} tokens but {n_lab} labels; tokens and labels "
+                "must be aligned (same length) in every dataset item."
+            )
+        lengths.append(n_tok)
+    return lengths
+
+
 def padded_collate_sft(
     batch: Sequence[dict[str, Any]],
     pad_id: int,
@@ -63,16 +77,7 @@ def padded_collate_sft(
     """
     if batch and "document_ids" in batch[0]:
         return padded_collate_packed(batch)
-    lengths = []
-    for i, item in enumerate(batch):
-        n_tok, n_lab = len(item["tokens"]), len(item["labels"])
-        if n_tok != n_lab:
-            raise ValueError(
-                f"padded_collate_sft: item {i} has {n_tok} tokens but {n_lab} labels; tokens and labels "
-                "must be aligned (same length) in every dataset item."
-            )
-        lengths.append(n_tok)
-    length = _padded_length(lengths, pad_to_multiple_of)
+    length = _padded_length(_aligned_lengths(batch, "padded_collate_sft"), pad_to_multiple_of)
     return {
         "tokens": _right_pad([item["tokens"] for item in batch], pad_id, length),
         "labels": _right_pad([item["labels"] for item in batch], ignore_idx, length),
@@ -129,17 +134,12 @@ def padding_free_collate(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Ten
         raise ValueError("padding_free_collate: got an empty batch; a batch needs at least one item.")
     if "document_ids" in batch[0]:
         return padded_collate_packed(batch)
-    if len({len(item["tokens"]) for item in batch}) == 1:
+    if len(set(_aligned_lengths(batch, "padding_free_collate"))) == 1:
         return padded_collate_sft(batch, pad_id=0)  # nothing to pad: no pad id is written
     rows: dict[str, list[torch.Tensor]] = {key: [] for key in PACKED_KEYS}
     for i, item in enumerate(batch):
         tokens = torch.as_tensor(item["tokens"], dtype=torch.long).reshape(-1)
         labels = torch.as_tensor(item["labels"], dtype=torch.long).reshape(-1)
-        if tokens.numel() != labels.numel():
-            raise ValueError(
-                f"padding_free_collate: item {i} has {tokens.numel()} tokens but {labels.numel()} labels; "
-                "tokens and labels must be aligned (same length) in every dataset item."
-            )
         rows["tokens"].append(tokens)
         rows["labels"].append(labels)
         rows["input_pos"].append(torch.arange(tokens.numel()))

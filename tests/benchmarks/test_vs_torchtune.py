@@ -164,3 +164,12 @@ def test_docs_table_from_an_idle_run_and_no_figures_from_a_contended_one():
         text = figures_training.vs_torchtune(busy)
         assert text.startswith("No figures yet") and "150" not in text and "|" not in text
     assert report.BLOCKS["vs_torchtune"][0] == "docs/benchmarks.md"
+
+
+def test_contention_note_flags_runs_other_processes_shared_and_quick_checks():
+    assert measure.contention_note([0.05, 0.1], False, "") == (False, "idle machine")
+    assert measure.contention_note([0.05], False, "after a reboot") == (False, "after a reboot")
+    contended, note = measure.contention_note([0.05, 0.73], False, "x")
+    assert contended and note.startswith("CONTENDED: other processes used up to 0.73 cores") and note.endswith(" x")
+    contended, note = measure.contention_note([0.0], True, "")
+    assert contended and note == "--quick (plumbing check, not figures)."
