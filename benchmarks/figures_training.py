@@ -336,16 +336,17 @@ def step_memory() -> str:
 
 
 def step_memory_allocator() -> str:
-    """The default allocator against huge-page allocations (step_profile.json vs step_profile_thp.json)."""
-    rows = []
-    for name in ("step_profile", "step_profile_thp"):
-        r = load(name)
-        setting = " ".join(f"{k}={v}" for k, v in r.get("env", {}).items()) or "default"
-        for row in r["rows"]:
-            if row["method"] != "full":
-                continue
-            m = row["memory_gib"]
-            rows.append([f"`{setting}`", f"{m['peak_rss']:.2f}", f"{m['rest']:.2f}",
-                         f"{row['step_s']:.1f} {row['step_s_all']}"])  # fmt: skip
-    header = ["full fine-tune, allocator", "peak RSS GiB", "rest GiB", "step s (median, all)"]
-    return "\n\n".join((table(header, rows, "lrrl"), provenance("step_profile", "step_profile_thp")))
+    """The step under three allocator settings, alternating in fresh processes (allocator_settings.json)."""
+    r = load("allocator_settings")
+    if r["contended"]:
+        return no_figures(r | {"quick": False}, "allocator_settings.py", "")
+    rows = [[row["method"], f"{row['setting']}" + (f" (`{' '.join(f'{k}={v}' for k, v in row['env'].items())}`)" if row["env"] else ""),
+             f"{row['peak_rss_gib']:.2f} {row['peak_rss_rounds']}", f"{row['peak_vs_default']:.2f}x",
+             f"{row['step_s']:.1f} {row['step_s_rounds']}", f"{row['time_vs_default']:.2f}x"]
+            for row in r["rows"]]  # fmt: skip
+    header = ["method", "allocator setting", "peak RSS GiB [rounds]", "peak vs default", "step s [rounds]",
+              "step time vs default"]  # fmt: skip
+    w = r["workload"]
+    how = (f"{w['rounds']} rounds, the settings alternating, each run a fresh process of {w['steps']} steps "
+           f"(the first {w['warmup']} untimed); medians over the rounds.")  # fmt: skip
+    return "\n\n".join((table(header, rows, "llrrlr"), how, provenance("allocator_settings")))
