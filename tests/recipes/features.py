@@ -176,10 +176,11 @@ def padding_free(run, tmp_path):
     padded, _ = run("max_steps=2", "collate_fn=null", output_dir=tmp_path / "padded")
     flat, _ = run("max_steps=2", output_dir=tmp_path / "flat")
     # The tiny model's samples are 41-53 tokens: right padding computes positions that hold nothing.
-    fewer = [f < p for f, p in zip(_column(flat, "tokens"), _column(padded, "tokens"))]
-    assert fewer == [True, True], (
-        f"tokens a step: {_column(flat, 'tokens')} vs padded {_column(padded, 'tokens')}"
-    )
+    # (At world size 2 a rank's samples can happen to be of one length in a step: nothing to save there.)
+    flat_tokens, padded_tokens = _column(flat, "tokens"), _column(padded, "tokens")
+    assert all(f <= p for f, p in zip(flat_tokens, padded_tokens)) and sum(flat_tokens) < sum(
+        padded_tokens
+    ), f"tokens a step: {flat_tokens} vs padded {padded_tokens}"
     assert _column(flat, "tokens_trained") == _column(padded, "tokens_trained")  # the same labelled tokens
     assert losses(flat) == pytest.approx(losses(padded), rel=1e-5)  # and the same loss
 
