@@ -349,4 +349,10 @@ def step_memory_allocator() -> str:
     w = r["workload"]
     how = (f"{w['rounds']} rounds, the settings alternating, each run a fresh process of {w['steps']} steps "
            f"(the first {w['warmup']} untimed); medians over the rounds.")  # fmt: skip
-    return "\n\n".join((table(header, rows, "llrrlr"), how, provenance("allocator_settings")))
+    said = []
+    for method in dict.fromkeys(row["method"] for row in r["rows"]):
+        by = {row["setting"]: row for row in r["rows"] if row["method"] == method}
+        parts = [f"{name}: {by[name]['peak_vs_default']:.2f}x the peak RSS at {by[name]['time_vs_default']:.2f}x the "
+                 "step time" for name in by if name != "default"]  # fmt: skip
+        said.append(f"{method}, against the default: " + "; ".join(parts) + ".")
+    return "\n\n".join((table(header, rows, "llrrlr"), how, " ".join(said), provenance("allocator_settings")))
