@@ -170,6 +170,10 @@ def test_contention_note_flags_runs_other_processes_shared_and_quick_checks():
     assert measure.contention_note([0.05, 0.1], False, "") == (False, "idle machine")
     assert measure.contention_note([0.05], False, "after a reboot") == (False, "after a reboot")
     contended, note = measure.contention_note([0.05, 0.73], False, "x")
-    assert contended and note.startswith("CONTENDED: other processes used up to 0.73 cores") and note.endswith(" x")
+    assert (
+        contended
+        and note.startswith("CONTENDED: other processes used up to 0.73 cores")
+        and note.endswith(" x")
+    )
     contended, note = measure.contention_note([0.0], True, "")
     assert contended and note == "--quick (plumbing check, not figures)."
