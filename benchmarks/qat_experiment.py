@@ -7,7 +7,7 @@ The test plan of torchtune's QAT recipe (pytorch/torchtune#1854), with ftune's r
 1. fine-tune SmolLM2-135M-Instruct twice at world size 2, same data, steps, seed and lr:
    ``ftune run --nproc_per_node 2 full_finetune_distributed --config smollm2/135M_full`` and
    ``ftune run --nproc_per_node 2 qat_distributed --config smollm2/135M_qat_full`` (fake 8da4w:
-   int8 dynamic activations, int4 weights in groups of 32, from the first step);
+   int8 dynamic activations, int4 weights in groups of --group-size (default 32), from the first step);
 2. quantize both to 8da4w with ``ftune run quantize --config quantization``: PTQ of the full
    fine-tune, and ``qat=true`` (prepare + convert) of the QAT fine-tune;
 3. ``ftune run eval --config eval`` on held-out text: word perplexity, byte perplexity, bits per
@@ -46,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 MODEL_NAME = "SmolLM2-135M-Instruct"
 HELDOUT = ("calls", "import", "objects", "raise")  # pydoc_data.topics keys, ~5.7k tokens
-QUANTIZER = ["quantizer._component_=ftune.quantization.Int8DynActInt4Weight", "quantizer.group_size=32"]
+QUANTIZER = "quantizer._component_=ftune.quantization.Int8DynActInt4Weight"
 METRICS = ("word_perplexity", "byte_perplexity", "bits_per_byte", "token_perplexity")
 # method -> (recipe, config), run at world size 2
 METHODS = {
@@ -146,12 +146,16 @@ def main() -> None:
         default=None,
         help="QAT: fake_quant_after_n_steps (default: fake quantization from step 1)",
     )
+    parser.add_argument(
+        "--group-size", type=int, default=32, help="int4 weight group size of QAT and of every quantization"
+    )
     parser.add_argument("--eval-seq-len", type=int, default=512, help="perplexity window")
     parser.add_argument("--out", type=Path, default=Path("/tmp/qat_experiment"), help="all outputs go here")
     parser.add_argument("--home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "/tmp/qat_home")))
     parser.add_argument("--with-base", action="store_true", help="also evaluate the base model and its PTQ")
     args = parser.parse_args()
 
+    quantizer = [QUANTIZER, f"quantizer.group_size={args.group_size}"]
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "FTUNE_HOME": str(args.home)}
@@ -175,7 +179,7 @@ def main() -> None:
     def quantize(name: str, source: Path, qat: bool, extra: list[str] = ()) -> Path:
         qdir = out / f"quantized_{name}"
         cmd = [*ftune, "run", "quantize", "--config", "quantization", f"output_dir={qdir}"]
-        cmd += [f"checkpointer.checkpoint_dir={source}", f"qat={str(qat).lower()}", *QUANTIZER, *extra]
+        cmd += [f"checkpointer.checkpoint_dir={source}", f"qat={str(qat).lower()}", *quantizer, *extra]
         steps.append(run(cmd, env, out / f"quantize_{name}.log"))
         return qdir
 
@@ -206,7 +210,7 @@ def main() -> None:
             cmd += [f"dataset.max_seq_len={args.seq_len}"]
             if method in ("qat", "qat_lora"):
                 fq = "null" if args.fake_quant_after is None else str(args.fake_quant_after)
-                cmd += [f"fake_quant_after_n_steps={fq}", *QUANTIZER]
+                cmd += [f"fake_quant_after_n_steps={fq}", *quantizer]
             steps.append(run(cmd, env, out / f"train_seed{seed}_{method}.log"))
             folders[method] = run_dir / f"step_{args.steps}"
             (metrics,) = (run_dir / "logs").glob("*.jsonl")

@@ -38,6 +38,8 @@ def command(settings: dict) -> str:
         args.append(f"--lora-lr {lr_text(settings['lora_lr'])}")
     if settings["fake_quant_after"] is not None:
         args.append(f"--fake-quant-after {settings['fake_quant_after']}")
+    if settings.get("group_size", 32) != 32:  # runs before --group-size existed used 32
+        args.append(f"--group-size {settings['group_size']}")
     return "python benchmarks/qat_experiment.py " + " ".join(args)
 
 
@@ -78,7 +80,7 @@ def main() -> None:
     if args.full_from is not None:
         _borrow_full(run, json.loads(args.full_from.read_text()), args.full_from)
     entry = {
-        "settings": {k: settings[k] for k in KEYS},
+        "settings": {k: settings[k] for k in KEYS} | {"group_size": settings.get("group_size", 32)},
         "command": command(settings)
         + (
             f" (its full fine-tune: --full-from {args.full_from.parent.name}/{args.full_from.name})"

@@ -1,0 +1,24 @@
+"""The pure parts of benchmarks/qat_record.py and the sweep's labels: a recorded run's command and name."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import figures_pages  # noqa: E402
+import qat_record  # noqa: E402
+
+SETTINGS = {"seeds": [0], "methods": ["full", "qat"], "steps": 20, "lr": 2e-4, "lora_lr": 1e-3, "warmup": 2,
+            "fake_quant_after": None}  # fmt: skip
+
+
+def test_command_names_the_group_size_only_when_it_is_not_the_default():
+    base = "python benchmarks/qat_experiment.py --seeds 0 --methods full qat --steps 20 --lr 2e-4 --warmup 2"
+    assert qat_record.command(SETTINGS) == base  # a run recorded before --group-size existed
+    assert qat_record.command(SETTINGS | {"group_size": 32}) == base
+    assert qat_record.command(SETTINGS | {"group_size": 64}) == base + " --group-size 64"
+
+
+def test_sweep_label_names_a_non_default_group_size():
+    assert figures_pages._sweep_label(SETTINGS, "qat") == "QAT, lr 2e-4 (full FT at lr 2e-4), 20 steps"
+    label = figures_pages._sweep_label(SETTINGS | {"group_size": 64}, "qat")
+    assert label == "QAT, lr 2e-4 (full FT at lr 2e-4), 20 steps, group size 64"
