@@ -46,26 +46,19 @@ WARMUP = 2
 def child(method: str, steps: int, home: Path) -> dict:
     """Run `steps` training steps of `method` in this process; its step times and peak RSS."""
     import torch
-    from step_profile import build
+    from step_profile import build, train_step
     from vs_torchtune import MODEL_NAME, corpus_rows
 
-    from ftune import training
-    from ftune.training.batch_loss import batch_loss
     from ftune.training.memory import peak_memory_gib
 
     model_dir = home / "models" / MODEL_NAME
     tokens = torch.tensor(corpus_rows(model_dir, 4, 512))
     batch = {"tokens": tokens, "labels": tokens.clone()}
     model, optimizer, loss_fn = build(method, model_dir)
-    cpu = torch.device("cpu")
     seconds = []
     for i in range(steps):
         start = time.perf_counter()
-        step_loss = training.StepLoss([batch], optimizer, step=i + 1, device=cpu)
-        step_loss.scaled(batch_loss(model, loss_fn, batch, device=cpu)[0]).backward()
-        step_loss.finish(torch.nn.utils.clip_grad_norm_(training.trainable_params(model), 1.0))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(model, optimizer, loss_fn, batch, i + 1)
         seconds.append(time.perf_counter() - start)
     return {"step_seconds": seconds, "peak_rss_gib": peak_memory_gib("cpu")["peak_rss_gib"]}
 

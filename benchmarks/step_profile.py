@@ -104,22 +104,27 @@ def memory_parts(model, optimizer, loss_fn, batch, runtime_gib: float, peak_gib:
     return {k: round(v, 2) for k, v in parts.items()}
 
 
+def train_step(model, optimizer, loss_fn, batch: dict, step: int) -> None:
+    """One training step of this workload: forward, backward, clipping at 1.0, optimizer step (regions named for the profiler)."""
+    cpu = torch.device("cpu")
+    step_loss = training.StepLoss([batch], optimizer, step=step, device=cpu)
+    with torch.profiler.record_function("## forward"):
+        loss = batch_loss(model, loss_fn, batch, device=cpu)[0]
+    with torch.profiler.record_function("## backward"):
+        step_loss.scaled(loss).backward()
+    with torch.profiler.record_function("## optimizer"):
+        step_loss.finish(torch.nn.utils.clip_grad_norm_(training.trainable_params(model), 1.0))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
 def profile_method(method: str, batch: dict, model_dir: Path, steps: int) -> dict:
     runtime_gib = _rss_gib()  # python, torch and the batch, before the model
     model, optimizer, loss_fn = build(method, model_dir)
-    cpu = torch.device("cpu")
 
     def step(i: int) -> float:
         start = time.perf_counter()
-        step_loss = training.StepLoss([batch], optimizer, step=i, device=cpu)
-        with torch.profiler.record_function("## forward"):
-            loss = batch_loss(model, loss_fn, batch, device=cpu)[0]
-        with torch.profiler.record_function("## backward"):
-            step_loss.scaled(loss).backward()
-        with torch.profiler.record_function("## optimizer"):
-            step_loss.finish(torch.nn.utils.clip_grad_norm_(training.trainable_params(model), 1.0))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        train_step(model, optimizer, loss_fn, batch, i)
         return time.perf_counter() - start
 
     for i in range(2):
