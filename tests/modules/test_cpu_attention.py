@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ftune.modules import causal_mask, document_causal_mask
-from ftune.modules.cpu_attention import CPU_QUERY_BLOCK, cpu_attention, key_blocks
+from ftune.modules.cpu_attention import CPU_QUERY_BLOCK, CPU_ROW_BLOCK, cpu_attention, key_blocks
 
 SEQ = 3 * CPU_QUERY_BLOCK + 17  # a ragged last block
 
@@ -87,6 +87,36 @@ def test_key_blocks_spans_and_fallbacks() -> None:
     empty = causal_mask(SEQ)[None].clone()
     empty[0, :CPU_QUERY_BLOCK] = False
     assert key_blocks(empty) is None
+
+
+def test_one_row_blocks_end_at_documents_and_equal_one_sdpa_call(monkeypatch) -> None:
+    """A padding-free batch (one row): blocks of up to CPU_ROW_BLOCK rows that never straddle two
+    documents, each over its own document's keys only; the result is still one SDPA call's."""
+    import ftune.modules.cpu_attention as ca
+
+    lengths = [CPU_ROW_BLOCK + 44, 40, CPU_ROW_BLOCK + 24]  # one doc over the row cap, a short one
+    n = sum(lengths)
+    mask = document_causal_mask(torch.repeat_interleave(torch.arange(3), torch.tensor(lengths))[None])
+    r = CPU_ROW_BLOCK
+    d1, d2 = lengths[0], lengths[0] + lengths[1]
+    assert key_blocks(mask, r, split_documents=True) == [
+        (0, r, 0, r), (r, d1, 0, d1), (d1, d2, d1, d2), (d2, d2 + r, d2, d2 + r), (d2 + r, n, d2, n),
+    ]  # fmt: skip
+    # Without the split, blocks of 64 rows straddle documents and see keys of the one before.
+    assert (d1 // 64 * 64, d1 // 64 * 64 + 64, 0, d1 // 64 * 64 + 64) in key_blocks(mask)
+
+    used = []
+    monkeypatch.setattr(ca, "key_blocks", lambda *a, **kw: used.append(kw) or key_blocks(*a, **kw))
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, h, n, 16, requires_grad=True) for h in (4, 2, 2))
+    o_proj = nn.Linear(64, 24, bias=False)
+    got = cpu_attention(q, k, v, mask, gqa=True, o_proj=o_proj)
+    assert used == [{"split_documents": True}]
+    want = reference(q, k, v, mask, o_proj)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(got.square().sum(), (q, k, v, o_proj.weight))
+    for g, w in zip(grads, torch.autograd.grad(want.square().sum(), (q, k, v, o_proj.weight))):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
 
 def test_attention_module_takes_the_blocked_path_only_for_long_cpu_sequences(monkeypatch) -> None:
