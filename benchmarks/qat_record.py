@@ -5,7 +5,8 @@
 
 Each sweep entry keeps the run's settings (learning rates, steps, fake-quantization delay), its
 perplexities and recovered fractions (each against the full fine-tune of the same run), the machine
-and the load on it, and the command that reproduces it. An entry with the same settings is replaced.
+and the load on it, and the command that reproduces it. An entry with the same settings and seeds is
+replaced; another seed of the same settings is an entry of its own.
 docs/qat.md renders the sweep with benchmarks/report.py (block qat_sweep).
 """
 
@@ -41,6 +42,16 @@ def command(settings: dict) -> str:
     if settings.get("group_size", 32) != 32:  # runs before --group-size existed used 32
         args.append(f"--group-size {settings['group_size']}")
     return "python benchmarks/qat_experiment.py " + " ".join(args)
+
+
+def merged(sweep: list[dict], entry: dict) -> list[dict]:
+    """The sweep with `entry` in it: replacing the entry of the same settings and seeds, if any."""
+
+    def key(e: dict) -> tuple:
+        return e["settings"], sorted(e["seeds"])
+
+    kept = [e for e in sweep if key(e) != key(entry)]
+    return sorted([*kept, entry], key=lambda e: (e["settings"]["lr"], e["settings"]["steps"]))
 
 
 def _borrow_full(run: dict, other: dict, path: Path) -> None:
@@ -98,8 +109,7 @@ def main() -> None:
         },
     }
     results = json.loads(RESULTS.read_text())
-    sweep = [e for e in results.get("sweep", []) if e["settings"] != entry["settings"]]
-    results["sweep"] = sorted([*sweep, entry], key=lambda e: (e["settings"]["lr"], e["settings"]["steps"]))
+    results["sweep"] = merged(results.get("sweep", []), entry)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"recorded {entry['command']} in {RESULTS.relative_to(ROOT)}")
 

@@ -22,3 +22,15 @@ def test_sweep_label_names_a_non_default_group_size():
     assert figures_pages._sweep_label(SETTINGS, "qat") == "QAT, lr 2e-4 (full FT at lr 2e-4), 20 steps"
     label = figures_pages._sweep_label(SETTINGS | {"group_size": 64}, "qat")
     assert label == "QAT, lr 2e-4 (full FT at lr 2e-4), 20 steps, group size 64"
+
+
+def test_another_seed_of_the_same_settings_is_kept_beside_the_first():
+    def entry(seed: int, ppl: float) -> dict:
+        return {"settings": SETTINGS | {"group_size": 192}, "seeds": {f"seed{seed}": {"ppl": ppl}}}
+
+    sweep = qat_record.merged([entry(0, 1.0)], entry(1, 2.0))
+    assert [e["seeds"] for e in sweep] == [{"seed0": {"ppl": 1.0}}, {"seed1": {"ppl": 2.0}}]
+    sweep = qat_record.merged(sweep, entry(1, 3.0))  # a rerun of seed 1 replaces it
+    assert [e["seeds"] for e in sweep] == [{"seed0": {"ppl": 1.0}}, {"seed1": {"ppl": 3.0}}]
+    other = {"settings": SETTINGS | {"group_size": 32}, "seeds": {"seed1": {"ppl": 4.0}}}
+    assert len(qat_record.merged(sweep, other)) == 3  # other settings, same seed
