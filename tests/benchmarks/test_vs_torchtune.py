@@ -160,6 +160,7 @@ def test_docs_table_from_an_idle_run_and_no_figures_from_a_contended_one():
     text = figures_training.vs_torchtune(_result(0.01))
     assert "| full-fp32 | 100 [95-105] | 150 [145-155] | 1.50x | 7.00 | 4.90 | 0.70 |" in text
     assert "10.8123 / 10.8125" in text and "180 GFLOP/s" in text
+    assert text.splitlines()[2].endswith("| 50% / 50% | 2.00x |")  # the bound: 1 / torchtune's share
     for busy in (_result(1.5), _result(0.0, quick=True)):
         text = figures_training.vs_torchtune(busy)
         assert text.startswith("No figures yet") and "150" not in text and "|" not in text
