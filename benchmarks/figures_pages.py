@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from figures_common import load, lr_text, minutes, provenance, table
+from qat_record import GROUP_SIZE, group_size
 
 
 def readme_speed() -> str:
@@ -178,7 +179,7 @@ def _sweep_label(settings: dict, method: str) -> str:
     lr = settings["lora_lr"] if method == "qat_lora" else settings["lr"]
     fq = settings["fake_quant_after"]
     delay = "" if fq is None else f", fake quant after step {fq}"
-    delay += f", group size {settings['group_size']}" if settings.get("group_size", 32) != 32 else ""
+    delay += f", group size {settings['group_size']}" if group_size(settings) != GROUP_SIZE else ""
     name = "QAT+LoRA" if method == "qat_lora" else "QAT"
     return f"{name}, lr {lr_text(lr)} (full FT at lr {lr_text(settings['lr'])}), {settings['steps']} steps{delay}"
 

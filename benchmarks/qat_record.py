@@ -22,6 +22,12 @@ from results_file import ROOT, commit, machine
 
 RESULTS = ROOT / "benchmarks" / "results" / "qat_experiment.json"
 KEYS = ("steps", "lr", "lora_lr", "warmup", "fake_quant_after", "batch_size", "seq_len", "methods")
+GROUP_SIZE = 32  # qat_experiment.py's default; runs (and sweep entries) from before --group-size used it
+
+
+def group_size(settings: dict) -> int:
+    """The int4 group size of a run's settings, also of one recorded before --group-size existed."""
+    return settings.get("group_size", GROUP_SIZE)
 
 
 def command(settings: dict) -> str:
@@ -39,7 +45,7 @@ def command(settings: dict) -> str:
         args.append(f"--lora-lr {lr_text(settings['lora_lr'])}")
     if settings["fake_quant_after"] is not None:
         args.append(f"--fake-quant-after {settings['fake_quant_after']}")
-    if settings.get("group_size", 32) != 32:  # runs before --group-size existed used 32
+    if group_size(settings) != GROUP_SIZE:
         args.append(f"--group-size {settings['group_size']}")
     return "python benchmarks/qat_experiment.py " + " ".join(args)
 
@@ -48,7 +54,7 @@ def merged(sweep: list[dict], entry: dict) -> list[dict]:
     """The sweep with `entry` in it: replacing the entry of the same settings and seeds, if any."""
 
     def key(e: dict) -> tuple:
-        return e["settings"], sorted(e["seeds"])
+        return e["settings"] | {"group_size": group_size(e["settings"])}, sorted(e["seeds"])
 
     kept = [e for e in sweep if key(e) != key(entry)]
     return sorted([*kept, entry], key=lambda e: (e["settings"]["lr"], e["settings"]["steps"]))
@@ -91,7 +97,7 @@ def main() -> None:
     if args.full_from is not None:
         _borrow_full(run, json.loads(args.full_from.read_text()), args.full_from)
     entry = {
-        "settings": {k: settings[k] for k in KEYS} | {"group_size": settings.get("group_size", 32)},
+        "settings": {k: settings[k] for k in KEYS} | {"group_size": group_size(settings)},
         "command": command(settings)
         + (
             f" (its full fine-tune: --full-from {args.full_from.parent.name}/{args.full_from.name})"

@@ -77,7 +77,7 @@ def key_blocks(
         would skip less than a quarter of the pairs or some query sees no key at all (both are
         left to one SDPA call).
     """
-    b, s, s_kv = mask.shape
+    _, s, s_kv = mask.shape
     seen = mask.any(dim=0).to(torch.uint8)  # (s, s_kv): keys any row of the batch may see
     first = seen.argmax(dim=1)  # the first maximum: the first key seen (0 when none is)
     last = s_kv - seen.flip(1).argmax(dim=1)  # one past the last key seen

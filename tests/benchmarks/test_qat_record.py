@@ -34,3 +34,7 @@ def test_another_seed_of_the_same_settings_is_kept_beside_the_first():
     assert [e["seeds"] for e in sweep] == [{"seed0": {"ppl": 1.0}}, {"seed1": {"ppl": 3.0}}]
     other = {"settings": SETTINGS | {"group_size": 32}, "seeds": {"seed1": {"ppl": 4.0}}}
     assert len(qat_record.merged(sweep, other)) == 3  # other settings, same seed
+    # An entry recorded before --group-size existed (no group_size: 32) is replaced by a rerun.
+    old = {"settings": SETTINGS, "seeds": {"seed0": {"ppl": 5.0}}}
+    rerun = {"settings": SETTINGS | {"group_size": 32}, "seeds": {"seed0": {"ppl": 6.0}}}
+    assert qat_record.merged([old], rerun) == [rerun]
