@@ -179,7 +179,8 @@ def _sweep_label(settings: dict, method: str) -> str:
     lr = settings["lora_lr"] if method == "qat_lora" else settings["lr"]
     fq = settings["fake_quant_after"]
     delay = "" if fq is None else f", fake quant after step {fq}"
-    delay += f", group size {settings['group_size']}" if group_size(settings) != GROUP_SIZE else ""
+    size = group_size(settings)
+    delay += "" if size == GROUP_SIZE else f", group size {size}" if size else ", one scale per output channel"
     name = "QAT+LoRA" if method == "qat_lora" else "QAT"
     return f"{name}, lr {lr_text(lr)} (full FT at lr {lr_text(settings['lr'])}), {settings['steps']} steps{delay}"
 

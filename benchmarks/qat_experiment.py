@@ -100,6 +100,19 @@ def write_corpus(data_dir: Path) -> tuple[Path, list[Path]]:
     return train, heldout_files
 
 
+def group_size_arg(text: str) -> int | None:
+    """--group-size: a positive int, or 'channel' (None: one scale per output channel)."""
+    if text == "channel":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive int or 'channel', got {text!r}")
+    return value
+
+
 def load1() -> float:
     return os.getloadavg()[0]
 
@@ -147,7 +160,10 @@ def main() -> None:
         help="QAT: fake_quant_after_n_steps (default: fake quantization from step 1)",
     )
     parser.add_argument(
-        "--group-size", type=int, default=32, help="int4 weight group size of QAT and of every quantization"
+        "--group-size",
+        type=group_size_arg,
+        default=32,
+        help="int4 weight group size of QAT and of every quantization; 'channel': one scale per output channel",
     )
     parser.add_argument("--eval-seq-len", type=int, default=512, help="perplexity window")
     parser.add_argument("--out", type=Path, default=Path("/tmp/qat_experiment"), help="all outputs go here")
@@ -155,7 +171,7 @@ def main() -> None:
     parser.add_argument("--with-base", action="store_true", help="also evaluate the base model and its PTQ")
     args = parser.parse_args()
 
-    quantizer = [QUANTIZER, f"quantizer.group_size={args.group_size}"]
+    quantizer = [QUANTIZER, f"quantizer.group_size={'null' if args.group_size is None else args.group_size}"]
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "FTUNE_HOME": str(args.home)}

@@ -25,9 +25,16 @@ KEYS = ("steps", "lr", "lora_lr", "warmup", "fake_quant_after", "batch_size", "s
 GROUP_SIZE = 32  # qat_experiment.py's default; runs (and sweep entries) from before --group-size used it
 
 
-def group_size(settings: dict) -> int:
-    """The int4 group size of a run's settings, also of one recorded before --group-size existed."""
+def group_size(settings: dict) -> int | None:
+    """The int4 group size of a run's settings (None: one scale per output channel), also of one
+    recorded before --group-size existed."""
     return settings.get("group_size", GROUP_SIZE)
+
+
+def group_size_text(settings: dict) -> str:
+    """The run's group size as --group-size takes it: an int, or 'channel'."""
+    size = group_size(settings)
+    return "channel" if size is None else str(size)
 
 
 def command(settings: dict) -> str:
@@ -46,7 +53,7 @@ def command(settings: dict) -> str:
     if settings["fake_quant_after"] is not None:
         args.append(f"--fake-quant-after {settings['fake_quant_after']}")
     if group_size(settings) != GROUP_SIZE:
-        args.append(f"--group-size {settings['group_size']}")
+        args.append(f"--group-size {group_size_text(settings)}")
     return "python benchmarks/qat_experiment.py " + " ".join(args)
 
 

@@ -16,12 +16,15 @@ def test_command_names_the_group_size_only_when_it_is_not_the_default():
     assert qat_record.command(SETTINGS) == base  # a run recorded before --group-size existed
     assert qat_record.command(SETTINGS | {"group_size": 32}) == base
     assert qat_record.command(SETTINGS | {"group_size": 64}) == base + " --group-size 64"
+    assert qat_record.command(SETTINGS | {"group_size": None}) == base + " --group-size channel"
 
 
 def test_sweep_label_names_a_non_default_group_size():
     assert figures_pages._sweep_label(SETTINGS, "qat") == "QAT, lr 2e-4 (full FT at lr 2e-4), 20 steps"
     label = figures_pages._sweep_label(SETTINGS | {"group_size": 64}, "qat")
     assert label == "QAT, lr 2e-4 (full FT at lr 2e-4), 20 steps, group size 64"
+    label = figures_pages._sweep_label(SETTINGS | {"group_size": None}, "qat")
+    assert label == "QAT, lr 2e-4 (full FT at lr 2e-4), 20 steps, one scale per output channel"
 
 
 def test_another_seed_of_the_same_settings_is_kept_beside_the_first():
@@ -38,3 +41,19 @@ def test_another_seed_of_the_same_settings_is_kept_beside_the_first():
     old = {"settings": SETTINGS, "seeds": {"seed0": {"ppl": 5.0}}}
     rerun = {"settings": SETTINGS | {"group_size": 32}, "seeds": {"seed0": {"ppl": 6.0}}}
     assert qat_record.merged([old], rerun) == [rerun]
+
+
+def test_the_recorded_group_size_reads_back_as_the_experiment_argument():
+    import argparse
+
+    import qat_experiment
+
+    for size in (32, 192, None):
+        assert qat_experiment.group_size_arg(qat_record.group_size_text({"group_size": size})) == size
+    for bad in ("0", "-4", "per-channel"):
+        try:
+            qat_experiment.group_size_arg(bad)
+        except argparse.ArgumentTypeError as err:
+            assert repr(bad) in str(err)
+        else:
+            raise AssertionError(f"{bad!r} was accepted")
