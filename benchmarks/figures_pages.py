@@ -180,7 +180,10 @@ def _sweep_label(settings: dict, method: str) -> str:
     fq = settings["fake_quant_after"]
     delay = "" if fq is None else f", fake quant after step {fq}"
     size = group_size(settings)
-    delay += "" if size == GROUP_SIZE else f", group size {size}" if size else ", one scale per output channel"
+    delay += (
+        "" if size == GROUP_SIZE else f", group size {size}" if size else ", one scale per output channel"
+    )
+    delay += ", learned ranges" if settings.get("learn_ranges") and method == "qat" else ""
     name = "QAT+LoRA" if method == "qat_lora" else "QAT"
     return f"{name}, lr {lr_text(lr)} (full FT at lr {lr_text(settings['lr'])}), {settings['steps']} steps{delay}"
 

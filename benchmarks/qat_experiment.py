@@ -165,11 +165,18 @@ def main() -> None:
         default=32,
         help="int4 weight group size of QAT and of every quantization; 'channel': one scale per output channel",
     )
+    parser.add_argument(
+        "--learn-ranges",
+        action="store_true",
+        help="QAT learns its weight scales (quantizer.learn_ranges=true), and converts with them",
+    )
     parser.add_argument("--eval-seq-len", type=int, default=512, help="perplexity window")
     parser.add_argument("--out", type=Path, default=Path("/tmp/qat_experiment"), help="all outputs go here")
     parser.add_argument("--home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "/tmp/qat_home")))
     parser.add_argument("--with-base", action="store_true", help="also evaluate the base model and its PTQ")
     args = parser.parse_args()
+    if args.learn_ranges and "qat_lora" in args.methods:
+        parser.error("--learn-ranges: QAT + LoRA trains its adapters only, not ranges; drop qat_lora")
 
     quantizer = [QUANTIZER, f"quantizer.group_size={'null' if args.group_size is None else args.group_size}"]
     out = args.out.resolve()
@@ -191,6 +198,8 @@ def main() -> None:
         cmd += ["batch_size=8", f"output_file={result}", *extra]
         steps.append(run(cmd, env, out / f"eval_{name}.log"))
         return json.loads(result.read_text())["perplexity"]
+
+    learn = ["quantizer.learn_ranges=true"] if args.learn_ranges else []
 
     def quantize(name: str, source: Path, qat: bool, extra: list[str] = ()) -> Path:
         qdir = out / f"quantized_{name}"
@@ -226,7 +235,7 @@ def main() -> None:
             cmd += [f"dataset.max_seq_len={args.seq_len}"]
             if method in ("qat", "qat_lora"):
                 fq = "null" if args.fake_quant_after is None else str(args.fake_quant_after)
-                cmd += [f"fake_quant_after_n_steps={fq}", *quantizer]
+                cmd += [f"fake_quant_after_n_steps={fq}", *quantizer, *(learn if method == "qat" else [])]
             steps.append(run(cmd, env, out / f"train_seed{seed}_{method}.log"))
             folders[method] = run_dir / f"step_{args.steps}"
             (metrics,) = (run_dir / "logs").glob("*.jsonl")
@@ -251,7 +260,7 @@ def main() -> None:
             ppl["float_qat"] = evaluate(
                 f"seed{seed}_float_qat", [f"checkpointer.checkpoint_dir={folders['qat']}"]
             )
-            qqat = quantize(f"seed{seed}_qat_converted", folders["qat"], qat=True)
+            qqat = quantize(f"seed{seed}_qat_converted", folders["qat"], qat=True, extra=learn)
             ppl["qat_converted"] = evaluate(f"seed{seed}_qat_converted", [f"quantized_checkpoint={qqat}"])
         if "qat_lora" in folders:
             # The adapters merged into the base weights (adapter_dir), then prepared and converted.

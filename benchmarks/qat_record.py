@@ -54,6 +54,8 @@ def command(settings: dict) -> str:
         args.append(f"--fake-quant-after {settings['fake_quant_after']}")
     if group_size(settings) != GROUP_SIZE:
         args.append(f"--group-size {group_size_text(settings)}")
+    if settings.get("learn_ranges"):
+        args.append("--learn-ranges")
     return "python benchmarks/qat_experiment.py " + " ".join(args)
 
 
@@ -61,7 +63,10 @@ def merged(sweep: list[dict], entry: dict) -> list[dict]:
     """The sweep with `entry` in it: replacing the entry of the same settings and seeds, if any."""
 
     def key(e: dict) -> tuple:
-        return e["settings"] | {"group_size": group_size(e["settings"])}, sorted(e["seeds"])
+        learn = e["settings"].get("learn_ranges", False)  # False in entries from before --learn-ranges
+        return e["settings"] | {"group_size": group_size(e["settings"]), "learn_ranges": learn}, sorted(
+            e["seeds"]
+        )
 
     kept = [e for e in sweep if key(e) != key(entry)]
     return sorted([*kept, entry], key=lambda e: (e["settings"]["lr"], e["settings"]["steps"]))
@@ -71,10 +76,15 @@ def _borrow_full(run: dict, other: dict, path: Path) -> None:
     """Take the full fine-tune's perplexities from `other` (the same full fine-tune) and recompute the fractions."""
     same = ("steps", "lr", "warmup", "batch_size", "seq_len")
     mine, theirs = run["settings"], other["settings"]
-    if "full" not in theirs["methods"] or any(mine[k] != theirs[k] for k in same):
+    if (
+        "full" not in theirs["methods"]
+        or any(mine[k] != theirs[k] for k in same)
+        or group_size(mine) != group_size(theirs)  # its PTQ is at the group size of this run
+    ):
         raise SystemExit(
             f"qat_record: {path} has no full fine-tune with this run's {', '.join(same)} "
-            f"({ {k: mine[k] for k in same} }); rerun with --methods full qat instead."
+            f"({ {k: mine[k] for k in same} }, group size {group_size_text(mine)}); rerun with "
+            "--methods full qat instead."
         )
     from qat_experiment import recovered_fractions
 
@@ -104,7 +114,8 @@ def main() -> None:
     if args.full_from is not None:
         _borrow_full(run, json.loads(args.full_from.read_text()), args.full_from)
     entry = {
-        "settings": {k: settings[k] for k in KEYS} | {"group_size": group_size(settings)},
+        "settings": {k: settings[k] for k in KEYS}
+        | {"group_size": group_size(settings), "learn_ranges": settings.get("learn_ranges", False)},
         "command": command(settings)
         + (
             f" (its full fine-tune: --full-from {args.full_from.parent.name}/{args.full_from.name})"

@@ -63,6 +63,7 @@ FEATURES: dict[str, str] = {
     "qlora": "LoRA over an NF4-quantized frozen base",
     "dora": "weight-decomposed LoRA",
     "qat": "quantization-aware training with torchao fake quantization",
+    "learned_ranges": "QAT trains its weight scales (torchao range learning); saved, resumed, converted with",
     "fsdp2": "shard parameters, gradients and optimizer state across ranks",
     "cpu_offload": "keep sharded parameters and optimizer state on CPU (FSDP2)",
     "quantization": "post-training quantization or QAT convert with torchao",

@@ -61,7 +61,10 @@ _DIST = {
         "machine (the test machines) they are on the CPU already and the setting changes nothing"
     ),
 }
-_NO_QAT = {"qat": na("use qat_single_device or qat_distributed")}
+_NO_QAT = {
+    "qat": na("use qat_single_device or qat_distributed"),
+    "learned_ranges": na("no QAT: use qat_single_device or qat_distributed"),
+}
 _OPT_BWD = {"optimizer_in_backward": YES}
 # Preference tuning (DPO). What is checked for a DPO run is ✓; the rest says why not.
 _DPO_UNCHECKED = (
@@ -95,6 +98,7 @@ _DPO_COMMON = {
     "metric_logging": YES,
     "profiler": na(_DPO_UNCHECKED),
     "qat": na("no QAT preference recipe"),
+    "learned_ranges": na("no QAT preference recipe"),
 }
 _NO_OPT_BWD_DIST = {
     "optimizer_in_backward": na(
@@ -173,7 +177,7 @@ _RECIPES = [
         False,
         "smollm2/135M_qat_full",
         ("qat_full",),
-        {**_SFT_COMMON, **_NOT_LORA, **_SINGLE, "qat": YES, **_OPT_BWD},
+        {**_SFT_COMMON, **_NOT_LORA, **_SINGLE, "qat": YES, "learned_ranges": YES, **_OPT_BWD},
     ),
     Recipe(
         "qat_distributed",
@@ -181,7 +185,7 @@ _RECIPES = [
         True,
         "smollm2/135M_qat_full",
         ("qat_full",),
-        {**_SFT_COMMON, **_NOT_LORA, **_DIST, "qat": YES, **_NO_OPT_BWD_DIST},
+        {**_SFT_COMMON, **_NOT_LORA, **_DIST, "qat": YES, "learned_ranges": YES, **_NO_OPT_BWD_DIST},
     ),
     Recipe(
         "qat_lora_finetune_distributed",
@@ -198,6 +202,10 @@ _RECIPES = [
             "dora": na("QAT + LoRA trains plain LoRA adapters over the fake-quantized base"),
             **_DIST,
             "qat": YES,
+            "learned_ranges": na(
+                "LoRA trains its adapters only, and the adapter checkpoint has no place for ranges: "
+                "quantizer.learn_ranges=true is refused with a message"
+            ),
             **_NO_OPT_BWD_DIST,
         },
     ),
@@ -256,7 +264,7 @@ _RECIPES = [
         False,
         "quantization",
         ("quantization",),
-        {"quantization": YES, "qat": YES},
+        {"quantization": YES, "qat": YES, "learned_ranges": YES},
     ),
     Recipe(
         "eval",

@@ -29,7 +29,7 @@ def main(cfg: config.Config) -> None:
         cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
     )  # config.json is checked against the model the config builds
     quantizer = config.instantiate(cfg.quantizer)  # [qat]
-    quantizer.prepare(model)  # [qat] fake quantization, before sharding
+    quantizer.prepare(model, ranges=loaded.qat_ranges)  # [qat] fake quantization, before sharding
     fq_after = s.fake_quant_after_n_steps  # [qat] float training until this step
     if s.activation_checkpointing:
         training.apply_activation_checkpointing(model)

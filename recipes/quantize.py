@@ -11,9 +11,8 @@ merged into the weights first. The output folder is a native quantized checkpoin
 import time
 from pathlib import Path
 
-from ftune import checkpointing, config, runtime
+from ftune import checkpointing, config, quantization, runtime
 from ftune.checkpointing import atomic
-from ftune.quantization import QuantizeSettings
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 
@@ -23,7 +22,7 @@ def _megabytes(paths: list[Path]) -> float:
 
 
 # The settings this recipe reads; `ftune run/validate/--help` read them from here.
-SETTINGS = QuantizeSettings
+SETTINGS = quantization.QuantizeSettings
 
 
 def main(cfg: config.Config) -> None:
@@ -44,7 +43,10 @@ def main(cfg: config.Config) -> None:
 
     start = time.perf_counter()
     if s.qat:
-        quantizer.prepare(model)  # the fake quantization the QAT run trained under ...
+        quantization.require_saved_ranges(quantizer, loaded.qat_ranges, ckpt.checkpoint_dir)
+        quantizer.prepare(
+            model, ranges=loaded.qat_ranges
+        )  # the fake quantization the QAT run trained under ...
         layers = quantizer.convert(model)  # ... made real, with the same scales
     else:
         layers = quantizer.quantize(model)

@@ -21,6 +21,7 @@ import torch
 from ftune.checkpointing import adapter as adapter_files
 from ftune.checkpointing import atomic
 from ftune.checkpointing.model_fit import split_adapter
+from ftune.checkpointing.qat_ranges import RANGES_FILE, load_ranges, save_ranges, split_ranges
 from ftune.checkpointing.readers import require_dir
 from ftune.checkpointing.recipe_state import check_weights_only_safe, load_recipe_state, save_recipe_state
 
@@ -57,6 +58,9 @@ class Loaded:
         recipe_state: contents of `recipe_state.pt` when resuming, else None.
         family: the model family (a key of `ftune.models.CONVERTERS`).
         step_dir: the step folder resumed from, or None on a fresh run.
+        qat_ranges: the learned quantization ranges (`qat_ranges.safetensors`, ftune names) of the
+            folder the weights come from, when a QAT run with `quantizer.learn_ranges=true` wrote it;
+            else None.
     """
 
     model: StateDict
@@ -64,6 +68,7 @@ class Loaded:
     recipe_state: dict[str, Any] | None
     family: str
     step_dir: Path | None
+    qat_ranges: StateDict | None = None
 
 
 class Checkpointer(abc.ABC):
@@ -196,7 +201,22 @@ class Checkpointer(abc.ABC):
         model = self._read_model(weights_dir, family)
         adapter = adapter_files.load_adapter(step, family=family) if lora_resume else None
         recipe_state = load_recipe_state(step) if step is not None else None
-        return Loaded(model=model, adapter=adapter, recipe_state=recipe_state, family=family, step_dir=step)
+        ranges = load_ranges(weights_dir)
+        if ranges is not None:
+            logger.info(
+                "%s holds the learned quantization ranges of a QAT run (%d tensors): QAT recipes and "
+                "`quantize qat=true` with quantizer.learn_ranges=true use them; other recipes ignore them.",
+                weights_dir / RANGES_FILE,
+                len(ranges),
+            )
+        return Loaded(
+            model=model,
+            adapter=adapter,
+            recipe_state=recipe_state,
+            family=family,
+            step_dir=step,
+            qat_ranges=ranges,
+        )
 
     def load_base_model(self) -> StateDict:
         """The base checkpoint's model weights (from `checkpoint_dir`), also when resuming.
@@ -221,7 +241,8 @@ class Checkpointer(abc.ABC):
         Args:
             step: the optimizer step (folder name).
             model_state: the full model state in ftune names, adapter tensors included on a
-                LoRA run (not modified).
+                LoRA run, learned quantization ranges on a QAT run with range learning (written
+                to `qat_ranges.safetensors`) (not modified).
             recipe_state: progress to resume from (see `ftune.checkpointing.recipe_state`).
             adapter_config: required exactly when `model_state` holds adapter tensors: the
                 `apply_lora` settings ({"rank", "alpha", "dropout", "use_dora"}, e.g. the recipe's
@@ -236,6 +257,12 @@ class Checkpointer(abc.ABC):
             TypeError: recipe_state would not load with weights_only=True.
         """
         base, adapter = split_adapter(model_state)
+        if adapter and (ranges := split_ranges(base)[1]):
+            raise ValueError(
+                f"model_state holds both adapter tensors ({next(iter(adapter))}) and learned quantization "
+                f"ranges ({next(iter(ranges))}); a LoRA run trains no ranges. Prepare the model for QAT "
+                "with quantizer.learn_ranges=false."
+            )
         if adapter and adapter_config is None:
             raise ValueError(
                 f"model_state holds {len(adapter)} adapter tensors (e.g. {next(iter(adapter))}) but no "
@@ -296,7 +323,10 @@ class Checkpointer(abc.ABC):
                 )
                 self._copy_side_files(merged_dir)
         else:
+            base, ranges = split_ranges(base)
             self._write_model(folder, base, family)
+            if ranges:
+                save_ranges(folder, ranges)
         self._copy_side_files(folder)
         if recipe_state is not None:
             save_recipe_state(recipe_state, folder)

@@ -9,6 +9,7 @@ from ftune.quantization.torchao_logs import quiet_torchao_import_logs
 quiet_torchao_import_logs()
 
 from ftune.quantization.checkpoint import load_quantized, read_quantized, save_quantized  # noqa: E402
+from ftune.quantization.fake_quant import enable_fake_quant  # noqa: E402
 from ftune.quantization.quantizers import (  # noqa: E402
     QUANTIZERS,
     Int4WeightOnly,
@@ -16,9 +17,9 @@ from ftune.quantization.quantizers import (  # noqa: E402
     Int8WeightOnly,
     IntxWeightOnly,
     Quantizer,
-    enable_fake_quant,
     quantizer_from_spec,
 )
+from ftune.quantization.ranges import require_saved_ranges  # noqa: E402
 from ftune.quantization.settings import QuantizeSettings  # noqa: E402
 from ftune.quantization.targets import DECODER_LINEARS  # noqa: E402
 
@@ -36,5 +37,6 @@ __all__ = [
     "quantizer_from_spec",
     "quiet_torchao_import_logs",
     "read_quantized",
+    "require_saved_ranges",
     "save_quantized",
 ]

@@ -32,6 +32,7 @@ from torchao.quantization import (
 from torchao.quantization.qat import FakeQuantizedLinear, IntxFakeQuantizeConfig, QATConfig
 from torchao.utils import TorchAOBaseTensor
 
+from ftune.quantization.ranges import init_ranges, range_learning_config
 from ftune.quantization.targets import describe_linears, find_targets
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
     "Int8WeightOnly",
     "IntxWeightOnly",
     "Int4WeightOnly",
-    "enable_fake_quant",
     "quantizer_from_spec",
 ]
 
@@ -53,6 +53,12 @@ def _check_group_size(owner: str, group_size: int | None) -> None:
             f"{owner}: group_size must be a positive int (e.g. 32, 64, 128) or None for one scale per "
             f"output channel; got {group_size!r}."
         )
+
+
+def _check_flag(owner: str, key: str, value: bool) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}: {key} must be true or false; got {value!r}.")
+    return value
 
 
 class Quantizer:
@@ -69,6 +75,7 @@ class Quantizer:
     def __init__(self, *, include_output: bool = False) -> None:
         self.include_output = include_output
         self.group_size: int | None = None
+        self.learn_ranges = False  # the Intx schemes take it as an argument (see ranges.py)
 
     # ---- what a subclass provides -------------------------------------------------------------
     def ptq_config(self) -> AOBaseConfig:
@@ -77,6 +84,8 @@ class Quantizer:
 
     def qat_config(self) -> QATConfig:
         """The torchao config of the QAT prepare step (fake quantization matching `ptq_config`)."""
+        if self.learn_ranges:
+            return range_learning_config(self.ptq_config())
         return QATConfig(self.ptq_config(), step="prepare")
 
     def spec(self) -> dict[str, Any]:
@@ -87,19 +96,29 @@ class Quantizer:
         """Hook for scheme-specific checks of the model (device, dtype); raises ValueError."""
 
     # ---- the three operations -----------------------------------------------------------------
-    def prepare(self, model: nn.Module) -> list[str]:
+    def prepare(self, model: nn.Module, ranges: dict[str, torch.Tensor] | None = None) -> list[str]:
         """QAT: replace each target nn.Linear with a fake-quantized one (same weight Parameter).
 
         Args:
             model: an ftune decoder in float precision, changed in place.
+            ranges: the learned ranges a QAT run with `learn_ranges=True` saved (`Loaded.qat_ranges`)
+                to train on from or convert with; None on a fresh run (min/max initial scales).
 
         Returns:
             The FQNs of the swapped linears.
 
         Raises:
-            ValueError: nothing to prepare, the model is already prepared or quantized, or a layer's
-                `in_features` is not a multiple of `group_size`.
+            ValueError: nothing to prepare, the model is already prepared or quantized, a layer's
+                `in_features` is not a multiple of `group_size`, or `ranges` does not fit (given
+                without `learn_ranges`, other layers or shapes).
         """
+        if ranges is not None and not self.learn_ranges:
+            raise ValueError(
+                f"{self.name}.prepare: the checkpoint holds learned quantization ranges "
+                f"(qat_ranges.safetensors, {len(ranges)} tensors) but learn_ranges is false. Set "
+                "quantizer.learn_ranges=true to continue from or convert with them, or delete the file "
+                "to start from min/max ranges."
+            )
         if prepared := find_targets(model, FakeQuantizedLinear, include_output=self.include_output):
             raise ValueError(
                 f"{self.name}.prepare: the model is already prepared for QAT ({prepared[0]} is a "
@@ -118,6 +137,8 @@ class Quantizer:
             raise RuntimeError(
                 f"{self.name}.prepare: torchao did not swap {missing}; this is a bug in ftune."
             )
+        if self.learn_ranges:
+            init_ranges(model, fqns, ranges, f"{self.name}.prepare")
         return fqns
 
     def convert(self, model: nn.Module) -> list[str]:
@@ -224,21 +245,25 @@ class Int8DynActInt4Weight(Quantizer):
     Args:
         group_size: input features sharing one weight scale; None for one scale per output channel.
         include_output: also quantize `output` (see `Quantizer`).
+        learn_ranges: QAT trains the weight scales (torchao's range learning; see `ranges.py`).
     """
 
     name = "Int8DynActInt4Weight"
 
-    def __init__(self, group_size: int | None = 32, *, include_output: bool = False) -> None:
+    def __init__(
+        self, group_size: int | None = 32, *, include_output: bool = False, learn_ranges: bool = False
+    ) -> None:
         super().__init__(include_output=include_output)
         _check_group_size(self.name, group_size)
         self.group_size = group_size
+        self.learn_ranges = _check_flag(self.name, "learn_ranges", learn_ranges)
 
     def ptq_config(self) -> AOBaseConfig:
         granularity = PerAxis(0) if self.group_size is None else PerGroup(self.group_size)
         return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=granularity)
 
     def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "group_size": self.group_size}
+        return {**super().spec(), "group_size": self.group_size, "learn_ranges": self.learn_ranges}
 
 
 class IntxWeightOnly(Quantizer):
@@ -250,16 +275,25 @@ class IntxWeightOnly(Quantizer):
         bits: weight bit width, 1 to 8 (2 to 8 for QAT).
         group_size: input features sharing one scale; None for one scale per output channel.
         include_output: also quantize `output` (see `Quantizer`).
+        learn_ranges: QAT trains the weight scales (torchao's range learning; see `ranges.py`).
     """
 
     name = "IntxWeightOnly"
 
-    def __init__(self, bits: int = 4, group_size: int | None = 32, *, include_output: bool = False) -> None:
+    def __init__(
+        self,
+        bits: int = 4,
+        group_size: int | None = 32,
+        *,
+        include_output: bool = False,
+        learn_ranges: bool = False,
+    ) -> None:
         super().__init__(include_output=include_output)
         if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 8:
             raise ValueError(f"IntxWeightOnly: bits must be an int from 1 to 8; got {bits!r}.")
         _check_group_size(self.name, group_size)
         self.bits, self.group_size = bits, group_size
+        self.learn_ranges = _check_flag(self.name, "learn_ranges", learn_ranges)
 
     def ptq_config(self) -> AOBaseConfig:
         granularity = PerAxis(0) if self.group_size is None else PerGroup(self.group_size)
@@ -274,7 +308,12 @@ class IntxWeightOnly(Quantizer):
         return super().qat_config()
 
     def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "bits": self.bits, "group_size": self.group_size}
+        return {
+            **super().spec(),
+            "bits": self.bits,
+            "group_size": self.group_size,
+            "learn_ranges": self.learn_ranges,
+        }
 
 
 class Int8WeightOnly(Quantizer):
@@ -349,36 +388,3 @@ def quantizer_from_spec(spec: dict[str, Any]) -> Quantizer:
             f"{', '.join('ftune.quantization.' + n for n in QUANTIZERS)}."
         )
     return cls(**{k: v for k, v in spec.items() if k != "_component_"})
-
-
-def enable_fake_quant(model: nn.Module, enabled: bool) -> int:
-    """Switch fake quantization of every fake-quantized linear (and LoRA layer over one) on or off.
-
-    With fake quantization off, a prepared model computes exactly what the float model does
-    (FakeQuantizedLinear then runs `F.linear(x, weight, bias)`), which is how
-    `fake_quant_after_n_steps` trains in float first.
-
-    Args:
-        model: a model prepared with `Quantizer.prepare`.
-        enabled: True to fake-quantize activations and weights, False to compute in float.
-
-    Returns:
-        The number of linears switched.
-
-    Raises:
-        ValueError: the model has no fake-quantized linear.
-    """
-    count = 0
-    for module in model.modules():
-        # FakeQuantizedLinear, or a LoRA layer over one (QAT + LoRA), which keeps its quantizers.
-        if isinstance(module, FakeQuantizedLinear) or getattr(module, "fake_quantized", False):
-            for quantizer in (module.activation_fake_quantizer, module.weight_fake_quantizer):
-                if quantizer is not None:
-                    quantizer.enabled = enabled
-            count += 1
-    if count == 0:
-        raise ValueError(
-            f"enable_fake_quant: {type(model).__name__} has no fake-quantized linear; "
-            "call quantizer.prepare(model) first."
-        )
-    return count

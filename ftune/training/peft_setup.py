@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ftune.checkpointing.model_build import cast_floating
+from ftune.checkpointing.qat_ranges import is_range_key
 from ftune.config import instantiate
 
 
@@ -32,6 +33,12 @@ def apply_peft(
     Raises:
         ValueError: when a saved adapter does not match the swapped layers.
     """
+    if ranges := [k for k, _ in model.named_parameters() if is_range_key(k)]:
+        raise ValueError(
+            f"peft: the model learns quantization ranges ({ranges[0]}: quantizer.learn_ranges=true), "
+            "but a LoRA run trains its adapters only, so the ranges would stay at their min/max start "
+            "and no checkpoint would keep them. Set quantizer.learn_ranges=false for QAT + LoRA."
+        )
     instantiate(node, model, _path="peft")
     if adapter is not None:
         result = model.load_state_dict(cast_floating(adapter, dtype), strict=False)

@@ -17,6 +17,10 @@ def test_command_names_the_group_size_only_when_it_is_not_the_default():
     assert qat_record.command(SETTINGS | {"group_size": 32}) == base
     assert qat_record.command(SETTINGS | {"group_size": 64}) == base + " --group-size 64"
     assert qat_record.command(SETTINGS | {"group_size": None}) == base + " --group-size channel"
+    learned = SETTINGS | {"group_size": 192, "learn_ranges": True}
+    assert qat_record.command(learned) == base + " --group-size 192 --learn-ranges"
+    label = figures_pages._sweep_label(learned, "qat")
+    assert label == "QAT, lr 2e-4 (full FT at lr 2e-4), 20 steps, group size 192, learned ranges"
 
 
 def test_sweep_label_names_a_non_default_group_size():
@@ -57,3 +61,12 @@ def test_the_recorded_group_size_reads_back_as_the_experiment_argument():
             assert repr(bad) in str(err)
         else:
             raise AssertionError(f"{bad!r} was accepted")
+
+
+def test_a_qat_only_run_borrows_only_a_full_fine_tune_of_its_own_group_size(tmp_path):
+    import pytest
+
+    settings = {**SETTINGS, "batch_size": 2, "seq_len": 256, "methods": ["qat"], "group_size": 192}
+    full = {"settings": {**settings, "methods": ["full", "qat"], "group_size": 32}, "runs": {}}
+    with pytest.raises(SystemExit, match="group size 192"):
+        qat_record._borrow_full({"settings": settings, "runs": {}}, full, tmp_path / "results.json")

@@ -18,7 +18,7 @@ import shutil
 
 import pytest
 import torch
-from features_methods import VOCAB, knowledge_distillation, qat, qat_lora_base, qat_off
+from features_methods import VOCAB, knowledge_distillation, learned_ranges, qat, qat_lora_base, qat_off
 from run_logs import _assert_same_weights, _column, _weights, losses, read_log  # noqa: F401 - read_log: re-exported
 from spies import (
     LargestVocabTensor,
@@ -300,6 +300,7 @@ CHECKS = {
         qat_lora_base,
         qlora_refused,
         qat,
+        learned_ranges,
         fsdp2,
         grad_accumulation,
         grad_clipping,

@@ -84,3 +84,23 @@ def knowledge_distillation(run, tmp_path):
     assert chunked_spy.rows * 4 <= whole_spy.rows, (
         f"8 chunks: largest fp32 logits tensor has {chunked_spy.rows} token rows, one chunk {whole_spy.rows}"
     )
+
+
+def learned_ranges(run, tmp_path):
+    """quantizer.learn_ranges=true: the weight scales train, are saved in qat_ranges.safetensors (not in
+    the model's weights), and resume exactly (3 steps straight = 2 + resume + 1, ranges included)."""
+    from features import resume
+    from safetensors import safe_open
+
+    from ftune.checkpointing.qat_ranges import RANGES_FILE, load_ranges
+
+    resume(lambda *o, output_dir: run(*o, "quantizer.learn_ranges=true", output_dir=output_dir), tmp_path)
+    step2, straight, resumed = (load_ranges(tmp_path / d) for d in ("b/step_2", "a/step_3", "b/step_3"))
+    assert None not in (step2, straight, resumed), f"a step folder has no {RANGES_FILE}"
+    assert sorted(straight) == sorted(resumed) == sorted(step2) and len(step2) == 14  # 2 layers x 7
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight), "the resumed run's ranges differ"
+    assert all(not torch.equal(straight[k], step2[k]) for k in step2), "some ranges did not train in step 3"
+    for weights in (tmp_path / "a" / "step_3").glob("*.safetensors"):
+        if weights.name != RANGES_FILE:
+            with safe_open(str(weights), framework="pt") as f:
+                assert not [k for k in f.keys() if "fake_quantizer" in k], f"{weights.name} holds ranges"

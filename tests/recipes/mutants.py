@@ -25,10 +25,12 @@ import torch
 import torch.nn.functional as F
 from features import CHECKS
 
+import ftune.checkpointing._checkpointer
 import ftune.data.packing
 import ftune.peft
 import ftune.peft.lora
 import ftune.quantization
+import ftune.quantization.quantizers
 from ftune import training
 from ftune.peft import DoRALinear, LoRALinear
 
@@ -116,6 +118,23 @@ def _no_kl(real):
         return (1.0 - self.kd_ratio) * ce  # the teacher's term dropped
 
     return chunk_loss
+
+
+def _ranges_from_min_max(real):
+    def init_ranges(model, fqns, ranges, owner):
+        return real(model, fqns, None, owner)
+
+    return init_ranges
+
+
+def _ranges_frozen(real):
+    def init_ranges(model, fqns, ranges, owner):
+        real(model, fqns, ranges, owner)
+        for name, param in model.named_parameters():
+            if name.endswith(".weight_fake_quantizer.scale"):
+                param.requires_grad_(False)
+
+    return init_ranges
 
 
 def _noop(result: Callable[..., Any]):
@@ -280,6 +299,23 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
                 "enable_fake_quant",
                 lambda real: lambda model, enabled: real(model, False),
             ),
+        ),
+    ),
+    "learned_ranges": (
+        Mutant(
+            "saved_ranges_ignored",
+            "ftune.quantization.quantizers.init_ranges",
+            _wrap(ftune.quantization.quantizers, "init_ranges", _ranges_from_min_max),
+        ),
+        Mutant(
+            "ranges_frozen",
+            "ftune.quantization.quantizers.init_ranges",
+            _wrap(ftune.quantization.quantizers, "init_ranges", _ranges_frozen),
+        ),
+        Mutant(
+            "ranges_not_saved",
+            "ftune.checkpointing._checkpointer.save_ranges",
+            _wrap(ftune.checkpointing._checkpointer, "save_ranges", _noop(lambda folder, ranges: None)),
         ),
     ),
     "knowledge_distillation": (
