@@ -327,6 +327,8 @@ class Checkpointer(abc.ABC):
             self._write_model(folder, base, family)
             if ranges:
                 save_ranges(folder, ranges)
+            else:  # a folder overwritten by a run without learned ranges must not keep stale ones
+                (folder / RANGES_FILE).unlink(missing_ok=True)
         self._copy_side_files(folder)
         if recipe_state is not None:
             save_recipe_state(recipe_state, folder)
