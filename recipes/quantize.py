@@ -44,9 +44,8 @@ def main(cfg: config.Config) -> None:
     start = time.perf_counter()
     if s.qat:
         quantization.require_saved_ranges(quantizer, loaded.qat_ranges, ckpt.checkpoint_dir)
-        quantizer.prepare(
-            model, ranges=loaded.qat_ranges
-        )  # the fake quantization the QAT run trained under ...
+        # the fake quantization the QAT run trained under (with its learned ranges, if any) ...
+        quantizer.prepare(model, ranges=loaded.qat_ranges)
         layers = quantizer.convert(model)  # ... made real, with the same scales
     else:
         layers = quantizer.quantize(model)
