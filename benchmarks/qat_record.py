@@ -69,7 +69,15 @@ def merged(sweep: list[dict], entry: dict) -> list[dict]:
         )
 
     kept = [e for e in sweep if key(e) != key(entry)]
-    return sorted([*kept, entry], key=lambda e: (e["settings"]["lr"], e["settings"]["steps"]))
+    return sorted([*kept, entry], key=order)
+
+
+def order(e: dict) -> tuple:
+    """Where an entry stands in the sweep: by lr, steps, delay, group size (per channel last), learned
+    ranges, then seeds, so that runs differing in one setting stand together."""
+    s, size = e["settings"], group_size(e["settings"])
+    return (s["lr"], s["steps"], s["fake_quant_after"] or 0, size is None, size or 0, s.get("learn_ranges", False),
+            sorted(e["seeds"]))  # fmt: skip
 
 
 def _borrow_full(run: dict, other: dict, path: Path) -> None:
