@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from figures_common import load, lr_text, minutes, provenance, table
-from qat_record import GROUP_SIZE, group_size
+from qat_record import GROUP_SIZE, group_size, learn_ranges
 
 
 def readme_speed() -> str:
@@ -183,7 +183,7 @@ def _sweep_label(settings: dict, method: str) -> str:
     delay += (
         "" if size == GROUP_SIZE else f", group size {size}" if size else ", one scale per output channel"
     )
-    delay += ", learned ranges" if settings.get("learn_ranges") and method == "qat" else ""
+    delay += ", learned ranges" if learn_ranges(settings) and method == "qat" else ""
     name = "QAT+LoRA" if method == "qat_lora" else "QAT"
     return f"{name}, lr {lr_text(lr)} (full FT at lr {lr_text(settings['lr'])}), {settings['steps']} steps{delay}"
 

@@ -31,6 +31,11 @@ def group_size(settings: dict) -> int | None:
     return settings.get("group_size", GROUP_SIZE)
 
 
+def learn_ranges(settings: dict) -> bool:
+    """Whether a run's QAT learned its ranges (False for one recorded before --learn-ranges existed)."""
+    return settings.get("learn_ranges", False)
+
+
 def group_size_text(settings: dict) -> str:
     """The run's group size as --group-size takes it: an int, or 'channel'."""
     size = group_size(settings)
@@ -54,7 +59,7 @@ def command(settings: dict) -> str:
         args.append(f"--fake-quant-after {settings['fake_quant_after']}")
     if group_size(settings) != GROUP_SIZE:
         args.append(f"--group-size {group_size_text(settings)}")
-    if settings.get("learn_ranges"):
+    if learn_ranges(settings):
         args.append("--learn-ranges")
     return "python benchmarks/qat_experiment.py " + " ".join(args)
 
@@ -63,10 +68,11 @@ def merged(sweep: list[dict], entry: dict) -> list[dict]:
     """The sweep with `entry` in it: replacing the entry of the same settings and seeds, if any."""
 
     def key(e: dict) -> tuple:
-        learn = e["settings"].get("learn_ranges", False)  # False in entries from before --learn-ranges
-        return e["settings"] | {"group_size": group_size(e["settings"]), "learn_ranges": learn}, sorted(
-            e["seeds"]
-        )
+        settings = e["settings"]
+        return settings | {
+            "group_size": group_size(settings),
+            "learn_ranges": learn_ranges(settings),
+        }, sorted(e["seeds"])
 
     kept = [e for e in sweep if key(e) != key(entry)]
     return sorted([*kept, entry], key=order)
@@ -76,7 +82,7 @@ def order(e: dict) -> tuple:
     """Where an entry stands in the sweep: by lr, steps, delay, group size (per channel last), learned
     ranges, then seeds, so that runs differing in one setting stand together."""
     s, size = e["settings"], group_size(e["settings"])
-    return (s["lr"], s["steps"], s["fake_quant_after"] or 0, size is None, size or 0, s.get("learn_ranges", False),
+    return (s["lr"], s["steps"], s["fake_quant_after"] or 0, size is None, size or 0, learn_ranges(s),
             sorted(e["seeds"]))  # fmt: skip
 
 
@@ -123,7 +129,7 @@ def main() -> None:
         _borrow_full(run, json.loads(args.full_from.read_text()), args.full_from)
     entry = {
         "settings": {k: settings[k] for k in KEYS}
-        | {"group_size": group_size(settings), "learn_ranges": settings.get("learn_ranges", False)},
+        | {"group_size": group_size(settings), "learn_ranges": learn_ranges(settings)},
         "command": command(settings)
         + (
             f" (its full fine-tune: --full-from {args.full_from.parent.name}/{args.full_from.name})"

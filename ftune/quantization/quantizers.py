@@ -32,6 +32,7 @@ from torchao.quantization import (
 from torchao.quantization.qat import FakeQuantizedLinear, IntxFakeQuantizeConfig, QATConfig
 from torchao.utils import TorchAOBaseTensor
 
+from ftune.checkpointing.qat_ranges import RANGES_FILE
 from ftune.quantization.ranges import init_ranges, range_learning_config
 from ftune.quantization.targets import describe_linears, find_targets
 
@@ -115,7 +116,7 @@ class Quantizer:
         if ranges is not None and not self.learn_ranges:
             raise ValueError(
                 f"{self.name}.prepare: the checkpoint holds learned quantization ranges "
-                f"(qat_ranges.safetensors, {len(ranges)} tensors) but learn_ranges is false. Set "
+                f"({RANGES_FILE}, {len(ranges)} tensors) but learn_ranges is false. Set "
                 "quantizer.learn_ranges=true to continue from or convert with them, or delete the file "
                 "to start from min/max ranges."
             )

@@ -32,6 +32,7 @@ import ftune.peft.lora
 import ftune.quantization
 import ftune.quantization.quantizers
 from ftune import training
+from ftune.checkpointing.qat_ranges import is_range_key
 from ftune.peft import DoRALinear, LoRALinear
 
 Patch = Callable[[pytest.MonkeyPatch], None]
@@ -131,7 +132,7 @@ def _ranges_frozen(real):
     def init_ranges(model, fqns, ranges, owner):
         real(model, fqns, ranges, owner)
         for name, param in model.named_parameters():
-            if name.endswith(".weight_fake_quantizer.scale"):
+            if is_range_key(name):
                 param.requires_grad_(False)
 
     return init_ranges
