@@ -22,14 +22,14 @@ def main(cfg: config.Config) -> None:
     training.seed_everything(s.seed)
     device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
     training.announce(device, dtype)  # the device and dtype, and a warning where the dtype is slow
-    info = training.init_distributed(device)  # [dist]
+    info = training.init_distributed(device, timeout_s=s.dist_timeout_s)  # [dist]
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
 
     model = training.build_model(
         cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
     )  # config.json is checked against the model the config builds
-    reference = training.ReferenceModel.frozen(  # [dpo] the base checkpoint, frozen (also when resuming)
+    reference = training.ReferenceModel.frozen(  # [dpo+full] the base checkpoint, frozen (also when resuming)
         training.build_model(
             cfg.model, ckpt.load_base_model(), device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
         )
@@ -39,7 +39,7 @@ def main(cfg: config.Config) -> None:
     if s.activation_offloading:
         training.apply_activation_offloading(model, device)
     training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dist]
-    training.shard_model(reference.model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dpo]
+    training.shard_model(reference.model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dpo+full+dist]
     if s.compile:
         training.compile_model(model)
 

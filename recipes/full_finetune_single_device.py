@@ -1,10 +1,9 @@
 """Full fine-tune on one device.   ftune run full_finetune_single_device --config smollm2/135M_full
 
 Every weight trains. The file reads top to bottom: settings, checkpoint, model, data, optimizer,
-loop (the training step is written out in it: change it here), final save. Its siblings
-(lora_finetune_single_device, full_finetune_distributed, lora_finetune_distributed,
-qat_distributed) are this file plus lines tagged # [lora], # [dist] or # [qat];
-tests/recipes/test_skeleton.py keeps them so, against approved diffs. What must behave the same in
+loop (the training step is written out in it: change it here), final save. Every other training
+recipe (`ftune ls`) is this file plus lines tagged with what makes it itself (# [lora], # [dist],
+# [qat], ...); tests/recipes/test_skeleton.py and test_same_tag.py keep them so. What must behave the same in
 every recipe (token-normalised accumulation, the non-finite guard, resume, saving, logging,
 validation) lives in ftune.training, called the same way everywhere.
 """

@@ -22,7 +22,7 @@ def main(cfg: config.Config) -> None:
     training.seed_everything(s.seed)
     device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
     training.announce(device, dtype)  # the device and dtype, and a warning where the dtype is slow
-    info = training.init_distributed(device)  # [dist]
+    info = training.init_distributed(device, timeout_s=s.dist_timeout_s)  # [dist]
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
 

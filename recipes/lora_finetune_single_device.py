@@ -2,9 +2,9 @@
 
 Only the adapters train (the `peft` section picks LoRA, QLoRA with `quantize_base: true`, or DoRA
 with `use_dora: true`); step folders hold them in PEFT's format. The file reads top to bottom:
-settings, checkpoint, model, data, optimizer, loop, final save. Its siblings (lora_finetune_single_device, full_finetune_distributed,
-lora_finetune_distributed, qat_distributed) are this file plus lines tagged # [lora], # [dist]
-or # [qat]; tests/recipes/test_skeleton.py keeps them so. Everything that must behave the same in
+settings, checkpoint, model, data, optimizer, loop, final save. This is full_finetune_single_device
+plus the lines tagged # [lora], which every LoRA recipe shares (tests/recipes/test_skeleton.py and
+test_same_tag.py keep them so). Everything that must behave the same in
 every recipe lives in ftune.training, called the same way everywhere.
 """
 

@@ -6,8 +6,8 @@ each adapted layer computes what the quantized model will, the adapters stay flo
 `fake_quant_after_n_steps` trains in float first. Step folders hold the adapters in PEFT's format;
 the deployable model is the merged weights quantized: `ftune run quantize --config quantization
 adapter_dir=<step folder> qat=true`. This is full_finetune_single_device plus the lines tagged
-# [lora] (lora_finetune_distributed's), # [qat] (qat_distributed's) and # [dist]
-(tests/recipes/test_skeleton.py checks it).
+# [lora], # [qat] and # [dist] (the same lines as the other LoRA, QAT and distributed recipes) and
+# [qat+lora] for its settings (tests/recipes/test_skeleton.py and test_same_tag.py check it).
 """
 
 import torch
@@ -16,7 +16,7 @@ from ftune import checkpointing, config, data, quantization, training  # [qat]
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
-SETTINGS = training.QATLoRASettings  # [qat] QAT plus the peft section
+SETTINGS = training.QATLoRASettings  # [qat+lora] QAT plus the peft section
 
 
 def main(cfg: config.Config) -> None:
@@ -24,7 +24,7 @@ def main(cfg: config.Config) -> None:
     training.seed_everything(s.seed)
     device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
     training.announce(device, dtype)  # the device and dtype, and a warning where the dtype is slow
-    info = training.init_distributed(device)  # [dist]
+    info = training.init_distributed(device, timeout_s=s.dist_timeout_s)  # [dist]
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
 

@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tagged_lines import TAG, TAG_COMMENT, body, tagged
 
 from ftune import registry
 
-TAG = re.compile(r"#\s*\[(full|lora|qat|dist|kd|sft|dpo)\]")
-TAG_COMMENT = re.compile(r"\s*#\s*\[\w+\]$")
 PARENT = "full_finetune_single_device"
 APPROVED = Path(__file__).resolve().parent / "approved"
 # The tags each recipe may use: what makes it differ from the parent.
@@ -39,26 +38,6 @@ ALLOWED = {
     "full_dpo_distributed": {"full", "dpo", "dist"},
 }
 SIBLINGS = sorted(set(ALLOWED) - {PARENT})
-
-
-def body(path: Path) -> str:
-    return re.sub(r'\A""".*?"""\n', "", path.read_text(), flags=re.S)  # the docstring may differ
-
-
-def tagged(lines: list[str]) -> list[bool]:
-    """Which lines are tagged. A tag on the first line of a statement that opens a bracket covers the
-    statement's continuation lines too (ruff formats a long tagged call over several lines)."""
-    out, depth = [], 0
-    for line in lines:
-        code = line.split("#", 1)[0]
-        if depth > 0:
-            out.append(True)
-        else:
-            out.append(bool(TAG.search(line)))
-            if not out[-1]:
-                continue
-        depth += code.count("(") + code.count("[") - code.count(")") - code.count("]")
-    return out
 
 
 def skeleton(path: Path) -> list[str]:
@@ -114,7 +93,7 @@ def test_sibling_diff_is_approved(recipe):
 
 @pytest.mark.parametrize("recipe", sorted(ALLOWED))
 def test_recipe_uses_only_its_own_tags(recipe):
-    used = set(TAG.findall(body(registry.RECIPES[recipe].file)))
+    used = {t for tag in TAG.findall(body(registry.RECIPES[recipe].file)) for t in tag.split("+")}
     assert used <= ALLOWED[recipe], (
         f"{recipe} uses tags {sorted(used - ALLOWED[recipe])} that belong to other recipes"
     )

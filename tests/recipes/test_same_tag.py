@@ -1,0 +1,122 @@
+"""Same tag, same line: a line tagged # [T] in any recipe is the line # [T] has in T's own recipe.
+
+test_skeleton.py pins each sibling's whole diff against approved files, so a line that is wrong in
+the same way in the approved diff (four distributed recipes once called init_distributed without the
+dist_timeout_s they declare) passes there. Here the tagged lines of sibling recipes are compared with
+one another: for each tag, the recipe that introduces the variant (`REFERENCE`) holds its lines, and
+in every recipe that uses the tag
+- each line tagged # [T] is one of the reference's # [T] lines, in the same order;
+- each of the reference's # [T] lines is there, or its job (the name it assigns, the function it
+  calls) is done by a line of another tag (QAT + LoRA saves adapters: its save line is # [lora]).
+A line that exists only because two variants meet carries both tags (# [kd+dist]).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+from tagged_lines import NAMES, job, tagged_statements
+
+from ftune import registry
+
+# The recipe whose tagged lines define each tag.
+REFERENCE = {
+    "full": "full_finetune_single_device",
+    "sft": "full_finetune_single_device",
+    "lora": "lora_finetune_single_device",
+    "dist": "full_finetune_distributed",
+    "qat": "qat_single_device",
+    "kd": "knowledge_distillation_single_device",
+    "dpo": "lora_dpo_single_device",
+}
+TRAINING = sorted(n for n, r in registry.RECIPES.items() if set(registry.TRAINING_METHODS) & set(r.methods))
+
+
+def statements(recipe: str) -> list[tuple[str, str]]:
+    return tagged_statements(registry.RECIPES[recipe].file)
+
+
+def problems(recipe: str, read=statements) -> list[str]:
+    """Every way `recipe`'s tagged lines differ from the references' (`read` gives a recipe's lines)."""
+
+    def lines_of(name: str, tag: str) -> list[str]:
+        return [code for t, code in read(name) if t == tag]
+
+    mine, found = read(recipe), []
+    jobs = {job(code) for _, code in mine}
+    for tag in sorted({t for t, _ in mine if "+" not in t}):
+        ours, theirs = lines_of(recipe, tag), lines_of(REFERENCE[tag], tag)
+        for code in ours:
+            if code not in theirs:
+                same_job = [c for c in theirs if job(c) == job(code)]
+                found.append(
+                    f"# [{tag}] line `{code}` differs from {REFERENCE[tag]}'s"
+                    + (f" `{same_job[0]}`" if same_job else " (which has no line with that job)")
+                )
+        kept = [c for c in ours if c in theirs]
+        if kept != [c for c in theirs if c in kept]:
+            found.append(f"# [{tag}] lines are in another order than in {REFERENCE[tag]}")
+        found += [
+            f"{REFERENCE[tag]}'s # [{tag}] line `{code}` is missing (no line does its job)"
+            for code in theirs
+            if code not in ours and job(code) not in jobs
+        ]
+    return found
+
+
+def test_every_tag_has_a_reference():
+    assert set(REFERENCE) == set(NAMES)
+    for tag, recipe in REFERENCE.items():
+        assert [c for t, c in statements(recipe) if t == tag], f"{recipe} has no # [{tag}] line to define it"
+
+
+@pytest.mark.parametrize("recipe", TRAINING)
+def test_tagged_lines_equal_the_references(recipe):
+    found = problems(recipe)
+    assert not found, (
+        f"{recipe}: a tagged line must be the same line in every recipe that uses the tag. Copy the "
+        f"reference's line, or tag a line that exists because two variants meet with both (# [a+b]):\n"
+        + "\n".join(found)
+    )
+
+
+def test_the_check_finds_a_changed_a_missing_and_an_extra_line():
+    """The check fails on the drift it is for: a changed [dist] line (the dist_timeout_s omission),
+    a dropped one, one added."""
+    real = statements("lora_finetune_distributed")
+
+    def reading(lines):
+        return lambda name: lines if name == "lora_finetune_distributed" else statements(name)
+
+    changed = [(t, c.replace(", timeout_s=s.dist_timeout_s", "")) for t, c in real]
+    dropped = [(t, c) for t, c in real if "destroy_distributed" not in c]
+    extra = [*real, ("dist", "training.barrier()")]
+    assert problems("lora_finetune_distributed") == []
+    assert (
+        "# [dist] line `info = training.init_distributed(device)` differs"
+        in problems("lora_finetune_distributed", reading(changed))[0]
+    )
+    assert (
+        "`training.destroy_distributed()` is missing"
+        in problems("lora_finetune_distributed", reading(dropped))[0]
+    )
+    assert "`training.barrier()` differs" in problems("lora_finetune_distributed", reading(extra))[0]
+
+
+RECIPE_NAME = re.compile(r"(?<![/\w])[a-z][a-z0-9]*(?:_[a-z0-9]+)*_(?:single_device|distributed)\b(?!\.py)")
+
+
+@pytest.mark.parametrize("recipe", sorted(registry.RECIPES))
+def test_docstrings_name_only_registered_recipes(recipe):
+    """A docstring names other recipes that exist (the registry's names), and itself only in its run
+    command: no sibling list to fall out of date, no recipe named as its own sibling."""
+    doc = ast.get_docstring(ast.parse(registry.RECIPES[recipe].file.read_text())) or ""
+    first, _, rest = doc.partition("\n")
+    named = set(RECIPE_NAME.findall(rest))
+    assert named <= set(registry.RECIPES), (
+        f"{recipe}'s docstring names {sorted(named - set(registry.RECIPES))}"
+    )
+    assert recipe not in named, f"{recipe}'s docstring names itself after its run command"
+    assert "ftune run" not in first or recipe in first
