@@ -168,8 +168,10 @@ def main() -> None:
             for name in variants[variant]:
                 stack.enter_context(switches[name]())
             wall, cpu = time.perf_counter(), time.process_time()
-            step_loss = training.StepLoss([batch], optimizer, step=i, device=CPU)
-            step_loss.scaled(batch_loss(model, loss_fn, batch, device=CPU)[0]).backward()
+            micro = [training.on_device(batch, CPU)]
+            step_loss = training.StepLoss(micro, optimizer, step=i, device=CPU, per=training.per_token)
+            loss_sum, count = batch_loss(model, loss_fn, micro[0], device=CPU)
+            step_loss.scaled(training.Loss(loss_sum, count, {})).backward()
             step_loss.finish(torch.nn.utils.clip_grad_norm_(training.trainable_params(model), 1.0))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

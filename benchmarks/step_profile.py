@@ -107,9 +107,10 @@ def memory_parts(model, optimizer, loss_fn, batch, runtime_gib: float, peak_gib:
 def train_step(model, optimizer, loss_fn, batch: dict, step: int) -> None:
     """One training step of this workload: forward, backward, clipping at 1.0, optimizer step (regions named for the profiler)."""
     cpu = torch.device("cpu")
-    step_loss = training.StepLoss([batch], optimizer, step=step, device=cpu)
+    micro = [training.on_device(batch, cpu)]
+    step_loss = training.StepLoss(micro, optimizer, step=step, device=cpu, per=training.per_token)
     with torch.profiler.record_function("## forward"):
-        loss = batch_loss(model, loss_fn, batch, device=cpu)[0]
+        loss = training.Loss(*batch_loss(model, loss_fn, micro[0], device=cpu), {})
     with torch.profiler.record_function("## backward"):
         step_loss.scaled(loss).backward()
     with torch.profiler.record_function("## optimizer"):

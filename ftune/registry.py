@@ -92,7 +92,7 @@ _DPO_COMMON = {
     "padding_free": na(
         "preference pairs are scored as whole rows: chosen rows, then rejected (right-padded)"
     ),
-    "validation": YES,  # training.eval_preference: the preference loss, rewards and log-prob accuracy
+    "validation": YES,  # training.validate over loss_on: the preference loss, rewards, log-prob accuracy
     "step_checkpointing": na(_DPO_UNCHECKED),
     "resume": YES,
     "metric_logging": YES,

@@ -58,6 +58,15 @@ def main(cfg: config.Config) -> None:
     loss_fn = config.instantiate(cfg.loss)
     if s.compile:
         loss_fn = training.compile_loss(loss_fn)
+
+    def loss_on(batch: training.MicroBatch) -> training.Loss:
+        """A micro-batch's forward and loss: the training step and validation both call this."""
+        reference_logps = reference.row_logps(loss_fn, batch)  # [dpo] no grad; None for SimPO
+        hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
+        return training.preference_loss(  # [dpo] pair losses, rewards, log-prob accuracies
+            loss_fn, model.output_weight, hidden, batch, reference_logps
+        )
+
     params = training.trainable_params(model)
     optimizer = training.build_optimizer(cfg.optimizer, params, in_backward=s.optimizer_in_backward)
     steps = training.total_steps(
@@ -86,18 +95,14 @@ def main(cfg: config.Config) -> None:
     profile = training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile")
     with profile as profiler, training.StopOnSignal() as stop:  # SIGTERM / Ctrl-C: save, then stop
         while step < steps and not stop.stopped:
-            for micro_batches in training.accumulate(loader, s.grad_accum_steps):
-                # The training step. StepLoss normalises by the step's labelled tokens (all
-                # micro-batches, all ranks) and refuses a non-finite loss or gradient norm.
-                step_loss = training.PairStepLoss(  # [dpo] the step's loss is the mean over its pairs
-                    micro_batches, optimizer, step=step + 1, device=device
+            for micro_batches in training.accumulate(loader, s.grad_accum_steps, device=device):
+                # The training step. StepLoss divides by the step's count (all micro-batches, all
+                # ranks) and refuses a non-finite loss or gradient norm.
+                step_loss = training.StepLoss(  # [dpo] a mean over the step's pairs
+                    micro_batches, optimizer, step=step + 1, device=device, per=training.per_pair
                 )
                 for batch in micro_batches:
-                    loss_sum, pairs = training.preference_loss(  # [dpo] reference pass, then the policy's
-                        model, loss_fn, batch, device=device, reference=reference
-                    )
-                    step_loss.record(pairs)  # [dpo] rewards: chosen, rejected, margin, accuracy
-                    step_loss.scaled(loss_sum).backward()
+                    step_loss.scaled(loss_on(batch)).backward()
                 grad_norm = None
                 if s.clip_grad_norm is not None:
                     grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad_norm)
@@ -111,10 +116,10 @@ def main(cfg: config.Config) -> None:
                 report.step(step, stats, training.count_tokens(micro_batches))
                 profiler.step()
                 if val_loader is not None and training.every(step, s.run_val_every_n_steps):
-                    metrics = training.eval_preference(  # [dpo] val_loss, val_rewards/*, val_logps/*
-                        model, reference, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
+                    val = training.validate(
+                        loss_on, model, val_loader, device=device, max_batches=s.max_val_batches
                     )
-                    report.log(step, metrics)  # [dpo]
+                    report.log(step, val)
                 if step == steps or stop.check():
                     break
                 if training.every(step, s.save_every_n_steps):

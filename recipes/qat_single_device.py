@@ -55,6 +55,12 @@ def main(cfg: config.Config) -> None:
     loss_fn = config.instantiate(cfg.loss)
     if s.compile:
         loss_fn = training.compile_loss(loss_fn)
+
+    def loss_on(batch: training.MicroBatch) -> training.Loss:
+        """A micro-batch's forward and loss: the training step and validation both call this."""
+        hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
+        return training.token_loss(loss_fn, model.output_weight, hidden, batch.labels)  # [sft]
+
     params = training.trainable_params(model)
     optimizer = training.build_optimizer(cfg.optimizer, params, in_backward=s.optimizer_in_backward)
     steps = training.total_steps(
@@ -83,14 +89,15 @@ def main(cfg: config.Config) -> None:
     profile = training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile")
     with profile as profiler, training.StopOnSignal() as stop:  # SIGTERM / Ctrl-C: save, then stop
         while step < steps and not stop.stopped:
-            for micro_batches in training.accumulate(loader, s.grad_accum_steps):
+            for micro_batches in training.accumulate(loader, s.grad_accum_steps, device=device):
                 quantization.enable_fake_quant(model, training.every_after(step, fq_after))  # [qat]
-                # The training step. StepLoss normalises by the step's labelled tokens (all
-                # micro-batches, all ranks) and refuses a non-finite loss or gradient norm.
-                step_loss = training.StepLoss(micro_batches, optimizer, step=step + 1, device=device)  # [sft]
+                # The training step. StepLoss divides by the step's count (all micro-batches, all
+                # ranks) and refuses a non-finite loss or gradient norm.
+                step_loss = training.StepLoss(  # [sft] a mean over the step's labelled tokens
+                    micro_batches, optimizer, step=step + 1, device=device, per=training.per_token
+                )
                 for batch in micro_batches:
-                    loss_sum, _ = training.batch_loss(model, loss_fn, batch, device=device)  # [sft]
-                    step_loss.scaled(loss_sum).backward()
+                    step_loss.scaled(loss_on(batch)).backward()
                 grad_norm = None
                 if s.clip_grad_norm is not None:
                     grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad_norm)
@@ -104,10 +111,10 @@ def main(cfg: config.Config) -> None:
                 report.step(step, stats, training.count_tokens(micro_batches))
                 profiler.step()
                 if val_loader is not None and training.every(step, s.run_val_every_n_steps):
-                    val = training.eval_loss(  # [sft]
-                        model, loss_fn, val_loader, device=device, max_batches=s.max_val_batches
+                    val = training.validate(
+                        loss_on, model, val_loader, device=device, max_batches=s.max_val_batches
                     )
-                    report.log(step, {"val_loss": val})  # [sft]
+                    report.log(step, val)
                 if step == steps or stop.check():
                     break
                 if training.every(step, s.save_every_n_steps):

@@ -16,13 +16,12 @@ from ftune.runtime.hardware import announce
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.activation_offloading import apply_activation_offloading
-from ftune.training.batch_loss import batch_loss
+from ftune.training.batch_loss import Loss, MicroBatch, batch_loss, on_device, per_pair, per_token, token_loss
 from ftune.training.cadence import every, every_after, total_steps
 from ftune.training.compile import compile_loss, compile_model
 from ftune.training.dpo_loss import DPOLoss, PairLogps, PairLosses
-from ftune.training.dpo_validation import eval_preference
 from ftune.training.fsdp import is_sharded, shard_model
-from ftune.training.kd_loss import KDLoss, teacher_forward
+from ftune.training.kd_loss import KDLoss, distill_loss, teacher_hidden
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 from ftune.training.low_precision_optim import AdamWBf16State, optimizer_state_bytes
 from ftune.training.memory import peak_memory_gib, reset_peak_memory
@@ -36,7 +35,7 @@ from ftune.training.metric_logging import (
 from ftune.training.optimizer import build_optimizer
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.peft_setup import apply_peft
-from ftune.training.preference_step import PairStepLoss, ReferenceModel, preference_loss
+from ftune.training.preference_step import ReferenceModel, preference_loss
 from ftune.training.profiler import Profiler
 from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
@@ -44,7 +43,7 @@ from ftune.training.resume import model_state, restore, save_checkpoint, snapsho
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
 from ftune.training.settings import FullSettings, KDSettings, LoRASettings, QATLoRASettings, QATSettings
 from ftune.training.signals import StopOnSignal
-from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, eval_loss
+from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, validate
 from ftune.training.teacher import check_same_vocab, load_teacher
 from ftune.training.throughput import Throughput
 
@@ -65,7 +64,8 @@ __all__ = [
     "OptimizerInBackward",
     "PairLogps",
     "PairLosses",
-    "PairStepLoss",
+    "Loss",
+    "MicroBatch",
     "Profiler",
     "ProgressBar",
     "QATLoRASettings",
@@ -88,7 +88,8 @@ __all__ = [
     "build_collate",
     "check_same_vocab",
     "load_teacher",
-    "teacher_forward",
+    "teacher_hidden",
+    "distill_loss",
     "build_preference_collate",
     "build_model",
     "build_optimizer",
@@ -98,8 +99,11 @@ __all__ = [
     "cosine_with_warmup",
     "count_tokens",
     "default_dtype",
-    "eval_loss",
-    "eval_preference",
+    "validate",
+    "on_device",
+    "per_pair",
+    "per_token",
+    "token_loss",
     "every",
     "every_after",
     "get_device",

@@ -1,11 +1,17 @@
-"""Turn one collated batch into a loss: shift the labels, build the packed-sequence mask, run the model.
+"""A collated batch on its device, read once (:class:`MicroBatch`), and the token loss of its forward.
 
-This is the one place that knows the batch layout (``tokens``, ``labels``, and for packed
-batches ``input_pos`` and ``document_ids``), so training and validation compute the same loss.
+This is the one place that knows the batch layout (``tokens``, ``labels``, and for packed batches
+``input_pos`` and ``document_ids``). :func:`on_device` moves a batch and shifts its labels once; the
+step's normaliser, the recipe's ``loss_on`` (training and validation) and a teacher all read that.
+What a recipe's ``loss_on`` returns is a :class:`Loss`: the summed loss, the count it is a sum over,
+and further sums to log (divided by the same count).
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -13,7 +19,74 @@ from torch import nn
 from ftune.modules.masks import document_causal_mask
 from ftune.training.loss import IGNORE_INDEX
 
-LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, int]]
+LossFn = Callable[..., tuple[torch.Tensor, int]]
+
+
+class Loss(NamedTuple):
+    """What a recipe's ``loss_on(batch)`` returns.
+
+    Attributes:
+        sum: the micro-batch's summed loss (a scalar with a graph during training).
+        count: what the sum is over (labelled tokens, or pairs for DPO): validation divides by it.
+        metrics: further sums to log, each divided by the step's (or the validation set's) count.
+    """
+
+    sum: torch.Tensor
+    count: int
+    metrics: dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One collated batch on the model's device, its labels shifted (see :func:`on_device`).
+
+    Attributes:
+        tokens: ``[b, s]`` long.
+        labels: ``[b, s]`` long, shifted: ``labels[:, t]`` is the target of position ``t``.
+        input_pos: ``[b, s]`` positions of a packed batch, else None.
+        document_ids: ``[b, s]`` document index of a packed batch, else None.
+    """
+
+    tokens: torch.Tensor
+    labels: torch.Tensor
+    input_pos: torch.Tensor | None
+    document_ids: torch.Tensor | None
+
+    @property
+    def mask(self) -> torch.Tensor | None:
+        """The attention mask (packed batches), built when read: read it once per forward."""
+        return None if self.document_ids is None else packed_mask(self.document_ids)
+
+    @property
+    def rows(self) -> int:
+        return self.tokens.shape[0]
+
+
+def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> MicroBatch:
+    """Check a collated batch, move it to ``device`` and shift its labels (the one shift of the batch).
+
+    Raises:
+        KeyError: if ``tokens`` or ``labels`` is missing.
+        ValueError: if their shapes differ.
+    """
+    if isinstance(batch, MicroBatch):
+        return batch
+    check_batch(batch)
+    moved = {k: v.to(device, non_blocking=True) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    document_ids = moved.get("document_ids")
+    return MicroBatch(
+        moved["tokens"], shift_labels(moved["labels"], document_ids), moved.get("input_pos"), document_ids
+    )
+
+
+def per_token(batch: MicroBatch) -> torch.Tensor:
+    """The step normaliser of token losses (SFT, KD): the batch's labelled tokens."""
+    return (batch.labels != IGNORE_INDEX).sum()
+
+
+def per_pair(batch: MicroBatch) -> torch.Tensor:
+    """The step normaliser of pair losses (DPO): the batch's pairs (chosen rows, then rejected rows)."""
+    return torch.tensor(batch.rows // 2, device=batch.tokens.device)
 
 
 def shift_labels(labels: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -91,44 +164,37 @@ def check_batch(batch: dict[str, Any]) -> None:
         )
 
 
-def batch_loss(
-    model: nn.Module,
-    loss_fn: LossFn,
-    batch: dict[str, torch.Tensor],
-    *,
-    device: torch.device,
-    shifted_labels: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, int]:
-    """Forward one batch and return its summed token loss.
+def token_loss(loss_fn: LossFn, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor) -> Loss:
+    """A token loss of final hidden states: ``loss_fn(weight, hidden, labels)`` as a :class:`Loss`.
+
+    A loss whose ``token_wise`` attribute is True (ftune's cross-entropy losses) gets only the
+    labelled positions, as ``[1, n, dim]`` and ``[1, n]`` (see :func:`labelled_positions`).
 
     Args:
-        model: a decoder with ``hidden(tokens, *, input_pos, mask)`` and ``output_weight``.
-        loss_fn: called as ``loss_fn(model.output_weight, hidden, shifted_labels)``.
-        batch: ``tokens`` and ``labels`` ``[b, s]`` long, optionally ``input_pos`` and ``document_ids``.
-        device: where the model lives; the batch is moved there.
-        shifted_labels: the output of :func:`shift_labels` on ``device``, if the caller already has it.
+        loss_fn: called as ``loss_fn(weight, hidden, labels)``, returning ``(loss_sum, num_tokens)``.
+        weight: the output projection ``[vocab, dim]`` (``model.output_weight``).
+        hidden: the final hidden states ``[b, s, dim]``.
+        labels: shifted labels ``[b, s]`` (``MicroBatch.labels``).
+    """
+    if getattr(loss_fn, "token_wise", False):
+        hidden, labels = labelled_positions(hidden, labels, getattr(loss_fn, "ignore_index", IGNORE_INDEX))
+    loss_sum, num_tokens = loss_fn(weight, hidden, labels)
+    return Loss(loss_sum, int(num_tokens), {})
+
+
+def batch_loss(
+    model: nn.Module, loss_fn: LossFn, batch: dict[str, torch.Tensor] | MicroBatch, *, device: torch.device
+) -> tuple[torch.Tensor, int]:
+    """The supervised recipes' ``loss_on`` as a function, for benchmarks and unit tests: the batch on
+    ``device`` (:func:`on_device`), the model's forward, then :func:`token_loss`.
 
     Returns:
-        ``(loss_sum, num_tokens)`` as returned by ``loss_fn``. A loss whose ``token_wise``
-        attribute is True (ftune's cross-entropy losses) gets only the labelled positions, as
-        ``[1, n, dim]`` and ``[1, n]`` (see :func:`labelled_positions`).
-
-    Raises:
-        KeyError: if ``tokens`` or ``labels`` is missing.
-        ValueError: if their shapes differ.
+        ``(loss_sum, num_tokens)``.
     """
-    check_batch(batch)
-    tokens = batch["tokens"].to(device, non_blocking=True)
-    input_pos = batch["input_pos"].to(device, non_blocking=True) if "input_pos" in batch else None
-    document_ids = batch["document_ids"].to(device, non_blocking=True) if "document_ids" in batch else None
-    if shifted_labels is None:
-        shifted_labels = shift_labels(batch["labels"].to(device, non_blocking=True), document_ids)
-    mask = packed_mask(document_ids) if document_ids is not None else None
-    hidden = model.hidden(tokens, input_pos=input_pos, mask=mask)  # (b, s, dim)
-    if getattr(loss_fn, "token_wise", False):
-        ignore_index = getattr(loss_fn, "ignore_index", IGNORE_INDEX)
-        hidden, shifted_labels = labelled_positions(hidden, shifted_labels, ignore_index)
-    return loss_fn(model.output_weight, hidden, shifted_labels)
+    batch = on_device(batch, device)
+    hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
+    loss = token_loss(loss_fn, model.output_weight, hidden, batch.labels)
+    return loss.sum, loss.count
 
 
 def packed_mask(document_ids: torch.Tensor) -> torch.Tensor | None:

@@ -13,7 +13,7 @@ model's, n its number of labelled tokens):
 
 Rewards (logged, not trained on): ``β·(log π - log π_ref)`` of each answer for sigmoid and IPO,
 ``β·log π / n`` for SimPO. The loss is per pair: the training step averages it over the pairs of
-the step (``ftune.training.PairStepLoss``).
+the step (``StepLoss(per=ftune.training.per_pair)``).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ftune.training.batch_loss import check_batch, labelled_positions, packed_mask, shift_labels
-from ftune.training.loss import IGNORE_INDEX, ChunkedCrossEntropyLoss
+from ftune.training.batch_loss import Loss, MicroBatch
+from ftune.training.loss import IGNORE_INDEX
 
 
 class _TargetCrossEntropy(torch.autograd.Function):
@@ -57,9 +57,6 @@ class KDLoss(nn.Module):
         num_chunks: number of contiguous blocks the tokens are split into.
         ignore_index: label value of positions that contribute neither loss nor a token.
 
-    Attributes:
-        cross_entropy: the student's chunked cross-entropy alone (same chunks and ignore index): the
-            recipes' validation loss, which needs no teacher.
 
     Raises:
         ValueError: ``kd_ratio`` outside [0, 1], or ``num_chunks`` not a positive int.
@@ -75,11 +72,9 @@ class KDLoss(nn.Module):
                 f"KDLoss: kd_ratio must be a number in [0, 1] (0: cross-entropy only, 1: KL only), "
                 f"got {kd_ratio!r}. Set loss.kd_ratio, e.g. loss.kd_ratio=0.5."
             )
-        self.cross_entropy = ChunkedCrossEntropyLoss(num_chunks, ignore_index=ignore_index)
         self.kd_ratio = float(kd_ratio)
         self.num_chunks = num_chunks
         self.ignore_index = ignore_index
-        self._teacher: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def chunk_loss(
         self,
@@ -110,42 +105,29 @@ class KDLoss(nn.Module):
             target.scatter_add_(1, labels.clamp(min=0)[:, None], onehot)
         return _TargetCrossEntropy.apply(logits, target) + neg_entropy
 
-    def teach(self, teacher_weight: torch.Tensor, teacher_hidden: torch.Tensor) -> None:
-        """Hand over the teacher's output weight and hidden states for the next call (see :func:`teacher_forward`)."""
-        self._teacher = (teacher_weight, teacher_hidden)
-
     def forward(
-        self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor
+        self,
+        weight: torch.Tensor,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        teacher_weight: torch.Tensor,
+        teacher_hidden: torch.Tensor,
     ) -> tuple[torch.Tensor, int]:
         """The mixed loss summed over the labelled tokens, and their count.
-
-        Called as every ftune loss is (``ftune.training.batch_loss``), after :func:`teacher_forward`
-        handed over the teacher's hidden states of the same batch; each hand-over serves one call.
-        Without one, under ``torch.no_grad`` (``ftune.training.eval_loss``: validation runs no
-        teacher), the result is the student's cross-entropy alone.
 
         Args:
             weight: the student's output weight ``[vocab, dim]`` (``model.output_weight``).
             hidden: the student's final hidden states ``[b, s, dim]``.
             labels: targets aligned with ``hidden`` (shifted), ``[b, s]``.
+            teacher_weight: the teacher's output weight ``[vocab, dim_t]``.
+            teacher_hidden: the teacher's final hidden states of the same positions ``[b, s, dim_t]``.
 
         Returns:
             ``(loss_sum, num_tokens)``: fp32 scalar and the count of labelled tokens.
 
         Raises:
-            RuntimeError: a training call (gradients on) with no teacher hidden states handed over.
             ValueError: shapes that do not fit together (vocabularies, positions).
         """
-        teacher, self._teacher = self._teacher, None
-        if teacher is None:
-            if torch.is_grad_enabled():
-                raise RuntimeError(
-                    "KDLoss was called for training without the teacher's hidden states of the batch. Call "
-                    "training.teacher_forward(teacher, loss_fn, batch, device=device) before "
-                    "training.batch_loss(model, loss_fn, batch, device=device), once per micro-batch."
-                )
-            return self.cross_entropy(weight, hidden, labels)
-        teacher_weight, teacher_hidden = teacher
         if (
             hidden.dim() != 3
             or labels.shape != hidden.shape[:2]
@@ -158,8 +140,8 @@ class KDLoss(nn.Module):
                 "KDLoss: expected student weight [vocab, dim], hidden [b, s, dim], labels [b, s], teacher "
                 f"weight [vocab, dim_t] and hidden [b, s, dim_t]; got weight {list(weight.shape)}, hidden "
                 f"{list(hidden.shape)}, labels {list(labels.shape)}, teacher weight "
-                f"{list(teacher_weight.shape)}, teacher hidden {list(teacher_hidden.shape)}. Hand over the "
-                "teacher's hidden states of the same batch (training.teacher_forward) right before it."
+                f"{list(teacher_weight.shape)}, teacher hidden {list(teacher_hidden.shape)}. Pass the "
+                "teacher's hidden states of the same batch (training.teacher_hidden)."
             )
         # Contiguous blocks of the flattened tokens (see ChunkedCrossEntropyLoss.forward for why).
         flat = hidden.reshape(-1, hidden.shape[-1])  # (b*s, dim)
@@ -175,28 +157,33 @@ class KDLoss(nn.Module):
 
 
 @torch.no_grad()
-def teacher_forward(
-    teacher: nn.Module, loss_fn: KDLoss, batch: dict[str, torch.Tensor], *, device: torch.device
-) -> None:
-    """Run the frozen teacher on a batch and hand its hidden states to ``loss_fn`` for the batch's loss.
+def teacher_hidden(teacher: nn.Module, batch: MicroBatch) -> torch.Tensor:
+    """The frozen teacher's final hidden states of a micro-batch ``[b, s, dim_t]``, without gradients."""
+    return teacher.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
 
-    The batch is read as ``ftune.training.batch_loss`` reads it (shifted labels, packed masks), and
-    the teacher's hidden states are cut to the labelled positions the same way batch_loss cuts the
-    student's (``labelled_positions``), so the two line up row for row in the loss. Call it right
-    before ``training.batch_loss(model, loss_fn, batch, device=device)`` on the same batch.
+
+def distill_loss(
+    loss_fn: KDLoss,
+    weight: torch.Tensor,
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    teacher_weight: torch.Tensor,
+    teacher_hidden: torch.Tensor,
+) -> Loss:
+    """:class:`KDLoss` over the labelled positions of student and teacher (cut with one index, so the two
+    line up row for row), as a :class:`ftune.training.Loss`.
 
     Args:
-        teacher: the frozen teacher (``hidden(tokens, *, input_pos, mask)`` and ``output_weight``).
-        loss_fn: the :class:`KDLoss` the student's loss is computed with.
-        batch: ``tokens`` and ``labels`` ``[b, s]``, optionally ``input_pos`` and ``document_ids``.
-        device: where the teacher lives.
+        loss_fn: the :class:`KDLoss`.
+        weight, hidden: the student's output weight and final hidden states ``[b, s, dim]``.
+        labels: the shifted labels ``[b, s]`` (``MicroBatch.labels``).
+        teacher_weight, teacher_hidden: the teacher's, ``[b, s, dim_t]`` (:func:`teacher_hidden`).
     """
-    check_batch(batch)
-    tokens = batch["tokens"].to(device, non_blocking=True)
-    input_pos = batch["input_pos"].to(device, non_blocking=True) if "input_pos" in batch else None
-    document_ids = batch["document_ids"].to(device, non_blocking=True) if "document_ids" in batch else None
-    labels = shift_labels(batch["labels"].to(device, non_blocking=True), document_ids)
-    mask = packed_mask(document_ids) if document_ids is not None else None
-    hidden = teacher.hidden(tokens, input_pos=input_pos, mask=mask)  # (b, s, dim_t)
-    hidden, _ = labelled_positions(hidden, labels, loss_fn.ignore_index)
-    loss_fn.teach(teacher.output_weight, hidden)
+    keep = (labels != loss_fn.ignore_index).reshape(-1)  # (b*s,)
+    index = keep.nonzero().squeeze(1)  # (n,)
+    if index.numel() not in (0, keep.numel()):  # only the labelled rows (see labelled_positions)
+        hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)[None]  # (1, n, dim)
+        teacher_hidden = teacher_hidden.reshape(-1, teacher_hidden.shape[-1]).index_select(0, index)[None]
+        labels = labels.reshape(-1).index_select(0, index)[None]  # (1, n)
+    loss_sum, num_tokens = loss_fn(weight, hidden, labels, teacher_weight, teacher_hidden)
+    return Loss(loss_sum, int(num_tokens), {})

@@ -1,14 +1,23 @@
-"""The parts of a preference (DPO) training step that must behave the same in every DPO recipe.
+"""The parts of a preference (DPO) step that must behave the same in every DPO recipe.
 
-A DPO step differs from a supervised one in two places, both here: its loss is a mean over the
-step's *pairs*, not over its tokens (:class:`PairStepLoss`), and each micro-batch is scored by
-the policy and by a frozen reference (:func:`preference_loss`, :class:`ReferenceModel`). The
-recipe still writes the step out (forward, backward, clipping, optimizer and scheduler).
+A DPO recipe's ``loss_on(batch)`` scores each micro-batch with a frozen reference
+(:class:`ReferenceModel`) and with the policy, and :func:`preference_loss` turns the two into the
+batch's summed pair losses and the figures logged with them. Its step is a mean over *pairs*
+(``StepLoss(per=training.per_pair)``), not over tokens; validation calls the same ``loss_on``.
+
+The figures (means over pairs, ``val_`` prefixed in validation):
+
+- ``rewards/chosen``, ``/rejected``, ``/margin``, ``/accuracy``: ``β·(log π - log π_ref)`` of each
+  answer for sigmoid and IPO, ``β·log π / n`` for SimPO;
+- ``logps/accuracy``: the share of pairs whose chosen answer the policy finds more likely than the
+  rejected one (summed log-probabilities). Unlike the rewards it means something for a model that
+  has not moved from the reference (whose rewards are all 0);
+- ``logps/reference_accuracy``: the same share for the reference, the model before training (not
+  for SimPO, which runs no reference). The reference never changes, so every validation pass also
+  reports the starting point, without a pass at step 0.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 from torch import nn
@@ -16,11 +25,8 @@ from torch.distributed.fsdp import FSDPModule
 
 from ftune.peft.disable import adapters_disabled
 from ftune.peft.lora import LoRALinear
-from ftune.runtime.rank import world_size
-from ftune.training.batch_loss import check_batch, shift_labels
-from ftune.training.dpo_loss import DPOLoss, PairLogps, PairLosses
-from ftune.training.fsdp import all_reduce_sum
-from ftune.training.step import Batch, StepLoss, StepStats
+from ftune.training.batch_loss import Loss, MicroBatch
+from ftune.training.dpo_loss import DPOLoss, PairLogps
 
 
 class ReferenceModel:
@@ -55,105 +61,64 @@ class ReferenceModel:
         return cls(model.eval(), disable_adapters=False)
 
     @torch.no_grad()
-    def row_logps(self, loss_fn: DPOLoss, tokens: torch.Tensor, labels: torch.Tensor) -> PairLogps:
-        """The reference's summed log-probabilities of each answer of a preference batch, without gradients."""
+    def row_logps(self, loss_fn: DPOLoss, batch: MicroBatch) -> PairLogps | None:
+        """The reference's summed log-probabilities of each answer of a preference batch, without
+        gradients; None for a reference-free loss (SimPO), which does not run it."""
+        check_preference(loss_fn, batch)
+        if not loss_fn.needs_reference:
+            return None
         if self.disable_adapters:
             with adapters_disabled(self.model):
-                hidden = self.model.hidden(tokens, input_pos=None, mask=None)  # (2b, s, dim)
+                hidden = self.model.hidden(batch.tokens, input_pos=None, mask=None)  # (2b, s, dim)
         else:
-            hidden = self.model.hidden(tokens, input_pos=None, mask=None)
-        logps = PairLogps.from_rows(*loss_fn.row_logps(self.model.output_weight, hidden, labels))
+            hidden = self.model.hidden(batch.tokens, input_pos=None, mask=None)
+        logps = PairLogps.from_rows(*loss_fn.row_logps(self.model.output_weight, hidden, batch.labels))
         if isinstance(self.model, FSDPModule) and not self.disable_adapters:
             self.model.reshard()  # no backward follows: free the root's gathered parameters
         return logps
 
 
-def preference_batch(
-    loss_fn: DPOLoss, batch: Batch, *, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check a preference batch and its loss; return its ``tokens`` and shifted ``labels`` on ``device``.
-
-    Raises:
-        ValueError: for a packed batch (preference pairs are not packed), or a loss that is not a DPOLoss.
-    """
+def check_preference(loss_fn: DPOLoss, batch: MicroBatch) -> None:
+    """Refuse a loss that is not a DPOLoss, or a packed batch (preference pairs are not packed)."""
     if not isinstance(loss_fn, DPOLoss):
         raise ValueError(
             f"loss: the DPO recipes score pairs of answers and need loss._component_=ftune.training.DPOLoss; "
             f"got {type(loss_fn).__module__}.{type(loss_fn).__name__}."
         )
-    check_batch(batch)
-    if "document_ids" in batch:
+    if batch.document_ids is not None:
         raise ValueError(
             "preference_loss got a packed batch; DPO scores whole answers and does not support packing."
         )
-    tokens = batch["tokens"].to(device, non_blocking=True)
-    return tokens, shift_labels(batch["labels"].to(device, non_blocking=True))  # (2b, s)
 
 
 def preference_loss(
-    model: nn.Module,
     loss_fn: DPOLoss,
-    batch: Batch,
-    *,
-    device: torch.device,
-    reference: ReferenceModel,
-) -> tuple[torch.Tensor, PairLosses]:
-    """Forward one preference batch through the reference (no gradients) and the policy.
+    weight: torch.Tensor,
+    hidden: torch.Tensor,
+    batch: MicroBatch,
+    reference: PairLogps | None,
+) -> Loss:
+    """A preference batch's summed pair losses, from the policy's hidden states and the reference's logps.
 
     Args:
-        model: the policy, a decoder with ``hidden(...)`` and ``output_weight``.
         loss_fn: a :class:`ftune.training.DPOLoss`.
-        batch: ``tokens`` and ``labels`` ``[2b, s]`` from ``ftune.data.padded_collate_preference``
-            (chosen rows, then the rejected rows of the same pairs).
-        device: where the model lives.
-        reference: the reference model (not run for the reference-free "simpo" loss).
+        weight: the policy's output projection (``model.output_weight``).
+        hidden: the policy's final hidden states ``[2b, s, dim]`` of ``batch`` (chosen rows, then
+            the rejected rows of the same pairs: ``ftune.data.padded_collate_preference``).
+        batch: the micro-batch (its shifted labels pick the answers' tokens).
+        reference: ``ReferenceModel.row_logps`` of the batch (None for SimPO).
 
     Returns:
-        ``(loss_sum, pairs)``: the sum of the batch's per-pair losses (divide by the step's pairs:
-        :class:`PairStepLoss` does), and the per-pair losses and rewards.
+        :class:`ftune.training.Loss`: the sum of the per-pair losses over the batch's pairs, with the
+        rewards and log-probability accuracies as sums (see the module docstring).
 
     Raises:
-        ValueError: for a packed batch (preference pairs are not packed), or a loss that is not a DPOLoss.
+        ValueError: for a packed batch, or a loss that is not a DPOLoss.
     """
-    tokens, labels = preference_batch(loss_fn, batch, device=device)
-    ref = reference.row_logps(loss_fn, tokens, labels) if loss_fn.needs_reference else None
-    hidden = model.hidden(tokens, input_pos=None, mask=None)  # (2b, s, dim)
-    policy = PairLogps.from_rows(*loss_fn.row_logps(model.output_weight, hidden, labels))
-    pairs = loss_fn(policy, ref)
-    return pairs.losses.sum(), pairs
-
-
-class PairStepLoss(StepLoss):
-    """:class:`ftune.training.StepLoss` for preference batches: the step's loss is the mean over its pairs.
-
-    DPO's loss is one number per pair (a chosen and a rejected answer), so the step normalises
-    by the number of pairs of every micro-batch on every rank, counted before the first backward:
-    the gradient is that of the mean over all the step's pairs, whatever the split into
-    micro-batches or ranks. ``tokens_trained`` still counts the labelled tokens. The rewards of
-    each micro-batch are recorded with :meth:`record` and logged as step means.
-    """
-
-    def __init__(
-        self, micro_batches: list[Batch], optimizer: torch.optim.Optimizer, *, step: int, device: torch.device
-    ) -> None:
-        super().__init__(micro_batches, optimizer, step=step, device=device)
-        local = torch.tensor(sum(b["tokens"].shape[0] // 2 for b in micro_batches), device=device)
-        self.num_pairs = int(all_reduce_sum(local).item())
-        self._denominator = max(self.num_pairs, 1)
-        self._scale = world_size() / self._denominator
-        self._rewards: dict[str, torch.Tensor] = {}
-
-    def record(self, pairs: PairLosses) -> None:
-        """Add a micro-batch's rewards to the step's figures."""
-        for key, value in pairs.sums().items():
-            self._rewards[key] = self._rewards.get(key, 0.0) + value.float()
-
-    def finish(self, grad_norm: torch.Tensor | float | None = None) -> StepStats:
-        """As ``StepLoss.finish``, with the step's mean rewards over all ranks in ``metrics``."""
-        stats = super().finish(grad_norm)
-        keys = sorted(self._rewards)
-        if not keys:
-            return stats
-        totals = all_reduce_sum(torch.stack([self._rewards[k] for k in keys]))
-        means = {k: float(v) / self._denominator for k, v in zip(keys, totals.tolist())}
-        return dataclasses.replace(stats, metrics={**stats.metrics, **means})
+    check_preference(loss_fn, batch)
+    policy = PairLogps.from_rows(*loss_fn.row_logps(weight, hidden, batch.labels))
+    pairs = loss_fn(policy, reference)
+    metrics = {**pairs.sums(), "logps/accuracy": (policy.chosen > policy.rejected).float().sum().detach()}
+    if reference is not None:
+        metrics["logps/reference_accuracy"] = (reference.chosen > reference.rejected).float().sum()
+    return Loss(pairs.losses.sum(), policy.chosen.numel(), metrics)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ftune.runtime.rank import is_rank_zero, world_size
+from ftune.training.batch_loss import MicroBatch
 from ftune.training.cadence import every
 from ftune.training.memory import peak_memory_gib
 from ftune.training.progress import ProgressBar
@@ -16,9 +17,9 @@ from ftune.training.throughput import Throughput
 logger = logging.getLogger(__name__)
 
 
-def count_tokens(micro_batches: list[dict[str, torch.Tensor]]) -> int:
+def count_tokens(micro_batches: list[MicroBatch]) -> int:
     """Tokens the step processed (padding included: it costs compute), for tokens/s."""
-    return sum(int(b["tokens"].numel()) for b in micro_batches)
+    return sum(int(b.tokens.numel()) for b in micro_batches)
 
 
 class Reporter:

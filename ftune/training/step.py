@@ -2,13 +2,15 @@
 
 The step itself (forward, backward, clipping, optimizer and scheduler) is written in each recipe,
 where people change it. What is easy to get subtly wrong lives here and is called the same way
-everywhere: grouping micro-batches (:func:`accumulate`), token-normalised accumulation and the
-non-finite guard (:class:`StepLoss`), and the validation loss (:func:`eval_loss`).
+everywhere: grouping micro-batches on the device (:func:`accumulate`), normalised accumulation and
+the non-finite guard (:class:`StepLoss`), and validation (:func:`validate`). What differs between
+recipe kinds is the recipe's own ``loss_on(batch) -> Loss`` (the forward and the loss): the step and
+validation both call it, so an edited forward changes both.
 """
 
 import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,9 +19,8 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
 from ftune.runtime.rank import world_size
-from ftune.training.batch_loss import LossFn, batch_loss, check_batch, shift_labels
+from ftune.training.batch_loss import Loss, MicroBatch, on_device, per_token
 from ftune.training.fsdp import all_reduce_sum
-from ftune.training.loss import IGNORE_INDEX
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.settings import check_optimizer_in_backward
 
@@ -33,11 +34,12 @@ class StepStats:
     """What one optimizer step did.
 
     Attributes:
-        loss: mean loss over every non-ignored token of every micro-batch of the step.
-        num_tokens: number of those tokens (labels that were trained on).
+        loss: mean loss of the step: its summed loss over every micro-batch and rank, divided by
+            the step's count (labelled tokens, or pairs for DPO: ``StepLoss(per=...)``).
+        num_tokens: the step's labelled tokens (those trained on).
         grad_norm: total gradient norm before clipping; None when clipping is off.
         lr: learning rate of the first param group used for this step (before the scheduler moved it).
-        metrics: further figures a variant of the step logs with it (DPO's rewards); empty for SFT.
+        metrics: the means of the further sums ``loss_on`` returned (DPO's rewards); empty for SFT.
     """
 
     loss: float
@@ -55,6 +57,10 @@ class NonFiniteError(RuntimeError):
         loss: the step's loss.
         grad_norm: the pre-clip gradient norm, or None if it was not computed.
     """
+
+    # The message says what happened and what to change: the CLI prints it without a traceback
+    # (ftune.config.run.is_user_error), like a config error.
+    user_facing = True
 
     def __init__(self, step: int, loss: float, grad_norm: float | None) -> None:
         self.step, self.loss, self.grad_norm = step, loss, grad_norm
@@ -76,30 +82,29 @@ def _as_float(value: Any) -> float:
 
 
 class StepLoss:
-    """Token-normalised loss of one optimizer step, and the non-finite guard that ends it.
+    """The normalised loss of one optimizer step, and the non-finite guard that ends it.
 
     The recipe writes the step itself (forward, backward, clipping, optimizer and scheduler); this
-    object holds what is easy to get subtly wrong. It counts the labelled (shifted) tokens of every
-    micro-batch of the step first, over all ranks, so that each micro-batch backpropagates
-    ``loss_sum / total_tokens``: the step's gradient is then that of the mean loss over all its
-    tokens, whatever the split into micro-batches and however unequal their token counts (a mean
-    of per-batch means is not). ::
+    object holds what is easy to get subtly wrong. It counts the step's units (``per``: labelled
+    tokens, or pairs for DPO) over every micro-batch and rank first, so that each micro-batch
+    backpropagates ``loss_sum / total``: the step's gradient is that of the mean loss over all its
+    units, whatever the split into micro-batches and however unequal their counts (a mean of
+    per-batch means is not). ::
 
-        step_loss = training.StepLoss(micro_batches, optimizer, step=step, device=device)
+        step_loss = training.StepLoss(micro_batches, optimizer, step=step, device=device, per=training.per_token)
         for batch in micro_batches:
-            loss_sum, _ = training.batch_loss(model, loss_fn, batch, device=device)
-            step_loss.scaled(loss_sum).backward()
+            step_loss.scaled(loss_on(batch)).backward()
         stats = step_loss.finish(grad_norm)  # raises NonFiniteError (gradients cleared) if not finite
         optimizer.step()
 
     Args:
-        micro_batches: the collated batches of this step (``tokens``, ``labels``, optionally
-            ``input_pos`` and ``document_ids``).
+        micro_batches: the step's batches, on the device (:func:`accumulate` yields them).
         optimizer: the step's optimizer (read for its learning rate; cleared on a non-finite step).
             With an ``OptimizerInBackward`` the weights change during backward, so the loss is
             checked before each backward instead of after.
         step: the number of this step, used in messages.
         device: where the model lives.
+        per: what the step's loss is a mean over: ``training.per_token`` or ``training.per_pair``.
 
     Raises:
         ValueError: if ``micro_batches`` is empty, or several micro-batches meet an optimizer that
@@ -107,7 +112,13 @@ class StepLoss:
     """
 
     def __init__(
-        self, micro_batches: list[Batch], optimizer: torch.optim.Optimizer, *, step: int, device: torch.device
+        self,
+        micro_batches: list[MicroBatch],
+        optimizer: torch.optim.Optimizer,
+        *,
+        step: int,
+        device: torch.device,
+        per: Callable[[MicroBatch], torch.Tensor],
     ) -> None:
         if not micro_batches:
             raise ValueError(f"StepLoss(step={step}) got no micro-batches; pass a non-empty list.")
@@ -115,35 +126,37 @@ class StepLoss:
         self.in_backward = isinstance(optimizer, OptimizerInBackward)
         if self.in_backward:
             check_optimizer_in_backward(grad_accum_steps=len(micro_batches), clip_grad_norm=None)
-        local = torch.zeros((), dtype=torch.int64, device=device)
+        local = torch.zeros(2, dtype=torch.int64, device=device)  # labelled tokens, units
         for batch in micro_batches:
-            check_batch(batch)
-            document_ids = batch["document_ids"].to(device) if "document_ids" in batch else None
-            labels = shift_labels(batch["labels"].to(device, non_blocking=True), document_ids)
-            local += (labels != IGNORE_INDEX).sum()
+            local[0] += per_token(batch)
+            local[1] += per(batch)
         # One sync for the whole step: the normaliser must be known before the first backward. With
         # several ranks it is the global count, and FSDP sums (not averages) the gradients, so the
-        # step's gradient is that of the mean over every token of the global batch.
-        self.num_tokens = int(all_reduce_sum(local).item())
-        if self.num_tokens == 0:
+        # step's gradient is that of the mean over every unit of the global batch.
+        self.num_tokens, units = (int(n) for n in all_reduce_sum(local).tolist())
+        if units == 0:
             logger.warning("Step %d has no labelled tokens; its gradient is zero.", step)
-        self._denominator = max(self.num_tokens, 1)
+        self.denominator = max(units, 1)
         # FSDP averages gradients over ranks; scaling by the world size turns that average into the
-        # sum of the ranks' shares of the global token mean (see ftune/training/fsdp.py).
-        self._scale = world_size() / self._denominator
-        self._total = torch.zeros((), dtype=torch.float32, device=device)
+        # sum of the ranks' shares of the global mean (see ftune/training/fsdp.py).
+        self.scale = world_size() / self.denominator
+        self.total = torch.zeros((), dtype=torch.float32, device=device)
+        self.metrics: dict[str, torch.Tensor] = {}
 
-    def scaled(self, loss_sum: torch.Tensor) -> torch.Tensor:
-        """Record a micro-batch's summed loss; return the tensor to call ``.backward()`` on."""
-        if self.in_backward and not math.isfinite(loss_sum.item()):
+    def scaled(self, loss: Loss) -> torch.Tensor:
+        """Record a micro-batch's :class:`Loss`; return the tensor to call ``.backward()`` on."""
+        if self.in_backward and not math.isfinite(loss.sum.item()):
             # The hooks update the weights during backward: check before it, not after.
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteError(self.step, loss_sum.item() / self._denominator, None)
-        self._total += loss_sum.detach().float()
-        return loss_sum * self._scale
+            raise NonFiniteError(self.step, loss.sum.item() / self.denominator, None)
+        self.total += loss.sum.detach().float()
+        for key, value in loss.metrics.items():
+            self.metrics[key] = self.metrics.get(key, 0.0) + value.detach().float()
+        return loss.sum * self.scale
 
     def finish(self, grad_norm: torch.Tensor | float | None = None) -> StepStats:
-        """The step's mean loss over every rank; raise before the optimizer steps if anything is not finite.
+        """The step's mean loss (and metrics) over every rank; raise before the optimizer steps if anything
+        is not finite.
 
         Args:
             grad_norm: the pre-clip total gradient norm (what ``clip_grad_norm_`` returns), or None.
@@ -155,37 +168,42 @@ class StepLoss:
             NonFiniteError: if the loss or the gradient norm is NaN or infinite. The gradients are
                 cleared first, so a caller that skips the step inherits nothing.
         """
-        loss = all_reduce_sum(self._total).item() / self._denominator
+        keys = sorted(self.metrics)
+        sums = all_reduce_sum(torch.stack([self.total, *(self.metrics[k] for k in keys)])).tolist()
+        loss = sums[0] / self.denominator
         norm = None if grad_norm is None else _as_float(grad_norm)
         if not math.isfinite(loss) or (norm is not None and not math.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteError(self.step, loss, norm)
         lr = _as_float(self.optimizer.param_groups[0]["lr"])
-        return StepStats(loss=loss, num_tokens=self.num_tokens, grad_norm=norm, lr=lr)
+        metrics = {k: v / self.denominator for k, v in zip(keys, sums[1:])}
+        return StepStats(loss=loss, num_tokens=self.num_tokens, grad_norm=norm, lr=lr, metrics=metrics)
 
 
 def accumulate(
-    batches: Iterable[Batch], grad_accum_steps: int, *, drop_last: bool = False
-) -> Iterator[list[Batch]]:
-    """Group consecutive batches into the micro-batch lists of optimizer steps.
+    batches: Iterable[Batch], grad_accum_steps: int, *, device: torch.device, drop_last: bool = False
+) -> Iterator[list[MicroBatch]]:
+    """Group consecutive batches into the micro-batch lists of optimizer steps, each on ``device``.
 
     Args:
         batches: a dataloader or any iterable of collated batches.
         grad_accum_steps: micro-batches per optimizer step.
+        device: where the model lives: each batch is moved there and its labels shifted, once
+            (:func:`ftune.training.on_device`).
         drop_last: drop a final group shorter than ``grad_accum_steps``. By default it is kept:
             token-normalised accumulation makes a short group a correct, smaller step.
 
     Yields:
-        Lists of ``grad_accum_steps`` batches (the last one possibly shorter).
+        Lists of ``grad_accum_steps`` :class:`MicroBatch` (the last one possibly shorter).
 
     Raises:
         ValueError: if ``grad_accum_steps`` is not a positive int.
     """
     if isinstance(grad_accum_steps, bool) or not isinstance(grad_accum_steps, int) or grad_accum_steps < 1:
         raise ValueError(f"grad_accum_steps must be a positive int, got {grad_accum_steps!r}.")
-    group: list[Batch] = []
+    group: list[MicroBatch] = []
     for batch in batches:
-        group.append(batch)
+        group.append(on_device(batch, device))
         if len(group) == grad_accum_steps:
             yield group
             group = []
@@ -194,53 +212,59 @@ def accumulate(
 
 
 @torch.no_grad()
-def eval_loss(
+def validate(
+    loss_on: Callable[[MicroBatch], Loss],
     model: nn.Module,
-    loss_fn: LossFn,
     batches: Iterable[Batch],
     *,
     device: torch.device,
-    max_batches: int | None = None,
-) -> float:
-    """Mean loss over every non-ignored token of a validation set, without gradients.
+    max_batches: int | None,
+) -> dict[str, float]:
+    """The recipe's own loss over a validation set, without gradients: what the step computes, held out.
 
-    The model is put in eval mode (no dropout) and its previous mode restored afterwards.
+    ``loss_on`` is the function the training step calls, so an edited forward or loss changes
+    validation with it. The model is put in eval mode (no dropout) and its previous mode restored
+    afterwards. The sums are all-reduced over ranks: every rank reads the same batches
+    (``training.validation_loader``), so the figures are the same at any world size.
 
     Args:
-        model: the model being trained.
-        loss_fn: the training loss (the same call as in the recipes' step).
+        loss_on: the recipe's ``loss_on(batch) -> Loss``.
+        model: the model being trained (its mode is switched; an FSDP2 root is resharded after).
         batches: a dataloader or iterable of collated batches.
         device: where the model lives.
         max_batches: stop after this many batches; None reads them all.
 
     Returns:
-        The token-mean loss.
+        ``{"val_loss": sum / count, "val_<metric>": metric sum / count, ...}`` over the batches read.
 
     Raises:
-        ValueError: if ``max_batches`` is negative, or no labelled token was seen.
+        ValueError: if ``max_batches`` is negative, or the batches held nothing to count.
     """
     if max_batches is not None and max_batches < 0:
-        raise ValueError(f"eval_loss: max_batches must be >= 0 or None, got {max_batches}.")
+        raise ValueError(f"validate: max_batches must be >= 0 or None, got {max_batches}.")
     was_training = model.training
     model.eval()
+    sums: dict[str, float] = {}
+    count = 0
     try:
-        loss_total, num_tokens = 0.0, 0
         for i, batch in enumerate(batches):
             if max_batches is not None and i >= max_batches:
                 break
-            loss_sum, n = batch_loss(model, loss_fn, batch, device=device)
-            totals = all_reduce_sum(
-                torch.tensor([loss_sum.item(), n], dtype=torch.float64, device=loss_sum.device)
-            )
-            loss_total += totals[0].item()
-            num_tokens += int(totals[1].item())
+            loss = loss_on(on_device(batch, device))
+            keys = sorted(loss.metrics)
+            figures = [loss.sum, *(loss.metrics[k] for k in keys), torch.tensor(loss.count)]
+            totals = all_reduce_sum(torch.stack([f.detach().to(device, torch.float64) for f in figures]))
+            for key, value in zip(["loss", *keys], totals[:-1].tolist()):
+                sums[key] = sums.get(key, 0.0) + value
+            count += int(totals[-1].item())
     finally:
         model.train(was_training)
         if isinstance(model, FSDPModule):
             model.reshard()  # no backward followed: free the root's gathered parameters
-    if num_tokens == 0:
+    if count == 0:
         raise ValueError(
-            f"eval_loss saw no labelled tokens (max_batches={max_batches}). Check that the validation "
-            "dataset is not empty and not fully masked, and that max_batches > 0."
+            f"validation counted nothing to average (max_batches={max_batches}): no labelled token or "
+            "pair. Check that dataset_val is not empty and not fully masked, and that max_val_batches "
+            "is null or >= 1."
         )
-    return loss_total / num_tokens
+    return {f"val_{key}": value / count for key, value in sums.items()}

@@ -5,6 +5,8 @@ with `ftune run` on the tiny checkpoint (the CLI's own entry point, in this proc
 would add seconds of imports per run; tests/cli/test_cli.py covers the subprocess launch).
 """
 
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -30,7 +32,8 @@ class MySettings(training.LoRASettings):
 
 SETTINGS = MySettings
 """
-BACKWARD = "step_loss.scaled(loss_sum).backward()"
+BACKWARD = "step_loss.scaled(loss_on(batch)).backward()"
+FORWARD_LOSS = "return training.token_loss(loss_fn, model.output_weight, hidden, batch.labels)  # [sft]"
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +117,43 @@ def test_an_edited_training_step_changes_the_run(tiny, tmp_path):
     )  # fmt: skip
     moved = load_file(str(shipped / "step_2" / "model.safetensors"))
     assert any(not torch.equal(before[k], moved[k]) for k in before)
+
+
+def test_an_edited_forward_changes_training_and_validation_alike(tiny, tmp_path):
+    """The step and validation call the recipe's own loss_on: editing it edits both (no library
+    forward behind validation's back)."""
+
+    def val_losses(recipe: str, out: Path) -> list[float]:
+        run(
+            recipe, "--config", "smollm2/135M_full", *tiny_overrides(tiny, tmp_path / "d", out),
+            "max_steps=2", "run_val_every_n_steps=1", "max_val_batches=1", "save_every_n_steps=null",
+        )  # fmt: skip
+        rows = [
+            json.loads(line)
+            for f in sorted((out / "logs").glob("*.jsonl"))
+            for line in f.read_text().splitlines()
+        ]
+        train, val = (
+            [r["loss"] for r in rows if "loss" in r],
+            [r["val_loss"] for r in rows if "val_loss" in r],
+        )
+        assert len(train) == len(val) == 2
+        return train, val
+
+    mine = copy_and_edit(
+        tmp_path / "my_forward.py",
+        "full_finetune_single_device",
+        (
+            FORWARD_LOSS,
+            FORWARD_LOSS.replace(", hidden,", ", 0.0 * hidden,"),
+        ),  # every logit 0: loss log(vocab)
+    )
+    shipped_train, shipped_val = val_losses("full_finetune_single_device", tmp_path / "shipped")
+    train, val = val_losses(str(mine), tmp_path / "mine")
+    vocab = load_file(str(tiny / "model.safetensors"))["model.embed_tokens.weight"].shape[0]
+    assert train == pytest.approx([math.log(vocab)] * 2, rel=1e-5)
+    assert val == pytest.approx([math.log(vocab)] * 2, rel=1e-5)
+    assert all(abs(a - math.log(vocab)) > 1e-3 for a in shipped_train + shipped_val)
 
 
 def test_a_misspelt_key_read_by_a_copy_fails_with_did_you_mean(tiny, tmp_path, capsys, monkeypatch):

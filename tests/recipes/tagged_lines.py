@@ -65,6 +65,8 @@ def job(code: str) -> str:
     the import. Two lines with the same job in sibling recipes do the same thing."""
     if code.startswith("from ") or code.startswith("import "):
         return "import"
+    if code.startswith("return "):
+        return "return"
     assigned = re.match(r"([\w.]+)\s*=(?!=)", code)
     if assigned:
         return f"{assigned.group(1)} ="

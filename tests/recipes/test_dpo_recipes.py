@@ -74,7 +74,7 @@ def test_packing_is_refused_with_a_message(run_recipe, tmp_path):
         run_recipe(*LORA, "max_steps=1", "dataset.packed=true", output_dir=tmp_path / "p")
 
 
-# --- validation: training.eval_preference on dataset_val (tests/assets/tiny_preference.py: 16 held-out pairs)
+# --- validation: training.validate over loss_on, on dataset_val (tests/assets/tiny_preference.py: 16 held-out pairs)
 
 
 def val_rows(logs):

@@ -113,7 +113,10 @@ def test_the_unit_tests_step_is_the_recipes_step():
     """tests/training/recipe_step.py drives the step helpers with the recipe's own lines."""
     copy = (Path(__file__).parents[1] / "training" / "recipe_step.py").read_text()
     start = copy.index("    step_loss = ")
-    copied = [line.strip() for line in copy[start : copy.index("    return stats")].splitlines()]
+    copied = [
+        TAG_COMMENT.sub("", line).strip()
+        for line in copy[start : copy.index("    return stats")].splitlines()
+    ]
     recipe = [line.strip() for line in body(registry.RECIPES[PARENT].file).splitlines()]
     recipe = [
         re.sub(r"\bs\.clip_grad_norm\b", "clip_grad_norm", TAG_COMMENT.sub("", line)).replace(

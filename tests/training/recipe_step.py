@@ -14,10 +14,17 @@ def train_step(
     model, loss_fn, micro_batches, optimizer, *, step, device, scheduler=None, clip_grad_norm=None
 ) -> training.StepStats:
     params = training.trainable_params(model)
-    step_loss = training.StepLoss(micro_batches, optimizer, step=step, device=device)
+    micro_batches = [training.on_device(b, device) for b in micro_batches]
+
+    def loss_on(batch: training.MicroBatch) -> training.Loss:
+        hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
+        return training.token_loss(loss_fn, model.output_weight, hidden, batch.labels)
+
+    step_loss = training.StepLoss(  # [sft]
+        micro_batches, optimizer, step=step, device=device, per=training.per_token
+    )
     for batch in micro_batches:
-        loss_sum, _ = training.batch_loss(model, loss_fn, batch, device=device)
-        step_loss.scaled(loss_sum).backward()
+        step_loss.scaled(loss_on(batch)).backward()
     grad_norm = None
     if clip_grad_norm is not None:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)

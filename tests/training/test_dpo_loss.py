@@ -12,7 +12,7 @@ from trl_losses import trl_dpo, trl_simpo
 
 from ftune.models.smollm2 import smollm2
 from ftune.peft import adapters_disabled, apply_lora
-from ftune.training import DPOLoss, PairLogps, PairStepLoss, ReferenceModel, preference_loss
+from ftune.training import DPOLoss, PairLogps, ReferenceModel, StepLoss, on_device, per_pair, preference_loss
 from ftune.training.sequence_logps import sequence_logps
 
 B, S = 3, 9
@@ -178,6 +178,18 @@ def _batch():
     return {"tokens": tokens, "labels": labels}
 
 
+def _loss_on(model, loss_fn, reference):
+    """The DPO recipes' loss_on: the reference's logps, the policy's forward, then preference_loss."""
+
+    def loss_on(batch):
+        batch = on_device(batch, torch.device("cpu"))
+        reference_logps = reference.row_logps(loss_fn, batch)
+        hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
+        return preference_loss(loss_fn, model.output_weight, hidden, batch, reference_logps)
+
+    return loss_on
+
+
 def test_lora_reference_is_the_base_model_without_a_second_copy():
     model = _tiny_model()
     base = copy.deepcopy(model)
@@ -191,7 +203,7 @@ def test_lora_reference_is_the_base_model_without_a_second_copy():
     assert reference.model is model  # the policy itself: no second model
     loss_fn = DPOLoss("sigmoid", beta=0.1, num_chunks=2)
     batch = _batch()
-    loss_sum, pairs = preference_loss(model, loss_fn, batch, device=torch.device("cpu"), reference=reference)
+    loss = _loss_on(model, loss_fn, reference)(batch)
     assert (
         sum(p.numel() for p in model.parameters()) == n_params and {id(p) for p in model.parameters()} == ids
     )
@@ -203,15 +215,17 @@ def test_lora_reference_is_the_base_model_without_a_second_copy():
         want = PairLogps.from_rows(
             *loss_fn.row_logps(base.output_weight, base.hidden(batch["tokens"]), labels)
         )
-        got = reference.row_logps(loss_fn, batch["tokens"], labels)
+        got = reference.row_logps(loss_fn, on_device(batch, torch.device("cpu")))
         policy = PairLogps.from_rows(
             *loss_fn.row_logps(model.output_weight, model.hidden(batch["tokens"]), labels)
         )
     torch.testing.assert_close(got.chosen, want.chosen)
     torch.testing.assert_close(got.rejected, want.rejected)
     assert not torch.allclose(policy.chosen, want.chosen)  # the adapters are back on after the reference pass
-    torch.testing.assert_close(pairs.chosen_rewards, 0.1 * (policy.chosen - want.chosen))
-    loss_sum.backward()
+    rewards = 0.1 * (policy.chosen - want.chosen)
+    torch.testing.assert_close(loss.metrics["rewards/chosen"], rewards.sum())
+    assert loss.count == B
+    loss.sum.backward()
     trained = [n for n, p in model.named_parameters() if p.grad is not None]
     assert trained and all("lora_" in n for n in trained)
     with adapters_disabled(model):
@@ -224,7 +238,7 @@ def test_frozen_reference_is_frozen_and_in_eval_mode():
     assert not any(p.requires_grad for p in reference.model.parameters()) and not reference.model.training
 
 
-def test_pair_step_loss_is_the_mean_over_the_steps_pairs():
+def test_a_per_pair_step_loss_is_the_mean_over_the_steps_pairs():
     """Two micro-batches of 1 and 2 pairs: the step's loss and gradient are those of the 3 pairs' mean."""
     model = _tiny_model()
     apply_lora(model, targets=["q_proj"], rank=4, alpha=8)
@@ -239,11 +253,10 @@ def test_pair_step_loss_is_the_mean_over_the_steps_pairs():
     two = {k: torch.cat([v[1:B], v[B + 1 :]]) for k, v in batch.items()}
 
     def run(micro):
-        step = PairStepLoss(micro, opt, step=1, device=cpu)
+        micro = [on_device(mb, cpu) for mb in micro]
+        step = StepLoss(micro, opt, step=1, device=cpu, per=per_pair)
         for mb in micro:
-            loss_sum, pairs = preference_loss(model, loss_fn, mb, device=cpu, reference=ref)
-            step.record(pairs)
-            step.scaled(loss_sum).backward()
+            step.scaled(_loss_on(model, loss_fn, ref)(mb)).backward()
         stats = step.finish(None)
         grads = [p.grad.clone() for p in params]
         opt.zero_grad(set_to_none=True)
@@ -255,7 +268,14 @@ def test_pair_step_loss_is_the_mean_over_the_steps_pairs():
     assert split.num_tokens == whole.num_tokens
     for a, b in zip(g_split, g_whole):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
-    assert set(whole.metrics) == {"rewards/chosen", "rewards/rejected", "rewards/margin", "rewards/accuracy"}
+    assert set(whole.metrics) == {
+        "rewards/chosen",
+        "rewards/rejected",
+        "rewards/margin",
+        "rewards/accuracy",
+        "logps/accuracy",
+        "logps/reference_accuracy",
+    }
     for k in whole.metrics:
         assert split.metrics[k] == pytest.approx(whole.metrics[k], rel=1e-5, abs=1e-7)
     assert math.isfinite(whole.metrics["rewards/margin"])
@@ -266,10 +286,4 @@ def test_preference_loss_refuses_a_token_loss():
 
     model = _tiny_model()
     with pytest.raises(ValueError, match="need loss._component_=ftune.training.DPOLoss"):
-        preference_loss(
-            model,
-            ChunkedCrossEntropyLoss(),
-            _batch(),
-            device=torch.device("cpu"),
-            reference=ReferenceModel.frozen(model),
-        )
+        _loss_on(model, ChunkedCrossEntropyLoss(), ReferenceModel.frozen(model))(_batch())

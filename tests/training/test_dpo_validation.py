@@ -1,4 +1,4 @@
-"""training.eval_preference: the DPO recipes' validation pass, on models whose answers are known.
+"""training.validate with the DPO recipes' loss_on: their validation pass, on models whose answers are known.
 
 A unigram model (every position predicts the same distribution, softmax(w)) gives each answer the
 log-probability sum_t log softmax(w)[token_t]: the figures of a pass follow by hand.
@@ -13,8 +13,7 @@ from torch import nn
 
 from ftune.data import validation_loader
 from ftune.data.collate import padded_collate_preference
-from ftune.training import CrossEntropyLoss, DPOLoss, ReferenceModel, eval_preference
-from ftune.training.dpo_validation import SUMS
+from ftune.training import CrossEntropyLoss, DPOLoss, ReferenceModel, preference_loss, validate
 
 CPU = torch.device("cpu")
 VOCAB = 8
@@ -90,10 +89,21 @@ def loader(batch_size: int):
     )
 
 
+def evaluate(policy, reference, loss_fn, batches, max_batches=None) -> dict[str, float]:
+    """The DPO recipes' validation: validate() over their loss_on."""
+
+    def loss_on(batch):
+        reference_logps = reference.row_logps(loss_fn, batch)
+        hidden = policy.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
+        return preference_loss(loss_fn, policy.output_weight, hidden, batch, reference_logps)
+
+    return validate(loss_on, policy, batches, device=CPU, max_batches=max_batches)
+
+
 def run(policy: Unigram, reference: Unigram, batch_size: int = 2, beta: float = 0.1) -> dict[str, float]:
     """A sigmoid-DPO pass over PAIRS."""
     ref = ReferenceModel.frozen(reference)
-    return eval_preference(policy, ref, DPOLoss("sigmoid", beta=beta), loader(batch_size), device=CPU)
+    return evaluate(policy, ref, DPOLoss("sigmoid", beta=beta), loader(batch_size))
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 5])
@@ -101,7 +111,7 @@ def test_figures_equal_the_formula_whatever_the_batching(batch_size):
     policy, reference = models()
     got = run(policy, reference, batch_size)
     want = by_hand(policy, reference, beta=0.1)
-    assert list(got) == list(SUMS)
+    assert set(got) == set(want)
     assert got == pytest.approx(want, rel=1e-6, abs=1e-7)
     # Known answers: the policy ranks A over B (pairs 0-2 right, pair 3 wrong; for pair 4 one A beats two),
     # the reference the other way round (only pair 3 and the shorter answer of pair 4).
@@ -119,22 +129,20 @@ def test_a_policy_equal_to_its_reference_has_zero_rewards_and_log_2_loss():
     assert got["val_logps/accuracy"] == got["val_logps/reference_accuracy"] == 4 / 5
 
 
-def test_simpo_runs_the_reference_for_its_accuracy_only():
+def test_simpo_runs_no_reference():
     policy, reference = models()
     loss_fn = DPOLoss("simpo", beta=2.0, gamma=0.5)
-    got = eval_preference(policy, ReferenceModel.frozen(reference), loss_fn, loader(5), device=CPU)
+    got = evaluate(policy, ReferenceModel.frozen(reference), loss_fn, loader(5))
     answers = [p["chosen_tokens"][2:] for p in PAIRS]
     chosen = [2.0 * sum(logprob(policy, t) for t in a) / len(a) for a in answers]  # beta * mean log p
     assert got["val_rewards/chosen"] == pytest.approx(sum(chosen) / len(PAIRS), rel=1e-6)
-    assert got["val_logps/reference_accuracy"] == 2 / 5
+    assert "val_logps/reference_accuracy" not in got and got["val_logps/accuracy"] == 4 / 5
 
 
 def test_max_batches_reads_only_the_first_batches():
     policy, reference = models()
     ref = ReferenceModel.frozen(reference)
-    first_two = eval_preference(
-        policy, ref, DPOLoss("sigmoid", beta=0.1), loader(1), device=CPU, max_batches=2
-    )
+    first_two = evaluate(policy, ref, DPOLoss("sigmoid", beta=0.1), loader(1), max_batches=2)
     assert first_two["val_logps/accuracy"] == 1.0 and first_two["val_logps/reference_accuracy"] == 0.0
 
 
@@ -156,10 +164,10 @@ def test_the_pass_changes_no_weight_no_mode_and_no_rng_state():
 def test_bad_arguments_are_refused_with_a_message():
     policy, reference = models()
     ref, dpo = ReferenceModel.frozen(reference), DPOLoss("sigmoid", beta=0.1)
-    with pytest.raises(ValueError, match=r"eval_preference: max_batches must be >= 0 or None, got -1"):
-        eval_preference(policy, ref, dpo, loader(2), device=CPU, max_batches=-1)
-    with pytest.raises(ValueError, match=r"eval_preference read no pair \(max_batches=0\)"):
-        eval_preference(policy, ref, dpo, loader(2), device=CPU, max_batches=0)
+    with pytest.raises(ValueError, match=r"validate: max_batches must be >= 0 or None, got -1"):
+        evaluate(policy, ref, dpo, loader(2), max_batches=-1)
+    with pytest.raises(ValueError, match=r"validation counted nothing to average \(max_batches=0\)"):
+        evaluate(policy, ref, dpo, loader(2), max_batches=0)
     with pytest.raises(ValueError, match=r"loss: the DPO recipes score pairs of answers and need"):
-        eval_preference(policy, ref, CrossEntropyLoss(), loader(2), device=CPU)
+        evaluate(policy, ref, CrossEntropyLoss(), loader(2))
     assert policy.training  # restored after the error

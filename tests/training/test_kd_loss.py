@@ -1,4 +1,4 @@
-"""KDLoss and teacher_forward on tiny real decoders: the formula with full logits, chunking, KL 0 for
+"""KDLoss and distill_loss on tiny real decoders: the formula with full logits, chunking, KL 0 for
 teacher == student, the guards; check_same_vocab on real tokenizers."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ftune.models.smollm2 import smollm2, smollm2_tokenizer
-from ftune.training import KDLoss, batch_loss, check_same_vocab, teacher_forward
+from ftune.training import KDLoss, check_same_vocab, distill_loss, on_device, teacher_hidden
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
 from spies import LargestVocabTensor  # noqa: E402
@@ -59,8 +59,12 @@ def _reference(student, teacher, batch, kd_ratio):
 
 
 def _kd(student, teacher, batch, loss_fn):
-    teacher_forward(teacher, loss_fn, batch, device=CPU)
-    return batch_loss(student, loss_fn, batch, device=CPU)
+    """The KD recipes' loss_on: the teacher's hidden states, the student's, then distill_loss."""
+    batch = on_device(batch, CPU)
+    t_hidden = teacher_hidden(teacher, batch)
+    hidden = student.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
+    loss = distill_loss(loss_fn, student.output_weight, hidden, batch.labels, teacher.output_weight, t_hidden)
+    return loss.sum, loss.count
 
 
 @pytest.mark.parametrize("kd_ratio, num_chunks", [(0.5, 1), (0.5, 5), (1.0, 3), (0.0, 4)])
@@ -102,16 +106,12 @@ def test_chunks_never_hold_the_full_fp32_logits_of_both_models():
     assert whole.rows >= n  # the spy sees full logits when they exist
 
 
-def test_validation_without_teacher_is_the_students_cross_entropy_and_training_refuses_it():
-    student, batch = _model(0, 16), _batch()
-    loss_fn = KDLoss(0.5, 4)
-    with torch.no_grad():
-        got, n = batch_loss(student, loss_fn, batch, device=CPU)
-        want, n_want = _reference(student, student, batch, 0.0)
+def test_kd_ratio_0_is_the_students_cross_entropy():
+    student, teacher, batch = _model(0, 16), _model(1, 24).requires_grad_(False), _batch()
+    got, n = _kd(student, teacher, batch, KDLoss(0.0, 4))
+    want, n_want = _reference(student, student, batch, 0.0)
     assert n == n_want
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    with pytest.raises(RuntimeError, match="without the teacher's hidden states.*teacher_forward"):
-        batch_loss(student, loss_fn, batch, device=CPU)
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, "half", True])
@@ -177,7 +177,7 @@ def test_backward_keeps_one_fp32_logits_worth_of_the_student_only():
     hidden = torch.randn(1, n, dim, generator=g, requires_grad=True)
     labels = torch.randint(0, VOCAB, (1, n), generator=g)
     loss_fn = KDLoss(0.5, 4)
-    loss_fn.teach(torch.randn(VOCAB, dim_t, generator=g), torch.randn(1, n, dim_t, generator=g))
+    teacher = (torch.randn(VOCAB, dim_t, generator=g), torch.randn(1, n, dim_t, generator=g))
     saved = []
 
     def pack(t):  # the (dim, vocab) view of the output weight that each chunk's matmul keeps is no copy
@@ -186,6 +186,6 @@ def test_backward_keeps_one_fp32_logits_worth_of_the_student_only():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss, _ = loss_fn(weight, hidden, labels)
+        loss, _ = loss_fn(weight, hidden, labels, *teacher)
     assert sum(saved) == n * VOCAB, f"saved {sum(saved)} fp32 vocab entries for {n} tokens"
     loss.backward()

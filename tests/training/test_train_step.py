@@ -5,10 +5,10 @@ import pytest
 import torch
 from recipe_step import train_step
 
-from ftune.training.batch_loss import batch_loss, shift_labels
+from ftune.training.batch_loss import batch_loss, shift_labels, token_loss
 from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 from ftune.training.schedulers import linear_with_warmup
-from ftune.training.step import NonFiniteError, StepStats, accumulate, eval_loss
+from ftune.training.step import NonFiniteError, StepStats, accumulate, validate
 
 CPU = torch.device("cpu")
 
@@ -155,18 +155,33 @@ def test_argument_errors(tiny_model, batch_factory):
         )
 
 
-def test_accumulate_groups_batches():
-    assert list(accumulate(range(5), 2)) == [[0, 1], [2, 3], [4]]
-    assert list(accumulate(range(5), 2, drop_last=True)) == [[0, 1], [2, 3]]
-    assert list(accumulate(iter(range(3)), 1)) == [[0], [1], [2]]
+def test_accumulate_groups_batches_on_the_device_with_labels_shifted_once(batch_factory):
+    batches = [batch_factory([[i, i + 1, i + 2]], [[i, i + 1, i + 2]]) for i in range(5)]
+
+    def firsts(groups):
+        return [[int(b.tokens[0, 0]) for b in group] for group in groups]
+
+    assert firsts(accumulate(batches, 2, device=CPU)) == [[0, 1], [2, 3], [4]]
+    assert firsts(accumulate(batches, 2, device=CPU, drop_last=True)) == [[0, 1], [2, 3]]
+    assert firsts(accumulate(iter(batches[:3]), 1, device=CPU)) == [[0], [1], [2]]
+    first = next(iter(accumulate(batches, 1, device=CPU)))[0]
+    assert first.labels.tolist() == [[1, 2, -100]]  # shifted: position t is labelled with token t + 1
     with pytest.raises(ValueError, match="grad_accum_steps must be a positive int, got 0"):
-        list(accumulate(range(5), 0))
+        list(accumulate(batches, 0, device=CPU))
 
 
-def test_eval_loss_is_a_token_mean_without_grads_and_restores_mode(tiny_model, batch_factory):
+def test_validate_is_a_token_mean_without_grads_and_restores_mode(tiny_model, batch_factory):
     full, halves = _two_rows(batch_factory)
     model = tiny_model(dropout=0.5)
     loss_fn = CrossEntropyLoss()
+
+    def eval_loss(model, loss_fn, batches, *, device, max_batches=None):
+        def loss_on(batch):  # the supervised recipes' loss_on
+            hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
+            return token_loss(loss_fn, model.output_weight, hidden, batch.labels)
+
+        return validate(loss_on, model, batches, device=device, max_batches=max_batches)["val_loss"]
+
     model.eval()
     with torch.no_grad():
         expected_sum, expected_n = batch_loss(model, loss_fn, full, device=CPU)
@@ -184,5 +199,5 @@ def test_eval_loss_is_a_token_mean_without_grads_and_restores_mode(tiny_model, b
     assert eval_loss(model, loss_fn, halves, device=CPU, max_batches=1) == pytest.approx(
         first_sum.item() / first_n
     )
-    with pytest.raises(ValueError, match=r"eval_loss saw no labelled tokens \(max_batches=0\)"):
+    with pytest.raises(ValueError, match=r"validation counted nothing to average \(max_batches=0\)"):
         eval_loss(model, loss_fn, halves, device=CPU, max_batches=0)
