@@ -5,12 +5,19 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+from types import ModuleType
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ftune.config.errors import ConfigError
-from ftune.config.trust import UntrustedComponentError, importable_top, is_trusted, untrusted_message
+from ftune.config.trust import (
+    UntrustedComponentError,
+    importable_top,
+    is_trusted,
+    resolved_refusal,
+    untrusted_message,
+)
 
 COMPONENT = "_component_"
 PARTIAL = "_partial_"  # `_partial_: true` gives functools.partial(target, **kwargs), e.g. a collate function
@@ -19,10 +26,13 @@ PARTIAL = "_partial_"  # `_partial_: true` gives functools.partial(target, **kwa
 def resolve(dotted: str, key: str = "_component_") -> Any:
     """Import the object a dotted path names (``torch.optim.AdamW``, ``ftune.models.smollm2.smollm2_135m``).
 
-    Only paths inside the trusted packages are imported (see `ftune.config.trust`).
+    Only paths inside the trusted packages are imported, and the object is returned only if it is
+    trusted by what it is: every module met on the attribute walk and the module that defines the
+    object must be trusted, and it must not be a loader (see `ftune.config.trust`).
 
     Raises:
-        UntrustedComponentError: the path is outside the trusted packages (nothing was imported).
+        UntrustedComponentError: the path is outside the trusted packages (nothing was imported), or
+            it resolved to an object that is not trusted (nothing was called).
         ImportError: naming the path and the part that failed.
     """
     if not isinstance(dotted, str) or not dotted:
@@ -38,12 +48,17 @@ def resolve(dotted: str, key: str = "_component_") -> Any:
             if e.name and not module_name.startswith(e.name) and not e.name.startswith(module_name):
                 raise  # the module exists but one of its own imports is missing
             continue
-        for attr in parts[i:]:
+        for j, attr in enumerate(parts[i:], start=i + 1):
             if not hasattr(obj, attr):
                 raise ImportError(
                     f"module {'.'.join(parts[:i])!r} has no attribute {attr!r} (from {dotted!r})."
                 )
             obj = getattr(obj, attr)
+            if isinstance(obj, ModuleType) and j < len(parts):  # a module some trusted module imported
+                if refusal := resolved_refusal(dotted, obj, key, ".".join(parts[:j])):
+                    raise UntrustedComponentError(refusal)
+        if refusal := resolved_refusal(dotted, obj, key):
+            raise UntrustedComponentError(refusal)
         return obj
     raise ImportError(f"no module named {parts[0]!r} (from {dotted!r}).")
 

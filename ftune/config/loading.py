@@ -15,6 +15,7 @@ from ftune.config.overrides import Override, is_component_path, parse_override
 from ftune.config.trust import (
     TRUST_KEY,
     components_of,
+    importable_problems,
     importable_top,
     is_trusted,
     trust_folder,
@@ -247,7 +248,9 @@ def _check_trust(cfg: Config, path: Path) -> None:
             cfg.source,
         )
     trust_folder(path.parent)  # modules next to a user's config file
-    trust_packages(named)
+    if bad := importable_problems(named, f"{TRUST_KEY} ({cfg.where(TRUST_KEY)})"):
+        raise ConfigError(bad, cfg.source)
+    trust_packages(named, TRUST_KEY)
     problems = [
         untrusted_message(dotted, f"{key}._component_", cfg.where(key))
         for key, dotted in components_of(data)

@@ -1,54 +1,166 @@
-"""Which `_component_` paths a config may import: the trust model.
+"""Which `_component_` paths a config may import and call: the trust model.
 
-A `_component_` is an import and a call, so a YAML file is code. ftune imports a component only
-from a trusted package, decided from the dotted path's text before anything is imported:
+A `_component_` is an import and a call, so a YAML file is code. ftune trusts a component by what
+it is, not by how it is spelt, in two checks:
 
-- ftune, torch and torchao (minus the few entry points in `DENIED` that load or compile code);
+1. Before anything is imported, by the dotted path's text: its package must be trusted and the
+   path must not name one of the `DENIED` entry points or a private name (``torch._C...``) of a
+   built-in package. This stops the import of an untrusted package before its code runs.
+2. After the path is resolved and before anything is called, by the object itself: every module
+   the attribute walk passes through, and the module that defines the object (for a module: its
+   name; for a class or function: its ``__module__``; for a partial or bound method: the function
+   it wraps; for any other object: its class), must be trusted, and the object must not be one of
+   the entry points that load or run code, whichever name reached it. So ``torch.serialization.os
+   .system`` is refused (it is ``os.system``, defined in ``posix``), and so is
+   ``torch.serialization.load`` (it is ``torch.load``).
+
+Trusted modules:
+
+- ftune, torch and torchao, minus the modules in `DENIED` (they fetch, unpickle or compile code,
+  run another recipe, or load configs and grant trust) and the loaders in `DENIED_OBJECTS`;
 - packages the user names: ``--trust PKG`` on `ftune run` / `ftune validate`, the environment
-  variable ``FTUNE_TRUST=pkg1,pkg2``, or a top-level ``trusted_modules: [pkg]`` in a config file;
+  variable ``FTUNE_TRUST=pkg1,pkg2``, or a top-level ``trusted_modules: [pkg]`` in a config file.
+  A name trusts the objects defined in it and in its submodules (``mypkg`` trusts
+  ``mypkg.data.build``, but not ``os.system`` reached as ``mypkg.os.system``), even inside
+  `DENIED` (``--trust torch.hub`` allows ``torch.hub.load``). A name that is not an importable
+  package or module is an error, wherever it is given;
 - modules in the folder of a copied recipe or of a user config file (``my_data.py`` next to
   ``my_recipe.py``).
 
-A name trusts its submodules too (``mypkg`` trusts ``mypkg.data.build``). Trust granted by
-``--trust``, a config file or a recipe folder lasts for the process (as an entry of ``sys.path`` does).
+Trust granted by ``--trust``, a config file or a recipe folder lasts for the process (as an entry
+of ``sys.path`` does).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.machinery
 import importlib.util
 import os
 import sys
+import types
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+from ftune.config.errors import ConfigError
 
 BUILTIN_TRUSTED = ("ftune", "torch", "torchao")
 TRUST_ENV = "FTUNE_TRUST"
 TRUST_KEY = "trusted_modules"
 
-# Inside the trusted packages, these fetch, unpickle or compile code, or run another recipe file:
-# a config could reach arbitrary code through them, so they are refused unless named exactly.
-DENIED = (
-    "torch.hub",
-    "torch.load",
-    "torch.package",
-    "torch.jit.load",
-    "torch.utils.cpp_extension",
-    "torch.distributed.run",
-    "ftune.cli",
-    "ftune.config.run",
+# Inside the trusted packages, these fetch, unpickle, compile or launch code, or run another recipe: a
+# config could reach arbitrary code through them. Each maps to the module that defines it, the name
+# to trust (--trust) to allow it.
+DENIED = {
+    "torch.hub": "torch.hub",
+    "torch.load": "torch.serialization",
+    "torch.serialization": "torch.serialization",
+    "torch.package": "torch.package",
+    "torch.jit.load": "torch.jit._serialization",
+    "torch.utils.cpp_extension": "torch.utils.cpp_extension",
+    "torch.distributed.run": "torch.distributed.run",
+    "torch.distributed.launch": "torch.distributed.launch",
+    "torch.distributed.launcher": "torch.distributed.launcher",
+    "torch.distributed.elastic": "torch.distributed.elastic",  # starts processes
+    "torch.distributed.checkpoint": "torch.distributed.checkpoint",  # unpickles its metadata
+    "torch.utils.benchmark": "torch.utils.benchmark",  # runs code strings
+    "ftune.cli": "ftune.cli",
+    "ftune.config": "ftune.config",  # runs recipes, loads configs, grants trust
+}
+# Loaders and code-execution entry points, refused by identity under whatever name reaches them
+# (``module:attribute``; a module not yet imported cannot have handed them out).
+DENIED_OBJECTS = (
+    "torch:load",
+    "torch.jit:load",
+    "torch.export:load",
+    "torch.ops:load_library",  # loads a shared library: native code
+    "torch.classes:load_library",
+    "builtins:eval",
+    "builtins:exec",
+    "builtins:compile",
+    "builtins:__import__",
+    "builtins:open",
+    "builtins:breakpoint",
+    "importlib:import_module",
+    "importlib:__import__",
+    "pickle:load",
+    "pickle:loads",
+    "pickle:Unpickler",
+    "marshal:load",
+    "marshal:loads",
+    "os:system",
+    "os:popen",
+    "os:execv",
+    "os:execvp",
+    "os:spawnv",
+    "subprocess:Popen",
+    "subprocess:run",
+    "subprocess:getoutput",
+    "subprocess:check_output",
+    "shutil:rmtree",
 )
 
 _packages: set[str] = set()
 _folders: set[Path] = set()
+_checked_env: set[str] = set()
 
 
 def _under(dotted: str, prefix: str) -> bool:
     return dotted == prefix or dotted.startswith(prefix + ".")
 
 
-def trust_packages(names: Iterable[str]) -> None:
-    """Trust these packages or modules (dotted names) for the rest of the process."""
-    _packages.update(n.strip() for n in names if n.strip())
+def module_exists(name: str) -> bool:
+    """Whether `name` is an importable package or module, found without running any of its code."""
+    if not name or not all(part.isidentifier() for part in name.split(".")):
+        return False
+    if name in sys.modules or ("." not in name and _in_trusted_folder(name)):
+        return True
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+        for i in range(1, len(parts)):
+            if spec is None or spec.submodule_search_locations is None:
+                return False  # a plain module has no submodules
+            prefix = ".".join(parts[: i + 1])
+            if ".".join(parts[:i]) in sys.modules:
+                spec = importlib.util.find_spec(prefix)
+            else:  # search the parent's folder without importing the parent
+                spec = importlib.machinery.PathFinder.find_spec(prefix, list(spec.submodule_search_locations))
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
+
+
+def importable_problems(names: Iterable[str], where: str) -> list[str]:
+    """One problem per name in `names` that is not an importable package or module.
+
+    Args:
+        names: the package or module names as given.
+        where: where they were given, e.g. ``--trust`` or ``trusted_modules (in my.yaml:3)``.
+    """
+    bad = [n for n in names if not module_exists(n)]
+    if not bad:
+        return []
+    option = where.split(" ")[0]
+    return [
+        f"{where}: {n!r} is not an importable package or module, so it cannot be trusted. Accepted: the "
+        f"dotted name of an installed package or module, such as my_pkg or my_pkg.data. Check the spelling, "
+        f"install the package (python -c 'import {n.split('.')[0]}' must work), or remove {n!r} from {option}."
+        for n in bad
+    ]
+
+
+def trust_packages(names: Iterable[str], where: str = "--trust") -> None:
+    """Trust these packages or modules (dotted names) for the rest of the process.
+
+    Raises:
+        ConfigError: a name is not an importable package or module (`where` says where it was given).
+    """
+    names = [n.strip() for n in names if n.strip()]
+    if problems := importable_problems(names, where):
+        raise ConfigError(problems)
+    _packages.update(names)
 
 
 def trust_folder(folder: str | os.PathLike) -> None:
@@ -57,8 +169,18 @@ def trust_folder(folder: str | os.PathLike) -> None:
 
 
 def env_packages() -> list[str]:
-    """The packages named in ``$FTUNE_TRUST`` (comma-separated)."""
-    return [n.strip() for n in os.environ.get(TRUST_ENV, "").split(",") if n.strip()]
+    """The packages named in ``$FTUNE_TRUST`` (comma-separated).
+
+    Raises:
+        ConfigError: a name is not an importable package or module (checked once per value).
+    """
+    value = os.environ.get(TRUST_ENV, "")
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if value not in _checked_env:
+        if problems := importable_problems(names, f"{TRUST_ENV} (environment variable {TRUST_ENV}={value})"):
+            raise ConfigError(problems)
+        _checked_env.add(value)
+    return names
 
 
 def trusted_packages(extra: Iterable[str] = ()) -> list[str]:
@@ -70,14 +192,40 @@ def _in_trusted_folder(top: str) -> bool:
     return any((f / f"{top}.py").is_file() or (f / top / "__init__.py").is_file() for f in _folders)
 
 
+def _named(dotted: str, extra: Iterable[str] = ()) -> bool:
+    return any(_under(dotted, n) for n in [*env_packages(), *_packages, *extra])
+
+
+def _text_refusal(dotted: str, extra: Iterable[str] = ()) -> tuple[str, str] | None:
+    """Why `dotted` may not be imported, judged by its text, and the name to trust; None: it may."""
+    if _named(dotted, extra):
+        return None  # named by the user: trusted even inside a DENIED prefix
+    denied = next((d for d in DENIED if _under(dotted, d)), None)
+    if denied:
+        home = DENIED[denied]
+        return (
+            f"{denied} can load or compile code, so it is not trusted with the rest of {denied.split('.')[0]}",
+            home,
+        )
+    top = dotted.split(".")[0]
+    if top in BUILTIN_TRUSTED:
+        private = next((p for p in dotted.split(".")[1:] if p.startswith("_")), None)
+        if private is None:
+            return None
+        home = dotted[: dotted.index("." + private)] + "." + private
+        return (
+            f"{private!r} is a private name of {top} (a config names public API only; private modules "
+            "such as torch._C and torch._inductor hold code loaders)",
+            home,
+        )
+    if _in_trusted_folder(top):
+        return None
+    return f"{top!r} is not a trusted package (trusted: {', '.join(trusted_packages(extra))})", top
+
+
 def is_trusted(dotted: str, extra: Iterable[str] = ()) -> bool:
     """Whether `dotted` may be imported (by its text alone: nothing is imported here)."""
-    named = [*env_packages(), *_packages, *extra]
-    if any(_under(dotted, n) for n in named):
-        return True  # named by the user: trusted even inside a DENIED prefix
-    if any(_under(dotted, d) for d in DENIED):
-        return False
-    return any(_under(dotted, p) for p in BUILTIN_TRUSTED) or _in_trusted_folder(dotted.split(".")[0])
+    return _text_refusal(dotted, extra) is None
 
 
 def importable_top(dotted: str) -> bool:
@@ -93,25 +241,128 @@ def importable_top(dotted: str) -> bool:
         return False
 
 
+def _fix(name: str) -> str:
+    return (
+        f"A config's components are code that ftune runs; if you trust {name}, pass --trust {name} to "
+        f"ftune run / ftune validate, set {TRUST_ENV}={name}, or add `{TRUST_KEY}: [{name}]` to your config file."
+    )
+
+
 def untrusted_message(dotted: str, key: str, where: str = "") -> str:
     """The one-line refusal: which import, from which key, and the three ways to trust it."""
-    top = dotted.split(".")[0]
-    denied = next((d for d in DENIED if _under(dotted, d)), None)
-    why = (
-        f"{denied} can load or compile code, so it is not trusted with the rest of {denied.split('.')[0]}"
-        if denied
-        else f"{top!r} is not a trusted package (trusted: {', '.join(trusted_packages())})"
+    why, name = _text_refusal(dotted) or ("it is not trusted", dotted.split(".")[0])
+    return f"{key}: refusing to import {dotted!r}{f' ({where})' if where else ''}: {why}. {_fix(name)}"
+
+
+def _unwrap(obj: Any) -> Any:
+    """The function a partial or bound method calls (partials of bound methods of partials...)."""
+    for _ in range(16):
+        if isinstance(obj, functools.partial):
+            obj = obj.func
+        elif isinstance(obj, types.MethodType):
+            obj = obj.__func__
+        else:
+            break
+    return obj
+
+
+def defining_module(obj: Any) -> str | None:
+    """The name of the module whose code runs when `obj` is called; for a module, its own name.
+
+    A partial or a bound method is judged by the function it wraps, a C function by its module (or
+    the module, class or object it is bound to), a method descriptor by its class, and any other
+    object (an instance: calling it runs its class's ``__call__``) by its class. None: unknown.
+    """
+    obj = _unwrap(obj)
+    try:
+        if isinstance(obj, types.ModuleType):
+            name = obj.__name__
+        elif isinstance(obj, (type, types.FunctionType)):
+            name = obj.__module__
+        elif isinstance(obj, types.BuiltinFunctionType):
+            name = obj.__module__
+            if name is None:
+                owner = obj.__self__
+                if isinstance(owner, types.ModuleType):
+                    name = owner.__name__
+                elif owner is not None:
+                    name = (owner if isinstance(owner, type) else type(owner)).__module__
+        elif isinstance(
+            obj, (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType)
+        ):
+            name = obj.__objclass__.__module__
+        elif isinstance(obj, types.MethodWrapperType):
+            name = type(obj.__self__).__module__
+        else:
+            name = type(obj).__module__
+    except Exception:  # noqa: BLE001 - an object that will not say where it comes from is not trusted
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+def _denied_objects() -> list[Any]:
+    found = []
+    for entry in DENIED_OBJECTS:
+        module, _, attr = entry.partition(":")
+        if module in sys.modules and hasattr(sys.modules[module], attr):
+            found.append(_unwrap(getattr(sys.modules[module], attr)))
+    return found
+
+
+def _trusted_module(name: str) -> bool:
+    top = name.split(".")[0]
+    return any(_under(name, p) for p in BUILTIN_TRUSTED) or _in_trusted_folder(top)
+
+
+def resolved_refusal(dotted: str, obj: Any, key: str, walked: str = "") -> str | None:
+    """Why the object `dotted` resolved to may not be used, judged by what it is; None: it may.
+
+    Args:
+        dotted: the `_component_` path as written.
+        obj: the object it resolved to (or a module the attribute walk passed through).
+        key: the config key, for the message.
+        walked: the part of `dotted` that reached `obj`, when it is a module met on the way.
+    """
+    name = defining_module(obj)
+    what = f"{walked!r} is the module" if walked else "it is"
+    head = f"{key}: refusing {dotted!r}"
+    if name is None:
+        return (
+            f"{head}: cannot tell which module defines the object it names ({type(obj).__name__}), so it is "
+            f"not trusted. Name a class or function of ftune, torch, torchao or a package you trust."
+        )
+    if _named(name):
+        return None  # the user trusts the module that defines it
+    label = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+    if not isinstance(obj, types.ModuleType) and any(_unwrap(obj) is d for d in _denied_objects()):
+        return (
+            f"{head}: it is {name}.{label}, which can load or run code, so it is not trusted under any name. "
+            f"{_fix(name)}"
+        )
+    denied = next((DENIED[d] for d in DENIED if _under(name, DENIED[d])), None)
+    if denied:
+        return (
+            f"{head}: {what} {name}{'' if walked or isinstance(obj, types.ModuleType) else f'.{label}'}, "
+            f"and {denied} can load or compile code, so it is not trusted with the rest of "
+            f"{denied.split('.')[0]}. {_fix(denied)}"
+        )
+    if _trusted_module(name):
+        return None
+    shown = (
+        f"{what} {name!r}"
+        if walked or isinstance(obj, types.ModuleType)
+        else f"it is {label}, defined in {name!r}"
     )
-    name = dotted if denied else top
     return (
-        f"{key}: refusing to import {dotted!r}{f' ({where})' if where else ''}: {why}. A config's components "
-        f"are code that ftune runs; if you trust {name}, pass --trust {name} to ftune run / ftune validate, "
-        f"set {TRUST_ENV}={name}, or add `{TRUST_KEY}: [{name}]` to your config file."
+        f"{head}: {shown}, outside the trusted packages (trusted: {', '.join(trusted_packages())}). A "
+        f"component is trusted by the module that defines it, not by the path that reaches it: name it "
+        f"by its own package's path. {_fix(name.split('.')[0])}"
     )
 
 
 class UntrustedComponentError(ImportError):
-    """A `_component_` outside the trusted packages (raised before anything is imported)."""
+    """A `_component_` that is not trusted: by its text (raised before anything is imported) or by
+    what it resolved to (raised before anything is called)."""
 
 
 def components_of(data: object, path: str = "") -> list[tuple[str, str]]:

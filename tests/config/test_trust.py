@@ -1,6 +1,5 @@
 """The trust model: a `_component_` outside the trusted packages is refused at load time, before any import."""
 
-import os
 import sys
 
 import pytest
@@ -21,9 +20,10 @@ def touch(path):
 @pytest.fixture(autouse=True)
 def fresh_trust(monkeypatch):
     # Trust granted by one test (--trust, a config, a folder) must not leak into the next.
-    monkeypatch.setattr(trust, "_packages", set())
+    # The conftest's own grant (ftune_test_targets) stays.
+    monkeypatch.setattr(trust, "_packages", {"ftune_test_targets"})
     monkeypatch.setattr(trust, "_folders", set())
-    monkeypatch.setenv("FTUNE_TRUST", os.environ.get("FTUNE_TRUST", ""))
+    monkeypatch.setenv("FTUNE_TRUST", "")
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_untrusted_component_refused_at_load_time_naming_key_where_and_fix(evil,
     text = str(info.value)
     assert (
         f"model._component_: refusing to import '{name}.touch' (set on the command line): '{name}' is not a "
-        "trusted package (trusted: ftune, ftune_test_targets, recipe_test_components, torch, torchao)"
+        "trusted package (trusted: ftune, ftune_test_targets, torch, torchao)"
     ) in text
     assert f"pass --trust {name} to ftune run / ftune validate, set FTUNE_TRUST={name}, or add" in text
     assert f"`trusted_modules: [{name}]` to your config file" in text
@@ -79,7 +79,7 @@ def test_the_four_ways_to_trust(evil, tmp_path, monkeypatch, capsys):
     name, marker = evil
     overrides = [f"model={name}.touch", f"model.path={tmp_path / 'x'}"]
     # FTUNE_TRUST
-    monkeypatch.setenv("FTUNE_TRUST", f"other,{name}")
+    monkeypatch.setenv("FTUNE_TRUST", f"torchao,{name}")
     assert load_config("smollm2/135M_lora", overrides).model["_component_"] == f"{name}.touch"
     monkeypatch.setenv("FTUNE_TRUST", "")
     # trusted_modules in the user's config file
@@ -90,7 +90,7 @@ def test_the_four_ways_to_trust(evil, tmp_path, monkeypatch, capsys):
     cfg = load_config(own)
     assert instantiate(cfg.thing) == str(tmp_path / "y") and marker.exists()
     # --trust on ftune validate (a fresh process state)
-    monkeypatch.setattr(trust, "_packages", set())
+    monkeypatch.setattr(trust, "_packages", {"ftune_test_targets"})
     assert main(["validate", "smollm2/135M_lora", *overrides]) == 1
     assert "refusing to import" in capsys.readouterr().err
     assert main(["validate", "--trust", name, "smollm2/135M_lora", *overrides]) == 0
