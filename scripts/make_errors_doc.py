@@ -39,7 +39,9 @@ def _command(argv: tuple[str, ...]) -> str:
 
 
 def _cell(text: str) -> str:
-    text = text.replace("{tmp}", "./case").replace("{busy_port}", "<a port in use>")
+    text = (
+        text.replace("{tmp}", "./case").replace("{ckpt}", "./tiny").replace("{busy_port}", "<a port in use>")
+    )
     return text.replace("|", "\\|").replace("`", "'")
 
 

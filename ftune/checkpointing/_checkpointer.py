@@ -3,7 +3,9 @@
 A format (HF, Meta, native) only says how a folder of model weights is read and written, in
 two methods (`_read_model`, `_write_model`) plus the family detection of its folder. Everything
 else (which folder to resume from, LoRA adapters in PEFT format, `recipe_state.pt`, the
-completion marker, pruning) lives here once, so the three formats cannot drift apart.
+completion marker, pruning) lives here once, so the three formats cannot drift apart. Outputs
+never land on inputs (`ftune.checkpointing.output_guard`): an `output_dir` equal to or inside
+`checkpoint_dir` is refused when the checkpointer is built, before anything is read or written.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Literal
 import torch
 
 from ftune.checkpointing import adapter as adapter_files
-from ftune.checkpointing import atomic
+from ftune.checkpointing import atomic, output_guard
 from ftune.checkpointing.model_fit import split_adapter
 from ftune.checkpointing.qat_ranges import RANGES_FILE, load_ranges, save_ranges, split_ranges
 from ftune.checkpointing.readers import require_dir
@@ -76,11 +78,13 @@ class Checkpointer(abc.ABC):
 
     Args:
         checkpoint_dir: the base checkpoint folder (read-only for ftune).
-        output_dir: where step folders are written.
+        output_dir: where step folders are written; not equal to or inside `checkpoint_dir` (a
+            folder that contains it is fine). None: a read-only checkpointer (`save` refuses).
         model_type: model family (key of `ftune.models.CONVERTERS`); default: detected from the folder.
         resume_from_checkpoint: None (fresh run), "auto" (newest complete step folder in
             `output_dir`, fresh run if there is none) or the path of a step folder.
-        keep_last_n_checkpoints: keep only this many complete step folders; None keeps all.
+        keep_last_n_checkpoints: keep only this many complete step folders of this run, newest by
+            its steps (see `output_guard.prune_run`); None keeps all.
         save_adapter_weights_only: on LoRA runs, save only the adapter (False also saves the
             merged full model, in the input format, in `step_<N>/merged/`).
         hf_repo_id: the hub repo the checkpoint comes from; when `checkpoint_dir` is missing, the
@@ -90,7 +94,7 @@ class Checkpointer(abc.ABC):
     def __init__(
         self,
         checkpoint_dir: str | os.PathLike,
-        output_dir: str | os.PathLike,
+        output_dir: str | os.PathLike | None = None,
         *,
         model_type: str | None = None,
         resume_from_checkpoint: Literal["auto"] | str | os.PathLike | None = None,
@@ -99,7 +103,9 @@ class Checkpointer(abc.ABC):
         hf_repo_id: str | None = None,
     ) -> None:
         self.checkpoint_dir = Path(checkpoint_dir).expanduser()
-        self.output_dir = Path(output_dir).expanduser()
+        self.output_dir = Path(output_dir).expanduser() if output_dir is not None else None
+        if self.output_dir is not None:  # before anything is read or written
+            output_guard.check_output_dir(self.output_dir, {"checkpoint_dir": self.checkpoint_dir})
         self.model_type = model_type
         self.resume_from_checkpoint = resume_from_checkpoint
         if keep_last_n_checkpoints is not None and keep_last_n_checkpoints < 1:
@@ -110,6 +116,8 @@ class Checkpointer(abc.ABC):
         self.save_adapter_weights_only = save_adapter_weights_only
         self.hf_repo_id = hf_repo_id
         self._family: str | None = None
+        self._start_step = 0  # the step this run resumed at (set by load)
+        self._written: list[int] = []  # the steps this run saved, in order
 
     # ---- the format: three methods per subclass -------------------------------------------
 
@@ -150,6 +158,11 @@ class Checkpointer(abc.ABC):
         choice = self.resume_from_checkpoint
         if choice is None:
             return None
+        if self.output_dir is None:
+            raise ValueError(
+                f"resume_from_checkpoint={choice!r} needs the checkpointer's output_dir (where step folders "
+                "are); this checkpointer was built without one. Pass output_dir, or resume_from_checkpoint=None."
+            )
         if choice == "auto":
             found = atomic.find_latest_complete(self.output_dir)
             if found is None:
@@ -188,6 +201,8 @@ class Checkpointer(abc.ABC):
             ValueError: a corrupt file (named), or an incomplete resume folder.
         """
         step = self.resume_dir()
+        if step is not None and self.output_dir is not None:  # e.g. output_dir=out/step_50/more
+            output_guard.check_output_dir(self.output_dir, {"resume_from_checkpoint": step})
         lora_resume = step is not None and adapter_files.has_adapter(step)
         weights_dir = self.checkpoint_dir if step is None or lora_resume else step
         if weights_dir == self.checkpoint_dir and self.hf_repo_id and not weights_dir.is_dir():
@@ -201,6 +216,7 @@ class Checkpointer(abc.ABC):
         model = self._read_model(weights_dir, family)
         adapter = adapter_files.load_adapter(step, family=family) if lora_resume else None
         recipe_state = load_recipe_state(step) if step is not None else None
+        self._start_run(step, recipe_state)
         ranges = load_ranges(weights_dir)
         if ranges is not None:
             logger.info(
@@ -217,6 +233,14 @@ class Checkpointer(abc.ABC):
             step_dir=step,
             qat_ranges=ranges,
         )
+
+    def _start_run(self, step: Path | None, recipe_state: dict[str, Any] | None) -> None:
+        """Record the step this run starts at (retention counts folders up to it as the run's own), and
+        say when output_dir already holds another run's step folders."""
+        saved = (recipe_state or {}).get("step")
+        self._start_step = saved if isinstance(saved, int) else (atomic.step_of(step) or 0) if step else 0
+        if self.output_dir is not None:
+            output_guard.warn_foreign_step_folders(self.output_dir, self._start_step, self.checkpoint_dir)
 
     def load_base_model(self) -> StateDict:
         """The base checkpoint's model weights (from `checkpoint_dir`), also when resuming.
@@ -253,7 +277,8 @@ class Checkpointer(abc.ABC):
             The step folder.
 
         Raises:
-            ValueError: adapter tensors without an adapter_config (or the reverse).
+            ValueError: adapter tensors without an adapter_config (or the reverse), no output_dir,
+                or a step folder that is or holds checkpoint_dir (`OutputOnInputError`).
             TypeError: recipe_state would not load with weights_only=True.
         """
         base, adapter = split_adapter(model_state)
@@ -276,9 +301,14 @@ class Checkpointer(abc.ABC):
             )
         if recipe_state is not None:
             check_weights_only_safe(recipe_state)  # before writing gigabytes of weights
+        if self.output_dir is None:
+            raise ValueError(
+                "this checkpointer was built without output_dir (read-only): it cannot save. Pass output_dir."
+            )
+        folder = atomic.step_dir(self.output_dir, step)
+        output_guard.check_step_folder(folder, step, self.checkpoint_dir)  # before writing
         family = self.family_of(self.checkpoint_dir)
         self._announce_output()
-        folder = atomic.step_dir(self.output_dir, step)
         try:
             self._write_step(
                 folder, step, model_state, base, adapter, family, recipe_state, adapter_config, epoch
@@ -286,8 +316,15 @@ class Checkpointer(abc.ABC):
         except OSError as e:
             raise self._save_failed(folder, step, e) from e
         logger.info("Saved %s", folder)
+        self._written.append(step)
         if self.keep_last_n_checkpoints is not None:
-            atomic.prune(self.output_dir, self.keep_last_n_checkpoints)
+            output_guard.prune_run(
+                self.output_dir,
+                self.keep_last_n_checkpoints,
+                written=self._written,
+                start_step=self._start_step,
+                inputs=[self.checkpoint_dir],
+            )
         return folder
 
     def _write_step(

