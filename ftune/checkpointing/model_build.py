@@ -58,7 +58,10 @@ def meta_model(
 
     Raises:
         ValueError: no `model` section and no config.json in `checkpoint_dir`, or a config.json
-            whose shapes disagree with the built model (other differences are warnings).
+            that disagrees with the built model on anything that changes the computation (shapes,
+            RoPE base and scaling, norm eps, tied embeddings, sliding windows; both config.json
+            layouts, `rope_theta` and transformers 5's `rope_parameters`). A different
+            `max_position_embeddings` is a warning.
     """
     if model is not None:
         with default_dtype(dtype), torch.device("meta"):

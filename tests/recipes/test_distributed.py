@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import load_recipe  # tests/recipes/conftest.py (at import time: the module of this folder)
+from qat_losses import FIRST_STEP_REL, assert_qat_losses_close  # tests/recipes
 from safetensors.torch import load_file
 from tiny_preference import VAL_EVERY_2  # tests/assets (on the path: tests/recipes/conftest.py)
 
@@ -164,10 +165,11 @@ def test_losses_equal_single_device(recipe, launched):
     else:
         assert got[0] != pytest.approx(single[0], rel=1e-6)  # fake quantization is on
         # The same fake-quantized model at step 1 (LoRA's B starts at zero), and for qat_distributed
-        # the same run as qat_single_device's golden (tests/recipes/test_qat_single_device.py).
-        assert got[0] == pytest.approx(GOLDENS["qat_single_device"][0], rel=1e-6)
+        # the same run as qat_single_device's golden (tests/recipes/test_qat_single_device.py), up to
+        # values that round to another code at world size 2 (tests/recipes/qat_losses.py).
+        assert got[0] == pytest.approx(GOLDENS["qat_single_device"][0], rel=FIRST_STEP_REL)
         if QAT[recipe]:
-            assert got == pytest.approx(GOLDENS[QAT[recipe]], rel=1e-5)
+            assert_qat_losses_close(got, GOLDENS[QAT[recipe]], single)
 
 
 @launch_of("lora_finetune_distributed")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from features import losses
+from qat_losses import assert_qat_losses_close
 from safetensors.torch import load_file
 
 CONFIG = "smollm2/135M_qat_full"
@@ -25,6 +26,7 @@ def _free_port() -> str:
         return str(s.getsockname()[1])
 
 
+@pytest.mark.usefixtures("golden_threads")
 def test_qat_single_device_equals_qat_distributed_at_world_size_1(run_recipe, tmp_path, monkeypatch):
     single, a = run_recipe("qat_single_device", CONFIG, "max_steps=4", output_dir=tmp_path / "single")
     # qat_distributed in this process, as torchrun would start a world of one (the recipe creates
@@ -36,11 +38,12 @@ def test_qat_single_device_equals_qat_distributed_at_world_size_1(run_recipe, tm
     dist, b = run_recipe("qat_distributed", CONFIG, "max_steps=4", output_dir=tmp_path / "dist")
     assert torch.distributed.is_initialized() == group_before  # it destroys the group it created
 
-    assert losses(single) == pytest.approx(losses(dist), rel=1e-5)
+    assert losses(single) == pytest.approx(losses(dist), rel=1e-5)  # one machine, one layout: no crossing
     golden = json.loads(GOLDENS.read_text())["qat_single_device"]
-    assert losses(single) == pytest.approx(golden, rel=1e-5, abs=1e-6)
     full = json.loads(GOLDENS.read_text())["full_finetune_single_device"]
     assert losses(single)[0] != pytest.approx(full[0], rel=1e-6)  # fake quantization is on from step 1
+    # The golden comes from another machine perhaps: a value may round to another code (qat_losses.py).
+    assert_qat_losses_close(losses(single), golden, full)
     wa = load_file(str(a / "step_4" / "model.safetensors"))
     wb = load_file(str(b / "step_4" / "model.safetensors"))
     assert wa.keys() == wb.keys()

@@ -29,6 +29,7 @@ def final_weights(out: Path, step: int) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.usefixtures("golden_threads")
 def test_golden_losses(recipe, run_recipe, request):
     logs, _ = run_recipe(recipe, RECIPES[recipe], "max_steps=4")
     got = losses(logs)
