@@ -1,14 +1,11 @@
-import os
 import sys
 
 import pytest
 
 # The test helper modules used as `_component_` paths (tests/config/ftune_test_targets.py,
-# tests/assets/recipe_test_components.py) are trusted the documented way: FTUNE_TRUST, which
-# subprocesses (ftune run, torchrun ranks) inherit.
-os.environ["FTUNE_TRUST"] = ",".join(
-    filter(None, [os.environ.get("FTUNE_TRUST", ""), "ftune_test_targets", "recipe_test_components"])
-)
+# tests/assets/recipe_test_components.py) are trusted by the conftest.py that puts their folder on
+# sys.path (`trust_packages`), not through FTUNE_TRUST: a name there that a subprocess cannot import
+# (its PYTHONPATH lacks the folder) is an error.
 
 
 def pytest_addoption(parser):
@@ -40,6 +37,19 @@ def one_thread():
 
     Small forwards gain little from a second OpenMP thread, and on busy shared cores its spin-waiting
     made them up to ~10x slower. Restored after the module."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def golden_threads():
+    """One thread for one test that compares with recorded losses (tests/recipes/goldens): they were
+    recorded at one thread (scripts/test.sh), and a reduction split over another number of threads may
+    round its last bits otherwise, whatever OMP_NUM_THREADS or pytest-xdist the suite runs under."""
     import torch
 
     threads = torch.get_num_threads()

@@ -17,7 +17,7 @@ from ftune.cli.preflight import check_distributed_config, check_launcher_options
 from ftune.config.errors import ConfigError, did_you_mean
 from ftune.config.fast_check import fast_check
 from ftune.config.run import report
-from ftune.config.trust import TRUST_ENV, env_packages
+from ftune.config.trust import TRUST_ENV, env_packages, importable_problems
 
 # torchrun options that take no value; every other `--option` before the recipe takes one.
 _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module"}
@@ -94,6 +94,8 @@ def main(argv: list[str]) -> int:
     debug = ["--debug"] if "--debug" in argv else []
     try:
         argv, trusted = take_trust(argv)
+        if bad := importable_problems(trusted, "--trust"):
+            raise ConfigError(bad)
         if trusted:  # through the environment, so torchrun's ranks trust them too
             os.environ[TRUST_ENV] = ",".join([*env_packages(), *trusted])
         launcher, name, recipe_args = split_args(argv)

@@ -26,10 +26,11 @@ from pathlib import Path
 
 from ftune.config.errors import ConfigError
 from ftune.config.loading import load_config
+from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems
 from ftune.config.run import default_config_for, parse_recipe_args
 from ftune.config.settings import Settings, collect_problems
 
-# Packages whose __init__ imports torch; their settings modules do not.
+# Packages whose __init__ imports torch; their settings modules (and ftune.datasets.file_check) do not.
 _HEAVY = (
     "ftune.training",
     "ftune.checkpointing",
@@ -37,6 +38,7 @@ _HEAVY = (
     "ftune.generation",
     "ftune.quantization",
     "ftune.runtime",
+    "ftune.datasets",
 )
 
 
@@ -79,12 +81,8 @@ def settings_path(recipe: Path) -> str | None:
 
 
 @contextmanager
-def _settings_class(dotted: str) -> Iterator[type | None]:
-    """The settings class, importable while the block runs (type hints resolve in its module)."""
-    package, _, name = dotted.rpartition(".")
-    if not package.startswith("ftune."):
-        yield None
-        return
+def _light_packages() -> Iterator[None]:
+    """While the block runs, importing ``ftune.<heavy>.<module>`` skips the package's ``__init__`` (torch)."""
     before = set(sys.modules)
     stubs = []
     for heavy in _HEAVY:
@@ -94,17 +92,28 @@ def _settings_class(dotted: str) -> Iterator[type | None]:
             sys.modules[heavy] = stub
             stubs.append(heavy)
     try:
-        try:
-            cls = getattr(importlib.import_module(f"{package}.settings"), name, None)
-        except ImportError:
-            cls = None
-        yield cls if isinstance(cls, type) and issubclass(cls, Settings) else None
+        yield
     finally:
         for key in set(sys.modules) - before:
             if any(key == s or key.startswith(s + ".") for s in stubs):
                 del sys.modules[key]
         for key in stubs:
             sys.modules.pop(key, None)
+
+
+@contextmanager
+def _settings_class(dotted: str) -> Iterator[type | None]:
+    """The settings class, importable while the block runs (type hints resolve in its module)."""
+    package, _, name = dotted.rpartition(".")
+    if not package.startswith("ftune."):
+        yield None
+        return
+    with _light_packages():
+        try:
+            cls = getattr(importlib.import_module(f"{package}.settings"), name, None)
+        except ImportError:
+            cls = None
+        yield cls if isinstance(cls, type) and issubclass(cls, Settings) else None
 
 
 def fast_problems(cfg, recipe: Path) -> list[str] | None:
@@ -120,7 +129,62 @@ def fast_problems(cfg, recipe: Path) -> list[str] | None:
     with _settings_class(dotted) as cls:
         if cls is None:
             return None
-        return collect_problems(cfg, cls, signatures=False)
+        # A config or dataset of another kind of run first: it explains the key problems that follow.
+        return recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False)
+
+
+# A supervised .jsonl file up to this size has every line parsed before the recipe starts (about
+# 0.5 s); a bigger one is parsed by `datasets` when it loads, which names a bad line only then.
+_EVERY_LINE_MAX_BYTES = 64 << 20
+# Dataset builders whose records are preference pairs read from `source` (ftune.datasets).
+_PREFERENCE_BUILDERS = ("ftune.datasets.preference_dataset", "ftune.datasets.preference.preference_dataset")
+
+
+def check_data_files(cfg) -> None:
+    """Check the local data files of `dataset` / `dataset_val` (ftune.datasets builders), without torch.
+
+    The checks the dataset makes when it loads, made before the recipe starts, so a bad file fails
+    here and not after the model loads: a missing, empty, non-UTF-8 or unsupported file and a
+    broken JSON line (`ftune.datasets.source.check_local_source`), and for preference data, a
+    record without an answer or the prompt, or with one empty (ftune.datasets.file_check). Hub
+    ids, folders and split slices are left to the dataset's own check.
+
+    Raises:
+        FileNotFoundError, ValueError: as the dataset would raise them (file:line where it applies).
+    """
+    data = cfg.to_dict()
+    for section in ("dataset", "dataset_val"):
+        node = data.get(section)
+        component = node.get("_component_") if isinstance(node, dict) else None
+        if not (isinstance(component, str) and component.startswith("ftune.datasets.")):
+            continue
+        if isinstance(node.get("source"), str):
+            path = Path(node["source"]).expanduser()
+            small = path.is_file() and path.stat().st_size <= _EVERY_LINE_MAX_BYTES
+            with _light_packages():
+                source = importlib.import_module("ftune.datasets.source")
+                source.check_local_source(node["source"], node.get("data_files"), every_line=small)
+        if component not in _PREFERENCE_BUILDERS:
+            continue
+        column_map = node.get("column_map") or {}
+        path = Path(str(node.get("source", ""))).expanduser()
+        if (
+            not isinstance(column_map, dict)
+            or node.get("data_files") is not None
+            or node.get("split", "train") != "train"
+            or path.suffix.lower() not in (".json", ".jsonl")
+            or not path.is_file()
+        ):
+            continue  # the dataset's own load reports these (bad column_map keys included)
+        with _light_packages():
+            file_check = importlib.import_module("ftune.datasets.file_check")
+            if set(column_map) - set(file_check.PREFERENCE_FIELDS):
+                continue
+            columns = {k: column_map.get(k, k) for k in file_check.PREFERENCE_FIELDS}
+            lines = file_check.json_records(path)
+            if lines is not None:
+                rows = [(f"{path}:{number}", record) for number, record in lines]
+                file_check.check_preference_rows(rows, columns, str(node["source"]))
 
 
 def fast_check(recipe: Path, recipe_args: list[str]) -> bool:
@@ -141,4 +205,7 @@ def fast_check(recipe: Path, recipe_args: list[str]) -> bool:
     problems = fast_problems(cfg, recipe)
     if problems:
         raise ConfigError(problems, cfg.source)
+    if problems is not None:
+        check_data_files(cfg)
+        check_resume_folder(cfg, recipe)
     return problems is not None

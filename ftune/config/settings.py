@@ -42,6 +42,18 @@ class Settings:
         """
         return []
 
+    @classmethod
+    def section_problems(cls, data: dict[str, Any]) -> list[str]:
+        """Values inside the `_component_` sections that cannot work (e.g. ``optimizer.lr: 0``); none by default.
+
+        Checked with the config only (no target imported), so ``ftune run`` refuses them before torch
+        is imported. Each line starts with the dotted key, like `problems`.
+
+        Args:
+            data: the resolved config as plain containers.
+        """
+        return []
+
 
 def absent_values(cls: type) -> dict[str, Any]:
     """What reading each declared key gives when the YAML leaves it out: sections None, fields their default."""
@@ -115,7 +127,8 @@ def collect_problems(cfg: Any, cls: type, *, signatures: bool = True) -> list[st
                 f"{key}: required section is missing; add `{key}: {{_component_: ...}}` to the YAML."
             )
     if not problems:
-        problems.extend(f"{p} ({cfg.where(p.split(':')[0])})" for p in _build(cls, data).problems())
+        found = [*_build(cls, data).problems(), *cls.section_problems(data)]  # type: ignore[attr-defined]
+        problems.extend(f"{p} ({cfg.where(p.split(':')[0])})" for p in found)
     return problems
 
 

@@ -1,15 +1,21 @@
-"""Say which line of a local data file is bad, when `datasets` fails to read it.
+"""Say which line of a local data file is bad: unreadable lines, and preference records that cannot train.
 
 `datasets` reports a malformed JSONL line as a 70-line traceback from its Arrow reader without
 the line number. `load_source` calls `diagnose` only after such a failure (no cost on success)
 and raises its one-line message instead.
+
+The preference checks (`check_preference_rows`) read a local file with the `json` module
+(`json_records`), so they name file:line and run without torch or `datasets`: `ftune run` calls
+them before the recipe starts (ftune.config.fast_check), and `preference_dataset` again when it loads.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def _first_bad_line(path: Path) -> str | None:
@@ -71,3 +77,148 @@ def diagnose(path: Path) -> str | None:
     if path.stat().st_size == 0:
         return f"{path} is empty: it holds no training examples. Point the dataset's source at a file with records."
     return _first_bad_line(path)
+
+
+def json_records(path: Path) -> list[tuple[int, Any]] | None:
+    """Every record of a local .jsonl file, or of a .json file holding one list, with the line it starts on.
+
+    Read with the `json` module, so every value keeps its JSON type: an answer "2024-01-01" stays a
+    string (Arrow's JSON reader, behind `datasets`, would type it as a timestamp).
+
+    Returns:
+        (line, record) pairs, or None for another layout (a .json object, another suffix).
+
+    Raises:
+        ValueError: a line that is not valid JSON or not UTF-8 (file:line, as `diagnose` says it).
+    """
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".jsonl"):
+        return None
+    check_utf8(path)
+    text = path.read_text(encoding="utf-8")
+    if suffix == ".jsonl":
+        out = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    out.append((number, json.loads(line)))
+                except json.JSONDecodeError:
+                    raise ValueError(f"Dataset source {_first_bad_line(path)}") from None
+        return out
+    if suffix != ".json" or not text.lstrip().startswith("["):
+        return None
+    decoder, out = json.JSONDecoder(), []
+    at, line = text.index("[") + 1, text.count("\n", 0, text.index("[")) + 1
+    while True:
+        start = at
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        line += text.count("\n", start, at)
+        if at >= len(text) or text[at] == "]":
+            return out
+        try:
+            record, end = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"Dataset source {path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno}). "
+                "Fix the file at that line."
+            ) from None
+        out.append((line, record))
+        line += text.count("\n", at, end)
+        at = end
+
+
+PREFERENCE_FIELDS = ("prompt", "chosen", "rejected")
+_SHOWN = 5  # bad records quoted in one message; the rest are counted
+
+
+def _is_empty(value: Any) -> bool:
+    """An answer with no text: "", whitespace, [] or a conversation whose last turn has empty content."""
+    if isinstance(value, str):
+        return not value.strip()
+    if not value:
+        return True
+    last = value[-1]
+    return isinstance(last, dict) and isinstance(last.get("content"), str) and not last["content"].strip()
+
+
+def preference_record_problem(record: Any, columns: Mapping[str, str]) -> str | None:
+    """What makes one preference record unusable, or None.
+
+    Args:
+        record: one row: {prompt: str, chosen: str, rejected: str}, or chosen/rejected as conversations.
+        columns: "prompt", "chosen", "rejected" -> the data's column names (the column map applied).
+    """
+    fix_map = "or map your column with dataset.column_map={{{!r}: '<your column>'}}"
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not an object with {', '.join(repr(c) for c in columns.values())}"
+    for side in ("chosen", "rejected"):
+        name = columns[side]
+        value = record.get(name)
+        if value is None:
+            what = f"{name!r} is null" if name in record else f"no {name!r}"
+            return f"{what} (the record's keys: {sorted(record)}); add the {side} answer, delete the record, {fix_map.format(side)}"
+        if not isinstance(value, (str, list)):
+            return (
+                f"{name!r} is a {type(value).__name__} ({value!r}), expected a string or a list of "
+                '{"role": ..., "content": ...} messages; quote the answer in the file'
+            )
+        if _is_empty(value):
+            return f"{name!r} is empty: an empty answer gives DPO nothing to score; write the answer or delete the record"
+    if isinstance(record[columns["chosen"]], str) or isinstance(record[columns["rejected"]], str):
+        prompt = record.get(columns["prompt"])
+        if not isinstance(prompt, str) or not prompt.strip():
+            what = (
+                "is empty"
+                if isinstance(prompt, str)
+                else "is missing"
+                if prompt is None
+                else "is not a string"
+            )
+            return (
+                f"the answers are strings, so the prompt {columns['prompt']!r} is needed, but it {what} "
+                f"(the record's keys: {sorted(record)}); add it, delete the record, {fix_map.format('prompt')}"
+            )
+    return None
+
+
+def check_preference_rows(
+    rows: Iterable[tuple[str, Any]], columns: Mapping[str, str], source: str
+) -> list[str]:
+    """Refuse preference rows that cannot train; return where chosen == rejected (a warning for the caller).
+
+    Args:
+        rows: (where, record) pairs; `where` is ``file:line`` or ``row N``.
+        columns: "prompt", "chosen", "rejected" -> the data's column names.
+        source: the dataset source, for the message.
+
+    Returns:
+        The `where` of every record whose chosen and rejected answers are equal.
+
+    Raises:
+        ValueError: every unusable record (the first few quoted, the rest counted), with the fix.
+    """
+    bad, identical = [], []
+    for where, record in rows:
+        problem = preference_record_problem(record, columns)
+        if problem is not None:
+            bad.append(f"{where}: {problem}.")
+        elif record[columns["chosen"]] == record[columns["rejected"]]:
+            identical.append(where)
+    if bad:
+        more = f"\n  ... and {len(bad) - _SHOWN} more record(s) like these" if len(bad) > _SHOWN else ""
+        raise ValueError(
+            f"Preference dataset {source}: {len(bad)} record(s) cannot train (each needs a prompt, a chosen "
+            "and a rejected answer, none empty):\n  " + "\n  ".join(bad[:_SHOWN]) + more
+        )
+    return identical
+
+
+def identical_pairs_warning(identical: Sequence[str], total: int, source: str) -> str:
+    """The warning for records whose chosen answer equals the rejected one."""
+    shown = ", ".join(identical[:_SHOWN]) + (", ..." if len(identical) > _SHOWN else "")
+    return (
+        f"Preference dataset {source}: {len(identical)} of {total} record(s) have chosen == rejected ({shown}). "
+        "DPO learns nothing from such a pair (its margin is 0 whatever the weights): remove them, or check "
+        "that the columns are not mapped to the same field."
+    )

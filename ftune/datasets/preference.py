@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ftune.data.messages import Message
 from ftune.data.transforms import ChosenRejectedToMessages
+from ftune.datasets.file_check import check_preference_rows, identical_pairs_warning, json_records
 from ftune.datasets.sft import check_columns, labels_from_mask
 from ftune.datasets.source import load_source
 
 if TYPE_CHECKING:
     from ftune.tokenizers.base import Tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 class PreferenceDataset(torch.utils.data.Dataset):
@@ -90,7 +95,9 @@ def preference_dataset(
         A `PreferenceDataset`.
 
     Raises:
-        ValueError: if ``packed`` is true.
+        ValueError: if ``packed`` is true, or a record lacks an answer or the prompt, or has one
+            empty (file:line for a local .json/.jsonl file, else the row number). Records whose
+            chosen answer equals the rejected one are counted in a warning.
     """
     if packed:
         raise ValueError(
@@ -100,6 +107,27 @@ def preference_dataset(
     transform = ChosenRejectedToMessages(
         train_on_input=train_on_input, column_map=column_map, new_system_prompt=new_system_prompt
     )
+    path = Path(source).expanduser()
+    whole_file = path.is_file() and split == "train" and data_files is None and path.stat().st_size > 0
+    lines = json_records(path) if whole_file else None
+    if lines is not None:  # before the loader, which fails on mixed types without saying where
+        _check_rows([(f"{path}:{number}", record) for number, record in lines], transform.columns, source)
     records = load_source(source, data_files=data_files, split=split, name=name)
     check_columns(records, transform.required_columns, "ChosenRejectedToMessages", source)
+    if lines is None:
+        present = [c for c in dict.fromkeys(transform.columns.values()) if c in records.column_names]
+        values = {c: records[c] for c in present}  # one Arrow -> Python conversion per column
+        rows = [(f"row {i + 1}", {c: values[c][i] for c in present}) for i in range(len(records))]
+        _check_rows(rows, transform.columns, source)
     return PreferenceDataset(records, tokenizer, transform, max_seq_len=max_seq_len)
+
+
+def _check_rows(rows: list[tuple[str, Any]], columns: Mapping[str, str], source: str) -> None:
+    """Refuse unusable records (see `ftune.datasets.file_check.check_preference_rows`); warn on chosen == rejected.
+
+    A whole local .json/.jsonl file is read with `json` to name file:line; other sources are
+    checked on the loaded records, by row number.
+    """
+    identical = check_preference_rows(rows, columns, source)
+    if identical:
+        logger.warning(identical_pairs_warning(identical, len(rows), source))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ftune.datasets.file_check import check_utf8, diagnose
+from ftune.datasets.file_check import check_utf8, diagnose, json_records
 
 if TYPE_CHECKING:
     import datasets
@@ -135,6 +135,40 @@ def load_source(
 
     kwargs: dict[str, Any] = {"split": split, "cache_dir": cache_dir}
     path = Path(source).expanduser()
+    check_local_source(source, data_files)
+    if path.is_file():
+        builder = SUFFIX_TO_BUILDER[path.suffix.lower()]
+        try:
+            records = datasets.load_dataset(builder, data_files=str(path), name=name, **kwargs)
+        except Exception:
+            if (problem := diagnose(path)) is not None:
+                raise ValueError(f"Dataset source {problem}") from None
+            raise
+        if builder == "json" and _has_temporal(records.features):
+            return _strings_kept(path, split, records)
+        return records
+    if path.is_dir():
+        return datasets.load_dataset(str(path), data_files=data_files, name=name, **kwargs)
+    if source in BUILDERS:
+        return datasets.load_dataset(source, data_files=data_files, name=name, **kwargs)
+    return _load_hub(source, data_files=data_files, name=name, **kwargs)
+
+
+def check_local_source(source: str, data_files: Any = None, *, every_line: bool = False) -> None:
+    """What `load_source` refuses before it reads anything, without `datasets` (``ftune run`` calls it early).
+
+    Args:
+        source: as for `load_source`.
+        data_files: as for `load_source`.
+        every_line: also parse every line of a .jsonl file (what `load_source` does only after
+            `datasets` failed), to name a bad line before the model loads.
+
+    Raises:
+        FileNotFoundError: `source` looks like a path but does not exist.
+        ValueError: an unsupported suffix, an empty or non-UTF-8 file, a bad JSON line (with
+            `every_line`), or a builder name without `data_files`.
+    """
+    path = Path(source).expanduser()
     if path.is_file():
         builder = SUFFIX_TO_BUILDER.get(path.suffix.lower())
         if builder is None:
@@ -147,27 +181,59 @@ def load_source(
             raise ValueError(f"Dataset source {diagnose(path)}")
         if builder in ("json", "csv", "text"):
             check_utf8(path)
-        try:
-            return datasets.load_dataset(builder, data_files=str(path), name=name, **kwargs)
-        except Exception:
-            if (problem := diagnose(path)) is not None:
-                raise ValueError(f"Dataset source {problem}") from None
-            raise
-    if path.is_dir():
-        return datasets.load_dataset(str(path), data_files=data_files, name=name, **kwargs)
-    if source in BUILDERS:
+        if every_line and (problem := diagnose(path)) is not None:
+            raise ValueError(f"Dataset source {problem}")
+    elif path.is_dir():
+        return
+    elif source in BUILDERS:
         if data_files is None:
             raise ValueError(
                 f"Dataset source {source!r} is a file-format builder and needs data_files, e.g. "
                 f"source={source} data_files=path/to/file; or pass the file path as source."
             )
-        return datasets.load_dataset(source, data_files=data_files, name=name, **kwargs)
-    if _looks_like_path(source):
+    elif _looks_like_path(source):
         raise FileNotFoundError(
             f"Dataset source {source!r} looks like a local path but does not exist (working directory: "
             f"{os.getcwd()}). Check the path, or pass a Hugging Face Hub id like 'owner/name'."
         )
-    return _load_hub(source, data_files=data_files, name=name, **kwargs)
+
+
+def _has_temporal(feature: Any) -> bool:
+    """Whether Arrow typed a value as a date or time (it does so for strings such as "2024-01-01")."""
+    if isinstance(feature, dict):
+        return any(_has_temporal(f) for f in feature.values())
+    if isinstance(feature, (list, tuple)):
+        return any(_has_temporal(f) for f in feature)
+    inner = getattr(feature, "feature", None)  # List, Sequence, LargeList
+    if inner is not None:
+        return _has_temporal(inner)
+    dtype = str(getattr(feature, "dtype", ""))
+    return dtype.startswith(("timestamp", "date", "time", "duration"))
+
+
+def _strings_kept(path: Path, split: str, typed: datasets.Dataset) -> datasets.Dataset:
+    """The records of a JSON file with every string kept a string, read again with `json`.
+
+    Arrow's JSON reader (behind `datasets`) turns strings that look like dates into timestamps,
+    so an answer "2024-01-01" would come back as a datetime (or "2024-01-01 00:00:00").
+    """
+    import datasets
+
+    lines = json_records(path)
+    if lines is None:
+        log.warning(
+            "%s: datasets typed some values as dates or times (%s) and the file's layout cannot be re-read "
+            "as plain JSON records; those values are kept as datasets read them.",
+            path,
+            typed.features,
+        )
+        return typed
+    log.info("%s: values that look like dates are kept as strings (read again with json)", path)
+    records = datasets.Dataset.from_list([record for _, record in lines])
+    parts = datasets.ReadInstruction.from_spec(split).to_absolute({"train": len(records)})
+    if len(parts) == 1 and (parts[0].from_, parts[0].to) == (0, len(records)):
+        return records
+    return datasets.concatenate_datasets([records.select(range(p.from_, p.to)) for p in parts])
 
 
 def _load_hub(source: str, **kwargs: Any) -> datasets.Dataset:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ftune.checkpointing.settings import InferenceModelSettings
@@ -20,3 +21,19 @@ class GenerateSettings(InferenceModelSettings):
     top_k: int | None = setting(None, "sample among the k most likely tokens (null: all)")
     top_p: float | None = setting(None, "sample within this nucleus probability (null: off)")
     seed: int = setting(0, "sampling seed")
+
+    def problems(self) -> list[str]:
+        """Sampling values that cannot work (the rules of ftune.generation.check_sampling_args), before the model loads."""
+        out = super().problems()
+        if self.max_new_tokens < 1:
+            out.append(f"max_new_tokens: must be >= 1, got {self.max_new_tokens!r}.")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            out.append(
+                f"temperature: must be a finite number >= 0, got {self.temperature!r} (0 is greedy decoding; "
+                "0.7 is a usual sampling value)."
+            )
+        if self.top_k is not None and self.top_k < 1:
+            out.append(f"top_k: must be >= 1 or null (no top-k filtering), got {self.top_k!r}.")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            out.append(f"top_p: must be in (0, 1] or null (no nucleus filtering), got {self.top_p!r}.")
+        return out

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from ftune.config.settings import Settings, setting
+
+# Below one second gloo may fail to connect every pair of ranks at start-up on a busy machine
+# (0.01 s fails every time with "Gloo connectFullMesh failed ... timed out connecting"), and a
+# collective that waits for a checkpoint save needs far longer still.
+MIN_DIST_TIMEOUT_S = 1.0
+
+
+def dist_timeout_problems(value: Any) -> list[str]:
+    """``dist_timeout_s`` must be a finite number of seconds >= `MIN_DIST_TIMEOUT_S`; the problem, or none."""
+    if isinstance(value, (int, float)) and math.isfinite(value) and value >= MIN_DIST_TIMEOUT_S:
+        return []
+    return [
+        f"dist_timeout_s: must be a finite number of seconds >= {MIN_DIST_TIMEOUT_S:g}, got {value!r}. The "
+        "ranks must connect to each other within it, and every collective (a barrier while rank 0 saves a "
+        "checkpoint) must finish within it. The default is 1800; use a few seconds only to test a hang."
+    ]
 
 
 @dataclass
@@ -24,6 +42,4 @@ class DistCheckSettings(Settings):
     )
 
     def problems(self) -> list[str]:
-        if self.dist_timeout_s > 0:
-            return []
-        return [f"dist_timeout_s: must be > 0 (seconds), got {self.dist_timeout_s!r}. The default is 1800."]
+        return dist_timeout_problems(self.dist_timeout_s)

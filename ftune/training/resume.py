@@ -8,6 +8,8 @@ recipe wrote it, and `transformers` / `peft` load it.
 from __future__ import annotations
 
 import logging
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,6 +22,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from ftune.checkpointing.dcp import full_state_dict
+from ftune.config.recipe_kind import KIND_KEY, RECIPE_KEY, objective_of
 from ftune.runtime.rank import get_rank, is_rank_zero, world_size
 from ftune.runtime.seed import get_rng_state, set_rng_state
 from ftune.training.fsdp import is_sharded
@@ -62,6 +65,55 @@ def _optimizer_state(model: nn.Module, optimizer: Any) -> dict[str, Any]:
     return get_optimizer_state_dict(model, optimizer, options=_FULL)
 
 
+def running_recipe() -> str:
+    """The name of the recipe this process runs: its file's stem (``ftune run``, torchrun and python alike)."""
+    return Path(sys.argv[0]).stem
+
+
+def _check_kind(state: dict[str, Any]) -> None:
+    """Refuse a recipe_state.pt written by a run with another objective (DPO vs SFT vs KD).
+
+    ``ftune run`` makes the same check before the model loads (ftune.config.recipe_kind); this one
+    also covers a recipe run with python or torchrun directly.
+    """
+    saved_name, saved_kind = state.get(RECIPE_KEY), state.get(KIND_KEY)
+    name = running_recipe()
+    kind = objective_of(name)
+    if saved_name is None:
+        logger.warning(
+            "Migration 'recipe-kind-unrecorded': this recipe_state.pt was written before ftune recorded which "
+            "recipe wrote a step folder, so it is taken to be %s's own (%s). Resume only from step folders "
+            "of this kind of run; the next save records the kind.",
+            name,
+            kind or "kind unknown",
+        )
+    elif kind is not None and saved_kind is not None and saved_kind != kind:
+        raise ValueError(
+            f"recipe_state.pt was written by {saved_name}, a {saved_kind} run, and {name} is a {kind} recipe: "
+            f"its step, schedule and data position belong to the other run. Continue that run with {saved_name}, "
+            "or start this one from the folder's weights with a fresh optimizer: set "
+            "checkpointer.resume_from_checkpoint=null and checkpointer.checkpoint_dir=<the step folder> "
+            "(<the step folder>/merged for a LoRA run's folder)."
+        )
+
+
+def _check_param_counts(saved: dict[str, Any], optimizer: Any) -> None:
+    """Say which run a mismatched optimizer state belongs to, before torch says "doesn't match the size"."""
+    groups = saved.get("param_groups") if isinstance(saved, dict) else None
+    if not isinstance(groups, list):
+        return
+    before = [len(g.get("params", ())) for g in groups]
+    now = [len(g["params"]) for g in optimizer.param_groups]
+    if before != now:
+        raise ValueError(
+            f"recipe_state.pt's optimizer state covers {sum(before)} parameter tensor(s) in groups {before}, and "
+            f"this run trains {sum(now)} in {now}: the step folder was written by a run that trains other "
+            "weights (a LoRA run's folder given to a full fine-tune or the reverse, or other peft targets). "
+            "Resume from a step folder written with this config, or start from its weights with a fresh "
+            "optimizer: checkpointer.resume_from_checkpoint=null and checkpointer.checkpoint_dir=<the step folder>."
+        )
+
+
 def model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The full model state dict (gathered on rank 0 when sharded; empty on other ranks)."""
     return full_state_dict(model) if is_sharded(model) else model.state_dict()
@@ -80,10 +132,15 @@ def snapshot(
         loader: the stateful dataloader (epoch and position; the same on every rank).
 
     Returns:
-        {"step", "epoch", "optimizer", "lr_scheduler", "rng", "dataloader"}; call on every rank.
+        {"ftune_recipe", "ftune_recipe_kind", "step", "epoch", "optimizer", "lr_scheduler", "rng",
+        "dataloader"}; call on every rank. The recipe's name and objective (None for a recipe the
+        registry does not know) let a resume refuse a folder of another kind of run.
         "rng" is one state on a single device and a list, one per rank, when distributed.
     """
     return {
+        # First, so that `ftune run` reads them without unpickling the rest (ftune.config.recipe_kind).
+        RECIPE_KEY: running_recipe(),
+        KIND_KEY: objective_of(running_recipe()),
         "step": step,
         "epoch": loader.state_dict()["epoch"],
         "optimizer": _optimizer_state(model, optimizer),
@@ -99,7 +156,8 @@ def restore(
     """Load a `snapshot` back (nothing on a fresh run) and return the number of steps already done.
 
     Raises:
-        ValueError: when the saved state lacks a part this recipe needs (names it).
+        ValueError: when the saved state lacks a part this recipe needs (names it), was written by
+            a recipe with another objective, or its optimizer state covers other parameters.
     """
     if state is None:
         return 0
@@ -109,7 +167,10 @@ def restore(
             f"recipe_state.pt has no {missing}: it was not written by this recipe. "
             "Resume from a step folder this recipe saved, or set checkpointer.resume_from_checkpoint=null."
         )
+    _check_kind(state)
     if isinstance(optimizer, OptimizerInBackward) or not is_sharded(model):
+        if not isinstance(optimizer, OptimizerInBackward):
+            _check_param_counts(state["optimizer"], optimizer)
         optimizer.load_state_dict(state["optimizer"])
     else:
         set_optimizer_state_dict(

@@ -8,10 +8,12 @@ class and are ignored on one device.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from ftune.config.settings import Settings, setting
+from ftune.runtime.settings import dist_timeout_problems
 
 
 def check_optimizer_in_backward(*, grad_accum_steps: int, clip_grad_norm: float | None) -> None:
@@ -109,10 +111,7 @@ class FullSettings(Settings):
             )
             if (value is not None or not nullable) and (value is None or value < 1)
         ]
-        if not self.dist_timeout_s > 0:
-            out.append(
-                f"dist_timeout_s: must be > 0 (seconds), got {self.dist_timeout_s!r}. The default is 1800."
-            )
+        out += dist_timeout_problems(self.dist_timeout_s)
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             out.append(f"clip_grad_norm: must be > 0 or null (no clipping), got {self.clip_grad_norm!r}.")
         if self.optimizer_in_backward:
@@ -123,6 +122,43 @@ class FullSettings(Settings):
             except ValueError as e:
                 out.append(f"optimizer_in_backward: {e}")
         return out
+
+    @classmethod
+    def section_problems(cls, data: dict[str, Any]) -> list[str]:
+        """A learning rate or a DPO beta that cannot train, and a negative warmup: before anything loads."""
+        out = []
+        optimizer, loss, scheduler = (data.get(k) if isinstance(data.get(k), dict) else {} for k in _SECTIONS)
+        if "lr" in optimizer and _is_number(optimizer["lr"]) and not _finite_positive(optimizer["lr"]):
+            out.append(
+                f"optimizer.lr: must be a finite number > 0, got {optimizer['lr']!r}: a learning rate of 0 "
+                "trains nothing and a negative, infinite or NaN one ruins the weights at the first step. "
+                "Typical values: 1e-5 to 5e-5 for a full fine-tune, 1e-4 to 3e-4 for LoRA."
+            )
+        if str(loss.get("_component_", "")).endswith("DPOLoss"):
+            beta, gamma = loss.get("beta"), loss.get("gamma")
+            if _is_number(beta) and not _finite_positive(beta):
+                out.append(
+                    f"loss.beta: must be a finite number > 0, got {beta!r}: it scales every reward (inf or "
+                    "NaN makes the loss NaN at the first step). DPO commonly uses 0.1, SimPO about 2.0."
+                )
+            if _is_number(gamma) and not math.isfinite(gamma):
+                out.append(f"loss.gamma: must be a finite number (SimPO's margin, e.g. 0.5), got {gamma!r}.")
+        warmup = scheduler.get("num_warmup_steps")
+        if _is_number(warmup) and warmup < 0:
+            out.append(f"lr_scheduler.num_warmup_steps: must be >= 0 (0: no warmup), got {warmup!r}.")
+        return out
+
+
+_SECTIONS = ("optimizer", "loss", "lr_scheduler")
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float (not a bool): a value of another type is reported by the signature check."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite_positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
 
 
 @dataclass

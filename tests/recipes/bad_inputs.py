@@ -82,7 +82,10 @@ CASES: list[Case] = [
     _c('component-typo-package', 'components', (*V, 'optimizer=torhc.optim.AdamW'), "no module named 'torhc'", 'optimizer._component_', 'torhc.optim.AdamW', 'cannot import'),
     _c('component-untrusted', 'components', (*V, 'model=subprocess.getoutput', 'model.cmd=touch {tmp}/owned'), "refusing to import 'subprocess.getoutput'", 'model._component_', 'set on the command line', '--trust subprocess'),
     _c('component-untrusted-run', 'components', (*LORA, 'model=subprocess.getoutput', 'model.cmd=touch {tmp}/owned'), "refusing to import 'subprocess.getoutput'", 'model._component_', 'set on the command line', 'FTUNE_TRUST=subprocess'),
-    _c('component-denied-in-torch', 'components', (*V, 'model=torch.hub.load'), 'torch.hub can load or compile code', 'model._component_', 'torch.hub.load', '--trust torch.hub.load'),
+    _c('component-denied-in-torch', 'components', (*V, 'model=torch.hub.load'), 'torch.hub can load or compile code', 'model._component_', 'torch.hub.load', '--trust torch.hub to'),
+    _c('trust-torch-module-to-os', 'trust', (*V, 'model=torch.autograd.forward_ad.os.system', 'model.command=touch {tmp}/owned'), "is the module 'os', outside the trusted packages", 'model._component_', "'torch.autograd.forward_ad.os'", "name it by its own package's path"),
+    _c('trust-loader-other-name', 'trust', (*LORA, 'model=torch.serialization.load', 'model.f={tmp}/x.pt'), 'torch.serialization can load or compile code', 'model._component_', "'torch.serialization.load'", '--trust torch.serialization'),
+    _c('trust-missing-package', 'trust', ('run', '--trust', 'nosuchpkg', *LORA[1:]), "'nosuchpkg' is not an importable package or module", '--trust:', 'nosuchpkg', "remove 'nosuchpkg' from --trust"),
     _c('component-required-arg', 'components', (*V, '~lr_scheduler.num_warmup_steps'), 'required by ftune.training.cosine_with_warmup', 'lr_scheduler.num_warmup_steps', 'not set', 'lr_scheduler.num_warmup_steps=<value>'),
     _c('component-peft-rank-type', 'components', (*V, 'peft.rank=abc'), 'expects int', 'peft.rank', "'abc'", 'Set peft.rank'),
     _c('component-literal-arg', 'components', ('validate', '{tmp}/chat.yaml'), 'expects Literal', 'dataset.conversation_style', "'yaml'", 'Set dataset.conversation_style', 'chat_style'),
@@ -96,6 +99,8 @@ CASES: list[Case] = [
     _c('ckpt-layers-disagree', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt'), 'disagrees with the weights next to it', 'config.json', 'num_hidden_layers is 3 there, 2 in the model', 'Fix config.json', 'ckpt_layers'),
     _c('ckpt-wrong-model-size', 'checkpoints', (*LORA, 'model.num_layers=3'), 'disagrees with the model built from', 'config.json', 'num_hidden_layers is 2 there, 3 in the model', 'Fix config.json'),
     _c('ckpt-wrong-width', 'checkpoints', (*LORA, 'model.intermediate_dim=96'), 'disagrees with the model built from', 'config.json', 'intermediate_size is 128 there, 96 in the model', 'point checkpointer.checkpoint_dir / the model section'),
+    _c('ckpt-rope-base-differs', 'checkpoints', (*LORA, 'model.rope_base=500000.0'), 'disagrees with the model built from', 'config.json', 'rope_theta is 100000.0 there, 500000.0 in the model (model.rope_base)', "Set each model argument named in parentheses to config.json's value"),
+    _c('ckpt-rope-parameters-differs', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt', 'model.rope_base=10000.0'), 'disagrees with the model built from', '{tmp}/ckpt/config.json', 'rope_parameters.rope_theta is 100000.0 there, 10000.0 in the model (model.rope_base)', 'or drop the model section', 'ckpt_rope_parameters'),
     _c('ckpt-wrong-dtype', 'checkpoints', (*LORA, 'checkpointer.checkpoint_dir={tmp}/ckpt'), 'integer dtype where the model has floating weights', 'tok_embeddings.weight', 'checkpoint has int8', 'use the unquantized', 'ckpt_int_weights'),
     _c('ckpt-resume-missing', 'checkpoints', (*LORA, 'checkpointer.resume_from_checkpoint={tmp}/step_9'), 'does not exist', 'resume_from_checkpoint', 'step_9', 'resume_from_checkpoint=auto'),
     _c('ckpt-resume-incomplete', 'checkpoints', (*LORA, 'checkpointer.resume_from_checkpoint={tmp}/out/step_2'), 'is incomplete', 'step_2', 'no', 'resume_from_checkpoint=auto', 'incomplete_step'),
@@ -108,7 +113,7 @@ CASES: list[Case] = [
     _c('data-missing', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/none.jsonl'), 'does not exist', 'none.jsonl', 'none.jsonl', 'Check the path'),
     _c('data-empty', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/empty.jsonl'), 'is empty', 'empty.jsonl', 'no training examples', "Point the dataset's source", 'data_empty'),
     _c('data-broken-line', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/broken.jsonl'), 'not valid JSON', 'broken.jsonl:2', '{"input": "a", "output":', 'fix or delete that line', 'data_broken'),
-    _c('data-not-object', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/list.jsonl'), "has no column(s) ['input', 'output']", 'list.jsonl', 'its columns are', 'column_map', 'data_list'),
+    _c('data-not-object', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/list.jsonl'), 'not an object', 'list.jsonl:1', 'a JSON list', 'must be one JSON object', 'data_list'),
     _c('data-missing-column', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/cols.jsonl'), "has no column(s) ['input', 'output']", 'cols.jsonl', "its columns are ['question', 'answer']", "column_map={'input': 'question'}", 'data_columns'),
     _c('data-overlong', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/long.jsonl'), 'have no labelled token', 'the first 8 training samples', '64 tokens at most', 'raise tokenizer.max_seq_len', 'data_long'),
     _c('data-not-utf8', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/latin.jsonl'), 'not UTF-8', 'latin.jsonl:8', '0xe9', 'UTF-8', 'data_latin'),
@@ -125,9 +130,29 @@ CASES: list[Case] = [
     _c('launch-busy-port', 'launches', ('run', '--nproc_per_node', '2', '--master_port', '{busy_port}', 'dist_check'), 'could not start', 'the distributed launch of dist_check.py', 'port: {busy_port}', 'pass a free --master_port'),
     _c('launch-dead-rank', 'launches', ('run', '--nproc_per_node', '2', 'dist_check', 'fail_rank=1'), 'distributed run of dist_check.py failed', 'rank 1', 'rank 1 fails on purpose (fail_rank=1)', "The rank's own error is printed above"),
     _c('launch-hung-rank', 'launches', ('run', '--nproc_per_node', '2', 'dist_check', 'hang_rank=1', 'dist_timeout_s=3'), 'waited more than dist_timeout_s=3 s for the other ranks', 'rank 0', 'Timed out waiting 3000ms', 'raise the timeout, e.g. dist_timeout_s=6'),
+    # data (checked before the model loads)
+    _c('pref-missing-rejected', 'data', ('run', 'lora_dpo_single_device', 'dataset.source={tmp}/pairs.jsonl'), "no 'rejected'", 'pairs.jsonl:2', "the record's keys: ['chosen', 'prompt']", "dataset.column_map={'rejected': '<your column>'}", 'pref_no_rejected'),
+    _c('pref-empty-answer', 'data', ('run', 'lora_dpo_single_device', 'dataset.source={tmp}/pairs.jsonl'), "'chosen' is empty", 'pairs.jsonl:3', '1 record(s) cannot train', 'write the answer or delete the record', 'pref_empty'),
+    _c('pref-val-no-prompt', 'data', ('run', 'lora_dpo_single_device', 'dataset_val.source={tmp}/val.jsonl', 'dataset_val.split=train'), "the prompt 'prompt' is needed", 'val.jsonl:1', 'but it is missing', "dataset.column_map={'prompt': '<your column>'}", 'pref_no_prompt'),
+    _c('config-of-other-recipe', 'data', ('run', 'full_finetune_single_device', '--config', 'smollm2/135M_full_dpo'), 'is a full_dpo config', '--config', 'smollm2/135M_full_dpo', 'Run `ftune run full_dpo_distributed --config smollm2/135M_full_dpo`'),
+    _c('dataset-of-other-kind', 'data', ('run', 'lora_dpo_single_device', '~dataset', 'dataset._component_=ftune.datasets.alpaca_dataset'), 'gives supervised examples', 'dataset._component_', 'ftune.datasets.alpaca_dataset', 'Use ftune.datasets.preference_dataset'),
+    _c('resume-lora-folder-full-run', 'data', ('run', 'full_finetune_single_device', 'checkpointer.resume_from_checkpoint={tmp}/lora/step_2'), 'is a step folder of a LoRA run', 'checkpointer.resume_from_checkpoint', '{tmp}/lora/step_2', 'point checkpointer.checkpoint_dir at {tmp}/lora/step_2/merged', 'lora_step_folder'),
+    _c('resume-sft-folder-dpo-run', 'data', ('run', 'lora_dpo_single_device', 'checkpointer.output_dir={tmp}/lora', 'checkpointer.resume_from_checkpoint=auto'), 'is a step folder of a supervised run', 'checkpointer.resume_from_checkpoint', 'written by lora_finetune_single_device', 'To continue that run, use lora_finetune_single_device', 'lora_step_folder'),
+    # values (range-checked at config time)
+    _c('value-lr-zero', 'values', ('run', 'lora_finetune_single_device', 'optimizer.lr=0'), 'must be a finite number > 0', 'optimizer.lr', 'got 0', 'Typical values'),
+    _c('value-beta-infinite', 'values', ('run', 'lora_dpo_single_device', 'loss.beta=.inf'), 'must be a finite number > 0', 'loss.beta', 'got inf', 'DPO commonly uses 0.1'),
+    _c('value-warmup-negative', 'values', (*V, 'lr_scheduler.num_warmup_steps=-1'), 'must be >= 0', 'lr_scheduler.num_warmup_steps', 'got -1', '0: no warmup'),
+    _c('value-dist-timeout-tiny', 'values', ('run', '--nproc_per_node', '2', 'dist_check', 'dist_timeout_s=0.01'), 'must be a finite number of seconds >= 1', 'dist_timeout_s', 'got 0.01', 'The default is 1800'),
+    _c('value-top-p-zero', 'values', ('run', 'generate', 'prompt=hi', 'top_p=0'), 'must be in (0, 1] or null', 'top_p', 'got 0', 'no nucleus filtering'),
+    _c('value-nonfinite-loss', 'values', (*FULL, 'optimizer.lr=1e30', 'clip_grad_norm=null', 'max_steps=4'), 'Non-finite loss or gradient at step', 'at step', 'loss=', 'lower optimizer.lr'),
     # outputs
     _c('output-dir-is-file', 'outputs', (*LORA, 'output_dir={tmp}/taken', 'max_steps=1'), 'Not a directory', '{tmp}/taken', 'taken', 'a part of this path is a file, not a folder', 'output_file'),
     _c('output-parent-is-file', 'outputs', (*LORA, 'output_dir={tmp}/taken/sub', 'max_steps=1'), 'Not a directory', '{tmp}/taken/sub', 'taken/sub', 'point output_dir', 'output_file'),
+    _c('convert-output-exists', 'outputs', ('convert', 'torchtune-config', '{tmp}/tt.yaml', '-o', '{tmp}/mine.yaml'), 'already exists; ftune does not overwrite it', '-o/--output', '{tmp}/mine.yaml', 'Pass --force to replace it', 'tt_config'),
+    _c('convert-output-is-input', 'outputs', ('convert', 'torchtune-config', '{tmp}/tt.yaml', '-o', '{tmp}/tt.yaml', '--force'), 'is the input config', '-o/--output', "'{tmp}/tt.yaml'", 'refuses even with --force', 'tt_config'),
+    _c('quantize-output-is-checkpoint', 'outputs', ('run', 'quantize', '--config', 'quantization', 'checkpointer.checkpoint_dir={ckpt}', 'output_dir={ckpt}'), 'ftune never writes where it reads a model', 'output_dir', "output_dir '{ckpt}' is checkpoint_dir '{ckpt}'", 'Set output_dir to another folder'),
+    _c('train-output-inside-checkpoint', 'outputs', (*FULL, 'output_dir={ckpt}/runs/full', 'max_steps=1'), 'is inside checkpoint_dir', 'output_dir', "'{ckpt}/runs/full'", 'a folder that contains it is fine'),
+    _c('kd-output-inside-teacher', 'outputs', ('run', 'knowledge_distillation_single_device', '{tiny}', '~teacher_model', 'teacher_checkpointer.checkpoint_dir={tmp}/ckpt', 'output_dir={tmp}/ckpt/kd', 'max_steps=1'), 'is inside checkpoint_dir', 'output_dir', "'{tmp}/ckpt/kd'", 'Set output_dir to another folder', 'ckpt_copy'),
     # subcommands
     _c('cmd-unknown', 'subcommands', ('valdate',), "unknown command 'valdate'", 'valdate', 'valdate', "Did you mean 'validate'?"),
     _c('run-unknown-recipe', 'subcommands', ('run', 'lora_finetune_single_devic'), 'no such recipe', 'lora_finetune_single_devic', 'lora_finetune_single_devic', "Did you mean 'lora_finetune_single_device'?"),
@@ -161,6 +186,14 @@ def _copy_ckpt(tmp: Path, ckpt: Path) -> Path:
 def _edit_config_json(folder: Path, **changes) -> None:
     config = json.loads((folder / "config.json").read_text())
     config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _rope_parameters_layout(tmp, ckpt):
+    """The tiny checkpoint with its config.json in transformers 5's layout: RoPE under rope_parameters."""
+    folder = _copy_ckpt(tmp, ckpt)
+    config = json.loads((folder / "config.json").read_text())
+    config["rope_parameters"] = {"rope_theta": config.pop("rope_theta"), "rope_type": "default"}
     (folder / "config.json").write_text(json.dumps(config))
 
 
@@ -210,6 +243,28 @@ def _kd_tok_swapped(tmp, ckpt):
     shutil.copy(ckpt / "tokenizer_config.json", tmp / "teacher_tok" / "tokenizer_config.json")
 
 
+# A torchtune 0.6.1 full fine-tune config, for `ftune convert torchtune-config`.
+_TT_CONFIG = """output_dir: /tmp/torchtune/full
+model: {_component_: torchtune.models.llama3_2.llama3_2_1b}
+tokenizer: {_component_: torchtune.models.llama3.llama3_tokenizer, path: /tmp/tokenizer.model}
+checkpointer: {_component_: torchtune.training.FullModelHFCheckpointer, checkpoint_dir: /tmp/m, checkpoint_files: [model.safetensors], output_dir: /tmp/o, model_type: LLAMA3_2}
+dataset: {_component_: torchtune.datasets.alpaca_cleaned_dataset}
+optimizer: {_component_: torch.optim.AdamW, lr: 2e-5}
+loss: {_component_: torchtune.modules.loss.CEWithChunkedOutputLoss}
+"""
+_PAIR = '{"prompt": "q", "chosen": "a", "rejected": "b"}\n'
+
+
+def _lora_step_folder(tmp, ckpt):
+    """A complete step folder of a LoRA SFT run (listing and recipe_state.pt's leading keys only)."""
+    torch = __import__("torch")
+    folder = tmp / "lora" / "step_2"
+    _write(folder / "adapter_model.safetensors", b"not read")
+    state = {"ftune_recipe": "lora_finetune_single_device", "ftune_recipe_kind": "supervised", "step": 2}
+    torch.save(state, folder / "recipe_state.pt")
+    _write(folder / ".complete", '{"complete": true, "step": 2}')
+
+
 SETUPS = {
     "kd_tok_swapped": _kd_tok_swapped,
     "yaml_syntax": lambda tmp, ckpt: _write(tmp / "bad.yaml", "batch_size: 4\nmodel: [unclosed\n  x: 1\n"),
@@ -225,6 +280,7 @@ SETUPS = {
         "dataset: {_component_: ftune.datasets.chat_dataset, source: x.jsonl, conversation_style: yaml}\n",
     ),
     "ckpt_truncated": _truncate,
+    "ckpt_copy": _copy_ckpt,
     "ckpt_wrong_arch": lambda tmp, ckpt: _edit_config_json(
         _copy_ckpt(tmp, ckpt), model_type="gpt2", architectures=["GPT2LMHeadModel"]
     ),
@@ -234,6 +290,7 @@ SETUPS = {
     ),
     "ckpt_missing_shard": _missing_shard,
     "ckpt_layers": lambda tmp, ckpt: _edit_config_json(_copy_ckpt(tmp, ckpt), num_hidden_layers=3),
+    "ckpt_rope_parameters": _rope_parameters_layout,
     "ckpt_int_weights": _int_weights,
     "incomplete_step": _incomplete_step,
     "tok_corrupt": lambda tmp, ckpt: _write(tmp / "tok" / "tokenizer.json", '{"version": "1.0", "model": '),
@@ -256,4 +313,16 @@ SETUPS = {
         tmp / "my_check.py", "from ftune import config\n\ndef main(cfg):\n    pass\n\nconfig.run(main)\n"
     ),
     "existing_file": lambda tmp, ckpt: _write(tmp / "mine.py", "# my edits\n"),
+    "tt_config": lambda tmp, ckpt: (
+        _write(tmp / "tt.yaml", _TT_CONFIG),
+        _write(tmp / "mine.yaml", "# my edits\n"),
+    ),
+    "pref_no_rejected": lambda tmp, ckpt: _write(
+        tmp / "pairs.jsonl", _PAIR + '{"prompt": "q", "chosen": "2024-01-01"}\n'
+    ),
+    "pref_empty": lambda tmp, ckpt: _write(
+        tmp / "pairs.jsonl", _PAIR * 2 + '{"prompt": "q", "chosen": " ", "rejected": "b"}\n'
+    ),
+    "pref_no_prompt": lambda tmp, ckpt: _write(tmp / "val.jsonl", '{"chosen": "a", "rejected": "b"}\n'),
+    "lora_step_folder": _lora_step_folder,
 }

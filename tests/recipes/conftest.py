@@ -6,8 +6,10 @@ import pytest
 
 from ftune import registry
 from ftune.config import load_config
+from ftune.config.trust import trust_packages
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assets"))
+trust_packages(["recipe_test_components"])  # its _component_ paths, as --trust would (torchrun ranks too)
 
 from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
 from tiny_preference import tiny_preference_overrides  # noqa: E402

@@ -50,7 +50,8 @@ def grad_clipping(run, tmp_path):
         "optimizer.weight_decay=0.0",
         "lr_scheduler.num_warmup_steps=0",
     )
-    _, base = run(*sgd, "optimizer.lr=0.0", output_dir=tmp_path / "zero")  # the starting weights
+    # The starting weights: lr 1e-30 moves no float32 weight (lr 0 is refused as a config error).
+    _, base = run(*sgd, "optimizer.lr=1e-30", output_dir=tmp_path / "zero")
     logs, out = run(*sgd, "optimizer.lr=1.0", f"clip_grad_norm={clip}", output_dir=tmp_path / "clip")
     assert logs[0]["grad_norm"] > 10 * clip  # the reported norm is the one before clipping
     before, after = _weights(base / "step_1"), _weights(out / "step_1")
