@@ -47,6 +47,13 @@ def main(cfg: config.Config) -> None:
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     runtime.announce(device, dtype)
     ckpt = config.instantiate(cfg.checkpointer)
+    if s.output_file is not None:  # before the model loads: the results never land on an input
+        inputs = {"checkpointer.checkpoint_dir": ckpt.checkpoint_dir, "adapter_dir": s.adapter_dir}
+        inputs |= {"quantized_checkpoint": s.quantized_checkpoint, "heldout_file": s.heldout_file}
+        inputs |= {f"text_files[{i}]": f for i, f in enumerate(s.text_files)}
+        checkpointing.check_output_dir(
+            s.output_file, inputs, key="output_file", fix="Set output_file to a file outside the inputs."
+        )
     model = checkpointing.load_inference_model(
         ckpt,
         model=cfg.model,

@@ -30,6 +30,8 @@ def main(cfg: config.Config) -> None:
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     runtime.announce(device, dtype)
     ckpt = config.instantiate(cfg.checkpointer)
+    inputs = {"checkpointer.checkpoint_dir": ckpt.checkpoint_dir, "adapter_dir": s.adapter_dir}
+    checkpointing.check_output_dir(s.output_dir, inputs)  # before anything is read or written
     loaded = ckpt.load()
     model = checkpointing.build_float_model(
         loaded,

@@ -37,6 +37,7 @@ from ftune.checkpointing.model_build import (
 )
 from ftune.checkpointing.model_fit import check_fits, check_tokenizer_fits, load_into, split_adapter
 from ftune.checkpointing.native import NativeCheckpointer, write_native
+from ftune.checkpointing.output_guard import OutputOnInputError, check_output_dir
 from ftune.checkpointing.recipe_state import (
     check_weights_only_safe,
     load_recipe_state,
@@ -45,6 +46,8 @@ from ftune.checkpointing.recipe_state import (
 )
 
 __all__ = [
+    "OutputOnInputError",
+    "check_output_dir",
     "COMPLETE_MARKER",
     "HF_CONFIG_FILE",
     "SIDE_FILES",

@@ -9,9 +9,10 @@ from pathlib import Path
 from ftune import registry
 from ftune.config.checks import check_component
 from ftune.config.errors import ConfigError, did_you_mean
-from ftune.config.fast_check import fast_problems
+from ftune.config.fast_check import check_data_files, fast_problems
 from ftune.config.loading import load_config
 from ftune.config.recipe_file import recipe_settings
+from ftune.config.recipe_kind import check_resume_folder
 from ftune.config.run import report
 from ftune.config.settings import collect_problems
 from ftune.config.trust import components_of, trust_folder, trust_packages
@@ -56,6 +57,9 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None) 
         problems = fast_problems(cfg, file) or collect_problems(cfg, recipe_settings(file))
     if problems:
         raise ConfigError(problems, cfg.source)
+    if file is not None:  # what ftune run checks before the model loads: the data files, the resume folder
+        check_data_files(cfg)
+        check_resume_folder(cfg, file)
     return file.stem if file else ""
 
 

@@ -131,6 +131,7 @@ CASES: list[Case] = [
     _c('launch-dead-rank', 'launches', ('run', '--nproc_per_node', '2', 'dist_check', 'fail_rank=1'), 'distributed run of dist_check.py failed', 'rank 1', 'rank 1 fails on purpose (fail_rank=1)', "The rank's own error is printed above"),
     _c('launch-hung-rank', 'launches', ('run', '--nproc_per_node', '2', 'dist_check', 'hang_rank=1', 'dist_timeout_s=3'), 'waited more than dist_timeout_s=3 s for the other ranks', 'rank 0', 'Timed out waiting 3000ms', 'raise the timeout, e.g. dist_timeout_s=6'),
     # data (checked before the model loads)
+    _c('validate-pref-missing-rejected', 'data', ('validate', 'smollm2/135M_lora_dpo', 'dataset.source={tmp}/pairs.jsonl'), "no 'rejected'", 'pairs.jsonl:2', "the record's keys: ['chosen', 'prompt']", "dataset.column_map={'rejected': '<your column>'}", 'pref_no_rejected'),
     _c('pref-missing-rejected', 'data', ('run', 'lora_dpo_single_device', 'dataset.source={tmp}/pairs.jsonl'), "no 'rejected'", 'pairs.jsonl:2', "the record's keys: ['chosen', 'prompt']", "dataset.column_map={'rejected': '<your column>'}", 'pref_no_rejected'),
     _c('pref-empty-answer', 'data', ('run', 'lora_dpo_single_device', 'dataset.source={tmp}/pairs.jsonl'), "'chosen' is empty", 'pairs.jsonl:3', '1 record(s) cannot train', 'write the answer or delete the record', 'pref_empty'),
     _c('pref-val-no-prompt', 'data', ('run', 'lora_dpo_single_device', 'dataset_val.source={tmp}/val.jsonl', 'dataset_val.split=train'), "the prompt 'prompt' is needed", 'val.jsonl:1', 'but it is missing', "dataset.column_map={'prompt': '<your column>'}", 'pref_no_prompt'),
@@ -152,6 +153,8 @@ CASES: list[Case] = [
     _c('convert-output-is-input', 'outputs', ('convert', 'torchtune-config', '{tmp}/tt.yaml', '-o', '{tmp}/tt.yaml', '--force'), 'is the input config', '-o/--output', "'{tmp}/tt.yaml'", 'refuses even with --force', 'tt_config'),
     _c('quantize-output-is-checkpoint', 'outputs', ('run', 'quantize', '--config', 'quantization', 'checkpointer.checkpoint_dir={ckpt}', 'output_dir={ckpt}'), 'ftune never writes where it reads a model', 'output_dir', "output_dir '{ckpt}' is checkpoint_dir '{ckpt}'", 'Set output_dir to another folder'),
     _c('train-output-inside-checkpoint', 'outputs', (*FULL, 'output_dir={ckpt}/runs/full', 'max_steps=1'), 'is inside checkpoint_dir', 'output_dir', "'{ckpt}/runs/full'", 'a folder that contains it is fine'),
+    _c('quantize-output-inside-adapter', 'outputs', ('run', 'quantize', '--config', 'quantization', 'checkpointer.checkpoint_dir={ckpt}', 'adapter_dir={tmp}/ckpt', 'output_dir={tmp}/ckpt/q'), 'ftune never writes where it reads a model', 'output_dir', "'{tmp}/ckpt/q' is inside adapter_dir", 'Set output_dir to another folder', 'ckpt_copy'),
+    _c('eval-output-file-on-heldout', 'outputs', ('run', 'eval', '--config', 'eval', 'checkpointer.checkpoint_dir={ckpt}', 'heldout_file={tmp}/held.jsonl', 'output_file={tmp}/held.jsonl'), 'ftune never writes where it reads', 'output_file', "'{tmp}/held.jsonl' is heldout_file", 'Set output_file to a file outside the inputs', 'heldout_file'),
     _c('kd-output-inside-teacher', 'outputs', ('run', 'knowledge_distillation_single_device', '{tiny}', '~teacher_model', 'teacher_checkpointer.checkpoint_dir={tmp}/ckpt', 'output_dir={tmp}/ckpt/kd', 'max_steps=1'), 'is inside checkpoint_dir', 'output_dir', "'{tmp}/ckpt/kd'", 'Set output_dir to another folder', 'ckpt_copy'),
     # subcommands
     _c('cmd-unknown', 'subcommands', ('valdate',), "unknown command 'valdate'", 'valdate', 'valdate', "Did you mean 'validate'?"),
@@ -281,6 +284,10 @@ SETUPS = {
     ),
     "ckpt_truncated": _truncate,
     "ckpt_copy": _copy_ckpt,
+    "heldout_file": lambda tmp, ckpt: _write(
+        tmp / "held.jsonl",
+        '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
+    ),
     "ckpt_wrong_arch": lambda tmp, ckpt: _edit_config_json(
         _copy_ckpt(tmp, ckpt), model_type="gpt2", architectures=["GPT2LMHeadModel"]
     ),
