@@ -40,8 +40,11 @@ def main(cfg: config.Config) -> None:
             "text_files=[path/to/a.txt] for perplexity, heldout_file=path/to/heldout.jsonl for exact match "
             "and/or lm_eval_tasks=[task] for lm-evaluation-harness tasks."
         )
-    if s.lm_eval_tasks:
-        harness.require_lm_eval()  # before the model loads: say what to install at once
+    if s.lm_eval_tasks:  # before the model loads: what to install, and task names that do not exist
+        harness.require_lm_eval()
+        harness.check_tasks_before_load(
+            s.lm_eval_tasks, s.lm_eval_include_path, builtin_tasks=s.lm_eval_builtin_tasks
+        )
     if missing := [f for f in s.text_files if not Path(f).expanduser().is_file()]:
         raise FileNotFoundError(f"text_files: {missing} do not exist; pass readable text files.")
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ftune.config.errors import did_you_mean
+from ftune.evaluation.task_names import unknown_by_scan
 
 if TYPE_CHECKING:
     from torch import nn
@@ -61,6 +62,25 @@ def task_manager(include_path: str | None, *, builtin_tasks: bool) -> Any:
     return TaskManager(include_path=path, include_defaults=builtin_tasks)
 
 
+def _where(include_path: str | None, builtin_tasks: bool) -> str:
+    return " and ".join(
+        ([f"lm_eval_include_path {include_path!r}"] if include_path else [])
+        + (["lm-eval's built-in tasks"] if builtin_tasks else [])
+    )
+
+
+def check_tasks_before_load(tasks: Sequence[str], include_path: str | None, *, builtin_tasks: bool) -> None:
+    """Refuse unknown task names before a model loads: the YAML scan of `ftune.evaluation.task_names`
+    first (a fraction of a second); lm_eval's TaskManager only for names the scan did not find.
+
+    Raises:
+        ValueError: naming every unknown task, with a did-you-mean (see :func:`check_task_names`).
+    """
+    if unknown_by_scan(tasks, include_path, builtin_tasks=builtin_tasks):
+        manager = task_manager(include_path, builtin_tasks=builtin_tasks)
+        check_task_names(manager, tasks, where=_where(include_path, builtin_tasks))
+
+
 def check_task_names(manager: Any, tasks: Sequence[str], *, where: str) -> None:
     """ValueError naming every requested task lm_eval does not know, with a did-you-mean.
 
@@ -107,11 +127,7 @@ def run_tasks(
         lm_eval's results, scores only (`RESULT_KEYS`), JSON-serialisable.
     """
     manager = task_manager(include_path, builtin_tasks=builtin_tasks)
-    where = " and ".join(
-        ([f"lm_eval_include_path {include_path!r}"] if include_path else [])
-        + (["lm-eval's built-in tasks"] if builtin_tasks else [])
-    )
-    check_task_names(manager, tasks, where=where)
+    check_task_names(manager, tasks, where=_where(include_path, builtin_tasks))
     from lm_eval import simple_evaluate
 
     from ftune.evaluation.lm_eval_model import FtuneLM

@@ -284,3 +284,24 @@ def test_missing_lm_eval_is_one_line_saying_what_to_install(ckpt):
         "lm_eval_tasks needs lm-evaluation-harness, which is not installed: pip install 'ftune[lm-eval]' "
         "(or pip install 'lm_eval>=0.4'), or set lm_eval_tasks=[]." in proc.stderr
     ), proc.stderr
+
+
+def test_a_task_name_typo_is_refused_before_the_model_loads(ckpt):
+    """The checkpoint folder does not exist: the typo must be what stops the run (the model never loads)."""
+    main = load_recipe("eval").main
+    args = [f"checkpointer.checkpoint_dir={ckpt}/missing", f"tokenizer.path={ckpt}", "heldout_file=null"]
+    with pytest.raises(
+        ValueError, match=r"lm_eval_tasks: \['hellaswg'\] are not tasks.* Did you mean 'hellaswag'\?"
+    ):
+        main(load_config("eval", [*args, "lm_eval_tasks=[hellaswg]"]))
+
+
+def test_the_yaml_scan_finds_declared_names_without_lm_evals_index(tmp_path):
+    from ftune.evaluation.task_names import declared_names, unknown_by_scan
+
+    (tmp_path / "a.yaml").write_text("task: one\ntag: [two, 'three']\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "g.yaml").write_text("group: four\ntask:\n  - five\n  - task: six\nmetric_list: []\n")
+    assert declared_names([tmp_path]) >= {"one", "two", "three", "four", "five", "six"}
+    assert unknown_by_scan(["one", "six", "seven"], str(tmp_path), builtin_tasks=False) == ["seven"]
+    assert unknown_by_scan(["hellaswag", "arc_easy", "mmlu"], None, builtin_tasks=True) == []
