@@ -9,7 +9,10 @@ from ftune.config import load_config
 from ftune.config.trust import trust_packages
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assets"))
-trust_packages(["recipe_test_components"])  # its _component_ paths, as --trust would (torchrun ranks too)
+# Component paths of the test helpers, as --trust would (torchrun ranks import this file too): the
+# assets, and the mutants (a mutant replaces a component, e.g. ftune.peft.apply_lora, by a function
+# defined in tests/recipes/mutants.py, which the resolved-object trust check sees).
+trust_packages(["recipe_test_components", "mutants"])
 
 from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
 from tiny_preference import tiny_preference_overrides  # noqa: E402
