@@ -344,4 +344,4 @@ def test_documented_run_commands_validate(page):
             else:  # `prompt="..."` stands for the user's text: validate it as some text
                 overrides.append(arg[:-3] + "text" if arg.endswith("=...") else arg)
         assert config is not None, f"{command}: a copied recipe needs --config"
-        validate(config, overrides, recipe.name if recipe else None)
+        validate(config, overrides, recipe.name if recipe else None, files=False)

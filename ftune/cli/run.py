@@ -15,9 +15,9 @@ from pathlib import Path
 from ftune import registry
 from ftune.cli.preflight import check_distributed_config, check_launcher_options
 from ftune.config.errors import ConfigError, did_you_mean
-from ftune.config.fast_check import fast_check
-from ftune.config.run import report
+from ftune.config.run import report, run
 from ftune.config.trust import TRUST_ENV, env_packages, importable_problems
+from ftune.settings.fast_check import fast_check
 
 # torchrun options that take no value; every other `--option` before the recipe takes one.
 _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module"}
@@ -123,15 +123,22 @@ def main(argv: list[str]) -> int:
         if launcher:
             check_launcher_options(launcher)
             check_distributed_config(recipe_args, path.name)
+        cfg = None
         if not {"-h", "--help"} & set(recipe_args):
-            fast_check(path, recipe_args)  # keys, types, ranges, trust: before torch is imported
+            cfg = fast_check(path, recipe_args)  # keys, types, ranges, trust: before torch is imported
     except Exception as e:  # noqa: BLE001
         return report(e, debug)
     if launcher:
-        return _torchrun(launcher, path, recipe_args)
+        return _torchrun(launcher, path, recipe_args)  # each rank loads the config in its own process
     sys.argv = [str(path), *recipe_args]
     sys.path.insert(0, str(path.parent))
-    runpy.run_path(str(path), run_name="__main__")
+    if cfg is None:  # --help, or no config found: the recipe's own entry point parses the command line
+        runpy.run_path(str(path), run_name="__main__")
+        return 0
+    # The config loaded above is handed to the recipe's main: loaded and checked once. The recipe
+    # runs as a module of its own name (its `if __name__ == "__main__"` line does not fire).
+    recipe = runpy.run_path(str(path), run_name=f"ftune_recipe_{path.stem}")
+    run(recipe["main"], recipe_args, cfg=cfg, recipe_file=path)
     return 0
 
 

@@ -9,21 +9,25 @@ from pathlib import Path
 from ftune import registry
 from ftune.config.checks import check_component
 from ftune.config.errors import ConfigError, did_you_mean
-from ftune.config.fast_check import check_data_files, fast_problems
 from ftune.config.loading import load_config
 from ftune.config.recipe_file import recipe_settings
 from ftune.config.recipe_kind import check_resume_folder
 from ftune.config.run import report
 from ftune.config.settings import collect_problems
 from ftune.config.trust import components_of, trust_folder, trust_packages
+from ftune.settings.fast_check import check_data_files, fast_problems
 
 
-def validate(config: str, overrides: list[str], recipe_name: str | None = None) -> str:
+def validate(config: str, overrides: list[str], recipe_name: str | None = None, *, files: bool = True) -> str:
     """Check a config against its recipe's settings and every component's signature.
 
     The settings' problems (keys, types, ranges, sections, trusted components) are found without
     importing torch and, if there are any, reported alone; otherwise every component is imported
     and its arguments checked against its signature.
+
+    With `files` (as ``ftune validate`` runs), the local data files the config names and the folder
+    it resumes from are read too; the docs' tests validate documented commands without them (the
+    files a command names there are the reader's own).
 
     Returns:
         The name of the recipe whose settings were used, or "" when only components were checked.
@@ -57,7 +61,7 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None) 
         problems = fast_problems(cfg, file) or collect_problems(cfg, recipe_settings(file))
     if problems:
         raise ConfigError(problems, cfg.source)
-    if file is not None:  # what ftune run checks before the model loads: the data files, the resume folder
+    if file is not None and files:  # what ftune run checks before the model loads: data, resume folder
         check_data_files(cfg)
         check_resume_folder(cfg, file)
     return file.stem if file else ""

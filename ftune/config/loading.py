@@ -12,6 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ftune.config.errors import ConfigError, did_you_mean
 from ftune.config.overrides import Override, is_component_path, parse_override
+from ftune.config.settings import absent_values, read_settings
 from ftune.config.trust import (
     TRUST_KEY,
     components_of,
@@ -48,7 +49,8 @@ class Config:
         object.__setattr__(self, "node", node)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "overridden", set(overridden or ()))
-        object.__setattr__(self, "declared", None)  # set by settings(): {key: value when absent}
+        object.__setattr__(self, "declared", None)  # set by declare(): {key: value when absent}
+        object.__setattr__(self, "values_checked", set())  # classes whose key/type/range check passed
 
     def __getattr__(self, key: str) -> Any:
         if key.startswith("__"):
@@ -60,11 +62,17 @@ class Config:
             return declared[key]
         known = sorted(set(self.node) | set(declared or ()))
         by = "the config or the recipe's settings" if declared is not None else "the config"
+        order = (
+            ""
+            if declared is not None
+            else " No settings class was declared yet: `s = cfg.settings(SETTINGS)` (the first line of "
+            "main) declares the recipe's keys; read the config after it."
+        )
         raise ConfigError(
             [
                 f"{key}: read by the recipe but not declared by {by}.{did_you_mean(key, known)} "
                 f"Declared keys: {', '.join(known)}. Fix the name in the recipe, or declare the key "
-                "(a field of the recipe's SETTINGS class, or a section in the YAML)."
+                f"(a field of the recipe's SETTINGS class, or a section in the YAML).{order}"
             ],
             self.source,
         )
@@ -86,16 +94,21 @@ class Config:
         """The resolved config as YAML text (what `ftune cat` prints)."""
         return OmegaConf.to_yaml(self.node, resolve=True)
 
-    def settings(self, cls: type) -> Any:
-        """Read the recipe-level scalars into the typed dataclass `cls` (see `ftune.config.settings`).
-
-        From then on, attribute access also accepts the keys `cls` declares but the YAML leaves out
-        (optional sections read as None, fields as their default).
-        """
-        from ftune.config.settings import absent_values, read_settings
-
-        settings = read_settings(self, cls)
+    def declare(self, cls: type) -> None:
+        """Declare the keys of the settings class `cls`: attribute access then also accepts the keys
+        `cls` declares but the YAML leaves out (optional sections read as None, fields as their
+        default). `ftune run` and ``config.run`` declare the recipe's SETTINGS when they load the
+        config, before ``main`` runs, so no read can come before it."""
         object.__setattr__(self, "declared", absent_values(cls))
+
+    def settings(self, cls: type) -> Any:
+        """Check the config against `cls`, declare its keys, and read the recipe-level scalars into it.
+
+        The key, type and range checks run once per config and class: a config `ftune run` checked
+        before torch was imported gets only the component signatures checked here.
+        """
+        settings = read_settings(self, cls, values_checked=cls in self.values_checked)
+        self.declare(cls)
         return settings
 
 

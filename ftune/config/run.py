@@ -131,25 +131,44 @@ def recipe_help(module: Any) -> str:
     return "\n".join(lines)
 
 
-def run(main: Callable[[Config], Any], argv: list[str] | None = None) -> None:
-    """Load the config named on the command line and call ``main(cfg)``; exit 1 on a user error."""
+def run(
+    main: Callable[[Config], Any],
+    argv: list[str] | None = None,
+    *,
+    cfg: Config | None = None,
+    recipe_file: str | Path | None = None,
+) -> None:
+    """Load the config named on the command line and call ``main(cfg)``; exit 1 on a user error.
+
+    Args:
+        main: the recipe's ``main``.
+        argv: the recipe's command line (default: ``sys.argv[1:]``).
+        cfg: a config already loaded and checked (``ftune run`` loads it once, before torch is
+            imported, and hands it on); the command line is then not parsed again.
+        recipe_file: the recipe's file (default: the file of ``main``'s module).
+    """
     argv = sys.argv[1:] if argv is None else argv
+    module = sys.modules.get(main.__module__)
     if "-h" in argv or "--help" in argv:
         try:
-            print(recipe_help(sys.modules[main.__module__]))
+            print(recipe_help(module))
         except ConfigError as e:
             sys.exit(report(e, argv))
         return
     try:
-        recipe_file = getattr(sys.modules.get(main.__module__), "__file__", None)
+        recipe_file = recipe_file or getattr(module, "__file__", None)
         if recipe_file:
             trust_folder(Path(recipe_file).parent)  # modules next to a (copied) recipe
-        config, overrides = parse_recipe_args(argv)
-        if config is None:
-            config = default_config_for(recipe_file)
-        if config is None:
-            raise ConfigError(["no config given: pass --config <name|path> (see `ftune ls`)."])
-        main(load_config(config, overrides))
+        if cfg is None:
+            config, overrides = parse_recipe_args(argv)
+            if config is None:
+                config = default_config_for(str(recipe_file) if recipe_file else None)
+            if config is None:
+                raise ConfigError(["no config given: pass --config <name|path> (see `ftune ls`)."])
+            cfg = load_config(config, overrides)
+            if module is not None and isinstance(vars(module).get("SETTINGS"), type):
+                cfg.declare(module.SETTINGS)  # before main reads anything (main checks it first)
+        main(cfg)
     except KeyboardInterrupt:
         print("ftune: interrupted", file=sys.stderr)
         sys.exit(130)

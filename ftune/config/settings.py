@@ -81,11 +81,12 @@ def _check_value(value: Any, annotation: Any) -> bool:
     return True if ok is None else ok
 
 
-def collect_problems(cfg: Any, cls: type, *, signatures: bool = True) -> list[str]:
+def collect_problems(cfg: Any, cls: type, *, signatures: bool = True, values: bool = True) -> list[str]:
     """Every problem with `cfg` (a `Config`) against the settings class `cls`; never raises.
 
     With ``signatures=False`` the `_component_` targets are not imported (their arguments are not
-    checked against their signatures): the check `ftune run` makes before torch is imported.
+    checked against their signatures): the check `ftune run` makes before torch is imported. With
+    ``values=False`` only the signatures are checked (the rest passed that earlier check).
     """
     data = cfg.to_dict()
     hints = typing.get_type_hints(cls)
@@ -96,6 +97,8 @@ def collect_problems(cfg: Any, cls: type, *, signatures: bool = True) -> list[st
     for key, value in data.items():
         if key == TRUST_KEY:
             continue  # read by load_config (ftune.config.trust)
+        if not values and key not in components:
+            continue
         if key in components:
             if value is None:
                 if components[key]:
@@ -121,12 +124,12 @@ def collect_problems(cfg: Any, cls: type, *, signatures: bool = True) -> list[st
                 f"{key}: unknown key ({cfg.where(key)}).{did_you_mean(key, known)} "
                 f"This recipe accepts: {', '.join(known)}."
             )
-    for key, required in components.items():
+    for key, required in components.items() if values else ():
         if required and key not in data:
             problems.append(
                 f"{key}: required section is missing; add `{key}: {{_component_: ...}}` to the YAML."
             )
-    if not problems:
+    if not problems and values:
         found = [*_build(cls, data).problems(), *cls.section_problems(data)]  # type: ignore[attr-defined]
         problems.extend(f"{p} ({cfg.where(p.split(':')[0])})" for p in found)
     return problems
@@ -136,9 +139,13 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
 
-def read_settings(cfg: Any, cls: type) -> Any:
-    """Build the settings dataclass from `cfg`, or raise `ConfigError` listing every problem."""
-    problems = collect_problems(cfg, cls)
+def read_settings(cfg: Any, cls: type, *, values_checked: bool = False) -> Any:
+    """Build the settings dataclass from `cfg`, or raise `ConfigError` listing every problem.
+
+    ``values_checked``: the keys, types and ranges passed ``collect_problems(..., signatures=False)``
+    on this config already; only the component signatures are left to check.
+    """
+    problems = collect_problems(cfg, cls, values=not values_checked)
     if problems:
         raise ConfigError(problems, cfg.source)
     return _build(cls, cfg.to_dict())

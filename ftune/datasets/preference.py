@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ftune.config.data_files import check_preference_rows, identical_pairs_warning, json_records
 from ftune.data.messages import Message
 from ftune.data.transforms import ChosenRejectedToMessages
-from ftune.datasets.file_check import check_preference_rows, identical_pairs_warning, json_records
 from ftune.datasets.sft import check_columns, labels_from_mask
 from ftune.datasets.source import load_source
 
@@ -123,7 +123,7 @@ def preference_dataset(
 
 
 def _check_rows(rows: list[tuple[str, Any]], columns: Mapping[str, str], source: str) -> None:
-    """Refuse unusable records (see `ftune.datasets.file_check.check_preference_rows`); warn on chosen == rejected.
+    """Refuse unusable records (see `ftune.config.data_files.check_preference_rows`); warn on chosen == rejected.
 
     A whole local .json/.jsonl file is read with `json` to name file:line; other sources are
     checked on the loaded records, by row number.

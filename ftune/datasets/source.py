@@ -23,15 +23,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ftune.datasets.file_check import check_utf8, diagnose, json_records
+from ftune.config.data_files import (
+    BUILDERS,
+    SUFFIX_TO_BUILDER,
+    check_local_source,
+    diagnose,
+    json_records,
+)
 
 if TYPE_CHECKING:
     import datasets
 
 log = logging.getLogger(__name__)
 
-SUFFIX_TO_BUILDER = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
-BUILDERS = ("json", "csv", "parquet", "text", "arrow")
 _TRUE = {"1", "ON", "YES", "TRUE"}
 _PROBE_TIMEOUT_S = 2.0
 
@@ -85,15 +89,6 @@ def _offline_mode() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def _looks_like_path(source: str) -> bool:
-    return (
-        source.startswith((".", "/", "~"))
-        or "\\" in source
-        or Path(source).suffix.lower() in SUFFIX_TO_BUILDER
-        or source.count("/") > 1
-    )
 
 
 def _offline_message(source: str, reason: str) -> str:
@@ -152,50 +147,6 @@ def load_source(
     if source in BUILDERS:
         return datasets.load_dataset(source, data_files=data_files, name=name, **kwargs)
     return _load_hub(source, data_files=data_files, name=name, **kwargs)
-
-
-def check_local_source(source: str, data_files: Any = None, *, every_line: bool = False) -> None:
-    """What `load_source` refuses before it reads anything, without `datasets` (``ftune run`` calls it early).
-
-    Args:
-        source: as for `load_source`.
-        data_files: as for `load_source`.
-        every_line: also parse every line of a .jsonl file (what `load_source` does only after
-            `datasets` failed), to name a bad line before the model loads.
-
-    Raises:
-        FileNotFoundError: `source` looks like a path but does not exist.
-        ValueError: an unsupported suffix, an empty or non-UTF-8 file, a bad JSON line (with
-            `every_line`), or a builder name without `data_files`.
-    """
-    path = Path(source).expanduser()
-    if path.is_file():
-        builder = SUFFIX_TO_BUILDER.get(path.suffix.lower())
-        if builder is None:
-            raise ValueError(
-                f"Dataset source {source!r} has suffix {path.suffix!r}; accepted file suffixes are "
-                f"{sorted(SUFFIX_TO_BUILDER)}. Convert the file, or pass source=<builder> data_files={source} "
-                f"with a builder from {list(BUILDERS)}."
-            )
-        if path.stat().st_size == 0:
-            raise ValueError(f"Dataset source {diagnose(path)}")
-        if builder in ("json", "csv", "text"):
-            check_utf8(path)
-        if every_line and (problem := diagnose(path)) is not None:
-            raise ValueError(f"Dataset source {problem}")
-    elif path.is_dir():
-        return
-    elif source in BUILDERS:
-        if data_files is None:
-            raise ValueError(
-                f"Dataset source {source!r} is a file-format builder and needs data_files, e.g. "
-                f"source={source} data_files=path/to/file; or pass the file path as source."
-            )
-    elif _looks_like_path(source):
-        raise FileNotFoundError(
-            f"Dataset source {source!r} looks like a local path but does not exist (working directory: "
-            f"{os.getcwd()}). Check the path, or pass a Hugging Face Hub id like 'owner/name'."
-        )
 
 
 def _has_temporal(feature: Any) -> bool:

@@ -10,7 +10,7 @@ from ftune.evaluation.perplexity import (
     rolling_token_logprobs,
     rolling_windows,
 )
-from ftune.evaluation.settings import EvalSettings
+from ftune.settings import EvalSettings
 
 __all__ = [
     "EvalSettings",

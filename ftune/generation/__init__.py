@@ -2,6 +2,6 @@
 
 from ftune.generation.generate import generate, generate_batch
 from ftune.generation.sampling import check_sampling_args, sample
-from ftune.generation.settings import GenerateSettings
+from ftune.settings import GenerateSettings
 
 __all__ = ["GenerateSettings", "check_sampling_args", "generate", "generate_batch", "sample"]

@@ -20,8 +20,8 @@ from ftune.quantization.quantizers import (  # noqa: E402
     quantizer_from_spec,
 )
 from ftune.quantization.ranges import require_saved_ranges  # noqa: E402
-from ftune.quantization.settings import QuantizeSettings  # noqa: E402
 from ftune.quantization.targets import DECODER_LINEARS  # noqa: E402
+from ftune.settings import QuantizeSettings  # noqa: E402
 
 __all__ = [
     "DECODER_LINEARS",

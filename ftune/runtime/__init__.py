@@ -11,7 +11,7 @@ from ftune.runtime.distributed import DistInfo, default_backend, destroy_distrib
 from ftune.runtime.hardware import announce
 from ftune.runtime.rank import get_rank, is_rank_zero, world_size
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
-from ftune.runtime.settings import DistCheckSettings
+from ftune.settings import DistCheckSettings
 
 __all__ = [
     "announce",

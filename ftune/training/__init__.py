@@ -14,6 +14,7 @@ from ftune.runtime.device import default_dtype, get_device, get_dtype
 from ftune.runtime.distributed import DistInfo, destroy_distributed, init_distributed
 from ftune.runtime.hardware import announce
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
+from ftune.settings import FullSettings, KDSettings, LoRASettings, QATLoRASettings, QATSettings
 from ftune.training.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.activation_offloading import apply_activation_offloading
 from ftune.training.batch_loss import Loss, MicroBatch, batch_loss, on_device, per_pair, per_token, token_loss
@@ -41,7 +42,6 @@ from ftune.training.progress import ProgressBar
 from ftune.training.reporter import Reporter, count_tokens
 from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
-from ftune.training.settings import FullSettings, KDSettings, LoRASettings, QATLoRASettings, QATSettings
 from ftune.training.signals import StopOnSignal
 from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, validate
 from ftune.training.teacher import check_same_vocab, load_teacher

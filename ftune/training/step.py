@@ -19,10 +19,10 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
 from ftune.runtime.rank import world_size
+from ftune.settings import check_optimizer_in_backward
 from ftune.training.batch_loss import Loss, MicroBatch, on_device, per_token
 from ftune.training.fsdp import all_reduce_sum
 from ftune.training.optimizer_in_backward import OptimizerInBackward
-from ftune.training.settings import check_optimizer_in_backward
 
 logger = logging.getLogger(__name__)
 

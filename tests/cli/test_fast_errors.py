@@ -12,7 +12,7 @@ import pytest
 
 from ftune import registry
 from ftune.config import ConfigError
-from ftune.config.fast_check import fast_check, settings_path
+from ftune.settings.fast_check import fast_check, settings_path
 
 SCRIPT = """
 import sys, contextlib, io
@@ -57,13 +57,17 @@ def test_error_before_torch_is_imported(argv, expected):
     subprocess.run([sys.executable, "-c", code], check=True, cwd=registry.recipes_dir().parent)
 
 
-def test_the_real_import_after_a_fast_check_is_the_normal_one():
+def test_the_fast_check_uses_the_class_the_recipe_runs_with():
+    """No stand-in module: the class checked before torch is the one the recipe reads its settings into."""
     code = (
+        "import sys\n"
         "from ftune import registry\n"
-        "from ftune.config.fast_check import fast_check\n"
+        "from ftune.settings.fast_check import fast_check, settings_class\n"
         "assert fast_check(registry.RECIPES['qat_distributed'].file, [])\n"
+        "assert 'torch' not in sys.modules\n"
+        "checked = settings_class('ftune.training.QATSettings')\n"
         "import ftune.training\n"
-        "assert ftune.training.settings.QATSettings is ftune.training.QATSettings\n"
+        "assert checked is ftune.training.QATSettings\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=registry.recipes_dir().parent)
 
@@ -71,7 +75,8 @@ def test_the_real_import_after_a_fast_check_is_the_normal_one():
 def test_settings_read_from_the_recipe_text_for_every_shipped_recipe():
     for recipe in registry.RECIPES.values():
         assert settings_path(recipe.file), recipe.name
-        assert fast_check(recipe.file, []) is True, recipe.name  # the default config passes
+        cfg = fast_check(recipe.file, [])  # the default config passes
+        assert cfg is not None and cfg.values_checked, recipe.name
 
 
 def test_a_recipe_with_its_own_settings_class_has_no_fast_check(tmp_path):
@@ -80,6 +85,6 @@ def test_a_recipe_with_its_own_settings_class_has_no_fast_check(tmp_path):
         "from dataclasses import dataclass\nfrom ftune import config, training\n\n"
         "@dataclass\nclass Mine(training.LoRASettings):\n    x: int = 1\n\nSETTINGS = Mine\n"
     )
-    assert fast_check(mine, ["--config", "smollm2/135M_lora", "x=2"]) is False
+    assert not fast_check(mine, ["--config", "smollm2/135M_lora", "x=2"]).values_checked
     with pytest.raises(ConfigError, match="no such file and no shipped config"):
         fast_check(mine, ["--config", "nope.yaml"])  # the config file itself is still checked

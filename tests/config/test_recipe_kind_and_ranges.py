@@ -11,10 +11,9 @@ import torch
 
 from ftune import registry
 from ftune.config import ConfigError, load_config
-from ftune.config.fast_check import check_data_files, fast_check, fast_problems
 from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems, recorded_kind
-from ftune.generation.settings import GenerateSettings
-from ftune.runtime.settings import DistCheckSettings
+from ftune.settings import DistCheckSettings, GenerateSettings
+from ftune.settings.fast_check import check_data_files, fast_check, fast_problems
 from ftune.training import FullSettings, LoRASettings
 
 RECIPES = registry.RECIPES
@@ -179,7 +178,7 @@ def test_data_and_resume_checks_run_without_torch(tmp_path):
     script = (
         "import sys\n"
         "from ftune import registry\n"
-        "from ftune.config.fast_check import fast_check\n"
+        "from ftune.settings.fast_check import fast_check\n"
         "for recipe, args in [\n"
         f"    ('lora_dpo_single_device', ['dataset.source={pairs}']),\n"
         f"    ('lora_finetune_single_device', ['dataset.source={tmp_path}/none.jsonl']),\n"

@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
+from ftune.config.data_files import json_records
 from ftune.datasets import load_source, preference_dataset
-from ftune.datasets.file_check import json_records
 
 
 def _jsonl(path, rows):

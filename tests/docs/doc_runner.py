@@ -159,7 +159,7 @@ class Workspace:
         assert config is not None, f"{where}: a copied recipe needs --config"
         recipe_name = recipe.name if recipe else Path(name).stem
         with chdir_env(cwd, self.env):
-            validate(config, overrides, recipe_name if recipe_name in registry.RECIPES else None)
+            validate(config, overrides, recipe_name if recipe_name in registry.RECIPES else None, files=False)
         # A different dataset builder is a different run (docs/data.md); other overrides are not.
         key = (recipe_name, config, *[o for o in overrides if o.startswith("dataset._component_=")])
         if recipe is None:  # `ftune cp` copies: one run shows that a copy runs on its own

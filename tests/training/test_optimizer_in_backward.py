@@ -5,10 +5,10 @@ import pytest
 import torch
 from recipe_step import train_step
 
+from ftune.settings import check_optimizer_in_backward
 from ftune.training.loss import CrossEntropyLoss
 from ftune.training.optimizer_in_backward import OptimizerInBackward
 from ftune.training.schedulers import cosine_with_warmup
-from ftune.training.settings import check_optimizer_in_backward
 from ftune.training.step import NonFiniteError
 
 CPU = torch.device("cpu")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ftune.checkpointing.settings import InferenceModelSettings
 from ftune.config.settings import setting
+from ftune.settings.inference import InferenceModelSettings
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""Say which line of a local data file is bad: unreadable lines, and preference records that cannot train.
+"""Local data files checked without torch or `datasets`: the source, the bad line, the preference records.
+
+`check_local_source` is what `ftune.datasets.load_source` refuses before it reads anything (a
+missing, empty, non-UTF-8 or unsupported file, a builder name without files); `ftune run` calls it
+before the recipe starts (ftune.settings.fast_check).
 
 `datasets` reports a malformed JSONL line as a 70-line traceback from its Arrow reader without
 the line number. `load_source` calls `diagnose` only after such a failure (no cost on success)
@@ -6,13 +10,14 @@ and raises its one-line message instead.
 
 The preference checks (`check_preference_rows`) read a local file with the `json` module
 (`json_records`), so they name file:line and run without torch or `datasets`: `ftune run` calls
-them before the recipe starts (ftune.config.fast_check), and `preference_dataset` again when it loads.
+them before the recipe starts (ftune.settings.fast_check), and `preference_dataset` again when it loads.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -222,3 +227,60 @@ def identical_pairs_warning(identical: Sequence[str], total: int, source: str) -
         "DPO learns nothing from such a pair (its margin is 0 whatever the weights): remove them, or check "
         "that the columns are not mapped to the same field."
     )
+
+
+SUFFIX_TO_BUILDER = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+BUILDERS = ("json", "csv", "parquet", "text", "arrow")
+
+
+def looks_like_path(source: str) -> bool:
+    return (
+        source.startswith((".", "/", "~"))
+        or "\\" in source
+        or Path(source).suffix.lower() in SUFFIX_TO_BUILDER
+        or source.count("/") > 1
+    )
+
+
+def check_local_source(source: str, data_files: Any = None, *, every_line: bool = False) -> None:
+    """What `load_source` refuses before it reads anything, without `datasets` (``ftune run`` calls it early).
+
+    Args:
+        source: as for `load_source`.
+        data_files: as for `load_source`.
+        every_line: also parse every line of a .jsonl file (what `load_source` does only after
+            `datasets` failed), to name a bad line before the model loads.
+
+    Raises:
+        FileNotFoundError: `source` looks like a path but does not exist.
+        ValueError: an unsupported suffix, an empty or non-UTF-8 file, a bad JSON line (with
+            `every_line`), or a builder name without `data_files`.
+    """
+    path = Path(source).expanduser()
+    if path.is_file():
+        builder = SUFFIX_TO_BUILDER.get(path.suffix.lower())
+        if builder is None:
+            raise ValueError(
+                f"Dataset source {source!r} has suffix {path.suffix!r}; accepted file suffixes are "
+                f"{sorted(SUFFIX_TO_BUILDER)}. Convert the file, or pass source=<builder> data_files={source} "
+                f"with a builder from {list(BUILDERS)}."
+            )
+        if path.stat().st_size == 0:
+            raise ValueError(f"Dataset source {diagnose(path)}")
+        if builder in ("json", "csv", "text"):
+            check_utf8(path)
+        if every_line and (problem := diagnose(path)) is not None:
+            raise ValueError(f"Dataset source {problem}")
+    elif path.is_dir():
+        return
+    elif source in BUILDERS:
+        if data_files is None:
+            raise ValueError(
+                f"Dataset source {source!r} is a file-format builder and needs data_files, e.g. "
+                f"source={source} data_files=path/to/file; or pass the file path as source."
+            )
+    elif looks_like_path(source):
+        raise FileNotFoundError(
+            f"Dataset source {source!r} looks like a local path but does not exist (working directory: "
+            f"{os.getcwd()}). Check the path, or pass a Hugging Face Hub id like 'owner/name'."
+        )

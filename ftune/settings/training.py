@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from ftune.config.settings import Settings, setting
-from ftune.runtime.settings import dist_timeout_problems
+from ftune.settings.dist import dist_timeout_problems
 
 
 def check_optimizer_in_backward(*, grad_accum_steps: int, clip_grad_norm: float | None) -> None:

@@ -2,44 +2,27 @@
 
 `ftune run` calls `fast_check` first, `ftune validate` `fast_problems`. It reads the recipe file's
 ``SETTINGS = ...`` line with `ast` (the file is not run, so its ``import torch`` is not either),
-imports only the `settings` module of the package the class comes from (``from ftune import
-training`` + ``training.LoRASettings`` -> ``ftune.training.settings``) with that package's
-``__init__`` (which imports torch) skipped, and checks the loaded config: unknown keys, types,
-ranges, sections, trusted components. Component signatures need the targets imported, so they are
-checked afterwards, by the recipe itself or `ftune validate`.
-
-The package ``__init__`` is skipped by a placeholder package in `sys.modules` while the settings
-module loads; the placeholder and every module loaded under it are removed afterwards, so the real
-import later is untouched. A recipe whose SETTINGS is defined in the file itself (a copied recipe
+takes the class of that name from `ftune.settings` (every shipped recipe's settings, torch-free;
+``training.LoRASettings`` is ``ftune.settings.LoRASettings`` re-exported), and checks the loaded
+config: unknown keys, types, ranges, sections, trusted components; then the local data files
+(`ftune.config.data_files`) and the folder a run resumes from (`ftune.config.recipe_kind`).
+Component signatures need the targets imported, so they are checked afterwards, by the recipe
+itself or `ftune validate`. A recipe whose SETTINGS is defined in the file itself (a copied recipe
 with its own dataclass) has no fast check: the recipe's own check reports the same problems.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
-import sys
-import types
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from ftune import settings as recipe_settings_module  # this package: every shipped class
+from ftune.config import data_files
 from ftune.config.errors import ConfigError
-from ftune.config.loading import load_config
+from ftune.config.loading import Config, load_config
 from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems
 from ftune.config.run import default_config_for, parse_recipe_args
 from ftune.config.settings import Settings, collect_problems
-
-# Packages whose __init__ imports torch; their settings modules (and ftune.datasets.file_check) do not.
-_HEAVY = (
-    "ftune.training",
-    "ftune.checkpointing",
-    "ftune.evaluation",
-    "ftune.generation",
-    "ftune.quantization",
-    "ftune.runtime",
-    "ftune.datasets",
-)
 
 
 def _dotted(expr: ast.expr) -> str | None:
@@ -80,40 +63,14 @@ def settings_path(recipe: Path) -> str | None:
     return names[head] + (f".{rest}" if rest else "")
 
 
-@contextmanager
-def _light_packages() -> Iterator[None]:
-    """While the block runs, importing ``ftune.<heavy>.<module>`` skips the package's ``__init__`` (torch)."""
-    before = set(sys.modules)
-    stubs = []
-    for heavy in _HEAVY:
-        if heavy not in sys.modules:
-            stub = types.ModuleType(heavy)
-            stub.__path__ = [str(Path(__file__).resolve().parents[1] / heavy.split(".")[1])]
-            sys.modules[heavy] = stub
-            stubs.append(heavy)
-    try:
-        yield
-    finally:
-        for key in set(sys.modules) - before:
-            if any(key == s or key.startswith(s + ".") for s in stubs):
-                del sys.modules[key]
-        for key in stubs:
-            sys.modules.pop(key, None)
-
-
-@contextmanager
-def _settings_class(dotted: str) -> Iterator[type | None]:
-    """The settings class, importable while the block runs (type hints resolve in its module)."""
+def settings_class(dotted: str) -> type | None:
+    """The shipped settings class a recipe's SETTINGS names (``ftune.training.LoRASettings`` ->
+    ``ftune.settings.LoRASettings``), or None for a class outside ftune."""
     package, _, name = dotted.rpartition(".")
-    if not package.startswith("ftune."):
-        yield None
-        return
-    with _light_packages():
-        try:
-            cls = getattr(importlib.import_module(f"{package}.settings"), name, None)
-        except ImportError:
-            cls = None
-        yield cls if isinstance(cls, type) and issubclass(cls, Settings) else None
+    if not package.startswith("ftune") or name not in recipe_settings_module.__all__:
+        return None
+    cls = getattr(recipe_settings_module, name)
+    return cls if isinstance(cls, type) and issubclass(cls, Settings) else None
 
 
 def fast_problems(cfg, recipe: Path) -> list[str] | None:
@@ -124,13 +81,11 @@ def fast_problems(cfg, recipe: Path) -> list[str] | None:
         the recipe (SETTINGS defined in the file itself, or outside ftune).
     """
     dotted = settings_path(recipe)
-    if dotted is None:
+    cls = settings_class(dotted) if dotted is not None else None
+    if cls is None:
         return None
-    with _settings_class(dotted) as cls:
-        if cls is None:
-            return None
-        # A config or dataset of another kind of run first: it explains the key problems that follow.
-        return recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False)
+    # A config or dataset of another kind of run first: it explains the key problems that follow.
+    return recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False)
 
 
 # A supervised .jsonl file up to this size has every line parsed before the recipe starts (about
@@ -145,8 +100,8 @@ def check_data_files(cfg) -> None:
 
     The checks the dataset makes when it loads, made before the recipe starts, so a bad file fails
     here and not after the model loads: a missing, empty, non-UTF-8 or unsupported file and a
-    broken JSON line (`ftune.datasets.source.check_local_source`), and for preference data, a
-    record without an answer or the prompt, or with one empty (ftune.datasets.file_check). Hub
+    broken JSON line (`ftune.config.data_files.check_local_source`), and for preference data, a
+    record without an answer or the prompt, or with one empty (same module). Hub
     ids, folders and split slices are left to the dataset's own check.
 
     Raises:
@@ -161,9 +116,7 @@ def check_data_files(cfg) -> None:
         if isinstance(node.get("source"), str):
             path = Path(node["source"]).expanduser()
             small = path.is_file() and path.stat().st_size <= _EVERY_LINE_MAX_BYTES
-            with _light_packages():
-                source = importlib.import_module("ftune.datasets.source")
-                source.check_local_source(node["source"], node.get("data_files"), every_line=small)
+            data_files.check_local_source(node["source"], node.get("data_files"), every_line=small)
         if component not in _PREFERENCE_BUILDERS:
             continue
         column_map = node.get("column_map") or {}
@@ -176,23 +129,24 @@ def check_data_files(cfg) -> None:
             or not path.is_file()
         ):
             continue  # the dataset's own load reports these (bad column_map keys included)
-        with _light_packages():
-            file_check = importlib.import_module("ftune.datasets.file_check")
-            if set(column_map) - set(file_check.PREFERENCE_FIELDS):
-                continue
-            columns = {k: column_map.get(k, k) for k in file_check.PREFERENCE_FIELDS}
-            lines = file_check.json_records(path)
-            if lines is not None:
-                rows = [(f"{path}:{number}", record) for number, record in lines]
-                file_check.check_preference_rows(rows, columns, str(node["source"]))
+        if set(column_map) - set(data_files.PREFERENCE_FIELDS):
+            continue
+        columns = {k: column_map.get(k, k) for k in data_files.PREFERENCE_FIELDS}
+        lines = data_files.json_records(path)
+        if lines is not None:
+            rows = [(f"{path}:{number}", record) for number, record in lines]
+            data_files.check_preference_rows(rows, columns, str(node["source"]))
 
 
-def fast_check(recipe: Path, recipe_args: list[str]) -> bool:
+def fast_check(recipe: Path, recipe_args: list[str]) -> Config | None:
     """Load the config a recipe would load and check it against the recipe's settings, without torch.
 
+    The config is loaded here once and handed on: `ftune run` calls the recipe's ``main`` with it.
+    When the recipe's settings class was found, its keys are declared on the config and the class
+    is in ``cfg.values_checked`` (the recipe's ``cfg.settings`` checks only the component signatures).
+
     Returns:
-        True when the settings were checked, False when only the config file and overrides were
-        (no SETTINGS found without running the recipe, or no config named).
+        The loaded config, or None when no config was named and the recipe has no default one.
 
     Raises:
         ConfigError: every problem found.
@@ -200,12 +154,17 @@ def fast_check(recipe: Path, recipe_args: list[str]) -> bool:
     config, overrides = parse_recipe_args(recipe_args)
     config = config or default_config_for(str(recipe))
     if config is None:
-        return False
+        return None
     cfg = load_config(config, overrides)
-    problems = fast_problems(cfg, recipe)
+    dotted = settings_path(recipe)
+    cls = settings_class(dotted) if dotted is not None else None
+    if cls is None:
+        return cfg  # SETTINGS defined in the recipe file: the recipe's own check reports problems
+    problems = recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False)
     if problems:
         raise ConfigError(problems, cfg.source)
-    if problems is not None:
-        check_data_files(cfg)
-        check_resume_folder(cfg, recipe)
-    return problems is not None
+    check_data_files(cfg)
+    check_resume_folder(cfg, recipe)
+    cfg.values_checked.add(cls)
+    cfg.declare(cls)
+    return cfg
