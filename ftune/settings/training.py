@@ -112,6 +112,8 @@ class FullSettings(Settings):
             if (value is not None or not nullable) and (value is None or value < 1)
         ]
         out += dist_timeout_problems(self.dist_timeout_s)
+        if not 0 <= self.seed < 2**32:
+            out.append(f"seed: must be an int in [0, {2**32 - 1}], got {self.seed!r}. Set e.g. seed=42.")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             out.append(f"clip_grad_norm: must be > 0 or null (no clipping), got {self.clip_grad_norm!r}.")
         if self.optimizer_in_backward:
@@ -146,10 +148,36 @@ class FullSettings(Settings):
         warmup = scheduler.get("num_warmup_steps")
         if _is_number(warmup) and warmup < 0:
             out.append(f"lr_scheduler.num_warmup_steps: must be >= 0 (0: no warmup), got {warmup!r}.")
-        return out
+        return out + _peft_and_tokenizer_problems(data)
 
 
 _SECTIONS = ("optimizer", "loss", "lr_scheduler")
+
+
+def _peft_and_tokenizer_problems(data: dict[str, Any]) -> list[str]:
+    """LoRA's rank, alpha and dropout and the tokenizer's max_seq_len, which need no model to check."""
+    peft = data.get("peft") if isinstance(data.get("peft"), dict) else {}
+    tokenizer = data.get("tokenizer") if isinstance(data.get("tokenizer"), dict) else {}
+    out = []
+    rank, alpha, dropout = peft.get("rank"), peft.get("alpha"), peft.get("dropout")
+    if _is_number(rank) and (not isinstance(rank, int) or rank < 1):
+        out.append(
+            f"peft.rank: must be an int >= 1, got {rank!r}. Typical values: 8 to 64, e.g. peft.rank=8."
+        )
+    if _is_number(alpha) and not _finite_positive(alpha):
+        out.append(
+            f"peft.alpha: must be a finite number > 0, got {alpha!r}: the adapters' update is scaled by "
+            "alpha / rank. Typical: twice the rank, e.g. peft.alpha=16 with peft.rank=8."
+        )
+    if _is_number(dropout) and not 0 <= dropout < 1:
+        out.append(f"peft.dropout: must be in [0, 1), got {dropout!r}, e.g. peft.dropout=0.05 (0: none).")
+    length = tokenizer.get("max_seq_len")
+    if _is_number(length) and (not isinstance(length, int) or length < 1):
+        out.append(
+            f"tokenizer.max_seq_len: must be an int >= 1 or null (no truncation), got {length!r}, "
+            "e.g. tokenizer.max_seq_len=2048."
+        )
+    return out
 
 
 def _is_number(value: Any) -> bool:

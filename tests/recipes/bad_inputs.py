@@ -140,6 +140,11 @@ CASES: list[Case] = [
     _c('resume-lora-folder-full-run', 'data', ('run', 'full_finetune_single_device', 'checkpointer.resume_from_checkpoint={tmp}/lora/step_2'), 'is a step folder of a LoRA run', 'checkpointer.resume_from_checkpoint', '{tmp}/lora/step_2', 'point checkpointer.checkpoint_dir at {tmp}/lora/step_2/merged', 'lora_step_folder'),
     _c('resume-sft-folder-dpo-run', 'data', ('run', 'lora_dpo_single_device', 'checkpointer.output_dir={tmp}/lora', 'checkpointer.resume_from_checkpoint=auto'), 'is a step folder of a supervised run', 'checkpointer.resume_from_checkpoint', 'written by lora_finetune_single_device', 'To continue that run, use lora_finetune_single_device', 'lora_step_folder'),
     # values (range-checked at config time)
+    _c('value-lora-rank-zero', 'values', ('run', 'lora_finetune_single_device', 'peft.rank=0'), 'must be an int >= 1', 'peft.rank', 'got 0', 'peft.rank=8'),
+    _c('value-lora-alpha-negative', 'values', ('run', 'lora_finetune_single_device', 'peft.alpha=-1'), 'must be a finite number > 0', 'peft.alpha', 'got -1', 'peft.alpha=16'),
+    _c('value-lora-dropout', 'values', ('run', 'lora_finetune_single_device', 'peft.dropout=1.5'), 'must be in [0, 1)', 'peft.dropout', 'got 1.5', 'peft.dropout=0.05'),
+    _c('value-max-seq-len-zero', 'values', ('run', 'lora_finetune_single_device', 'tokenizer.max_seq_len=0'), 'must be an int >= 1 or null', 'tokenizer.max_seq_len', 'got 0', 'tokenizer.max_seq_len=2048'),
+    _c('value-seed-negative', 'values', ('run', 'full_finetune_single_device', 'seed=-1'), 'must be an int in [0, 4294967295]', 'seed', 'got -1', 'seed=42'),
     _c('value-lr-zero', 'values', ('run', 'lora_finetune_single_device', 'optimizer.lr=0'), 'must be a finite number > 0', 'optimizer.lr', 'got 0', 'Typical values'),
     _c('value-beta-infinite', 'values', ('run', 'lora_dpo_single_device', 'loss.beta=.inf'), 'must be a finite number > 0', 'loss.beta', 'got inf', 'DPO commonly uses 0.1'),
     _c('value-warmup-negative', 'values', (*V, 'lr_scheduler.num_warmup_steps=-1'), 'must be >= 0', 'lr_scheduler.num_warmup_steps', 'got -1', '0: no warmup'),
