@@ -1,6 +1,9 @@
 """Every recipe, its configs and the features it supports: the one source of truth.
 
-`ftune ls`, the docs' feature matrix (docs/recipes/index.md) and the tests all read this file.
+`ftune ls`, the docs' feature matrix (docs/recipes/index.md), the config generator and the tests all
+read this file: every test table of the recipes (skeleton, same tag, features, mutants, distributed) is
+derived from it. Adding a recipe is its file, one `Recipe` entry below (with its tags), its approved
+diff (`python tests/recipes/test_skeleton.py --approve`) and its docs page (docs/recipes/<name>.md).
 It imports nothing heavy (no torch), so `ftune ls` starts fast.
 """
 
@@ -14,97 +17,31 @@ from ftune.feature_states import (  # noqa: F401 - re-exported: registry.YES, re
     FEATURES,
     GPU_ONLY,
     NA,
+    UNCHECKED,
     YES,
     gpu_only,
     na,
     reason,
     state,
+    unchecked,
+)
+from ftune.registry_cells import (
+    DIST,
+    DPO_COMMON,
+    DPO_UNCHECKED,
+    KD,
+    LORA,
+    NO_OPT_BWD_DIST,
+    NO_QAT,
+    NOT_LORA,
+    OPT_BWD,
+    SFT_COMMON,
+    SINGLE,
 )
 
-_SFT_COMMON = {
-    "grad_accumulation": YES,
-    "grad_clipping": YES,
-    "compile": YES,
-    "activation_checkpointing": YES,
-    "activation_offloading": gpu_only(
-        "moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
-        "and refuses it (the test machines have no GPU)"
-    ),
-    "chunked_loss": YES,
-    "low_precision_optimizers": YES,
-    "custom_collate": YES,
-    "packing": YES,
-    "padding_free": YES,
-    "validation": YES,
-    "step_checkpointing": YES,
-    "resume": YES,
-    "metric_logging": YES,
-    "profiler": YES,
-    "knowledge_distillation": na(
-        "no teacher: distil with knowledge_distillation_single_device / _distributed"
-    ),
-}
-_NOT_LORA = {
-    "lora": na("full fine-tune: every weight trains"),
-    "qlora": na("full fine-tune: the base is not frozen"),
-    "dora": na("full fine-tune: every weight trains"),
-}
-_LORA = {"lora": YES, "qlora": YES, "dora": YES}
-_SINGLE = {
-    "fsdp2": na("one device: nothing to shard"),
-    "cpu_offload": na("one device: FSDP2's offload needs the distributed recipe"),
-}
-_DIST = {
-    "fsdp2": YES,
-    "cpu_offload": gpu_only(
-        "FSDP2's CPU offload moves parameters and optimizer state off the accelerator; on a CPU-only "
-        "machine (the test machines) they are on the CPU already and the setting changes nothing"
-    ),
-}
-_NO_QAT = {
-    "qat": na("use qat_single_device or qat_distributed"),
-    "learned_ranges": na("no QAT: use qat_single_device or qat_distributed"),
-}
-_OPT_BWD = {"optimizer_in_backward": YES}
-# Preference tuning (DPO). What is checked for a DPO run is ✓; the rest says why not.
-_DPO_UNCHECKED = (
-    "runs in the DPO recipes (the same lines as the SFT recipes), but is not checked on a DPO run: "
-    "the DPO runs in the test suite are kept to the features DPO changes or must not break"
-)
-_DPO_COMMON = {
-    "knowledge_distillation": na(
-        "preference tuning has no teacher: distil with the knowledge_distillation recipes"
-    ),
-    "grad_accumulation": YES,
-    "grad_clipping": YES,
-    "compile": na(f"{_DPO_UNCHECKED} (compile_loss compiles DPOLoss.chunk_loss)"),
-    "activation_checkpointing": na(_DPO_UNCHECKED),
-    "activation_offloading": gpu_only(
-        "moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
-        "and refuses it (the test machines have no GPU)"
-    ),
-    "chunked_loss": na(f"{_DPO_UNCHECKED}: DPOLoss projects the labelled tokens in loss.num_chunks blocks"),
-    "low_precision_optimizers": na(_DPO_UNCHECKED),
-    "custom_collate": na(
-        f"{_DPO_UNCHECKED}; a collate_fn must keep padded_collate_preference's layout (chosen rows, then rejected)"
-    ),
-    "packing": na("preference pairs are scored as whole rows; dataset.packed=true is refused with a message"),
-    "padding_free": na(
-        "preference pairs are scored as whole rows: chosen rows, then rejected (right-padded)"
-    ),
-    "validation": YES,  # training.validate over loss_on: the preference loss, rewards, log-prob accuracy
-    "step_checkpointing": na(_DPO_UNCHECKED),
-    "resume": YES,
-    "metric_logging": YES,
-    "profiler": na(_DPO_UNCHECKED),
-    "qat": na("no QAT preference recipe"),
-    "learned_ranges": na("no QAT preference recipe"),
-}
-_NO_OPT_BWD_DIST = {
-    "optimizer_in_backward": na(
-        "FSDP2 reduces gradients after backward; stepping inside it would use unreduced grads"
-    )
-}
+# The training recipes are this recipe plus lines tagged with what makes each one itself (# [lora],
+# # [dist], ...): tests/recipes/test_skeleton.py checks it against tests/recipes/approved/<recipe>.diff.
+PARENT = "full_finetune_single_device"
 
 
 @dataclass(frozen=True)
@@ -118,6 +55,13 @@ class Recipe:
     methods: tuple[str, ...]  # config methods it accepts, e.g. ("lora", "qlora", "dora")
     features: dict[str, str] = field(default_factory=dict)
     extra_configs: tuple[str, ...] = ()
+    # A training recipe: the tags its lines may use, what makes it differ from PARENT (PARENT's own
+    # included). The first recipe declared with a tag defines that tag's lines (`TAGS`). Empty: a
+    # recipe not built on PARENT (generate, eval, ...).
+    tags: frozenset[str] = frozenset()
+    # A distributed training recipe: the one-device recipe whose losses it gives at world size 2 (a
+    # QAT recipe: with fake quantization off). None: its own run as a world of one.
+    same_losses_as: str | None = None
 
     @property
     def file(self) -> Path:
@@ -136,7 +80,8 @@ _RECIPES = [
         False,
         "smollm2/135M_full",
         ("full",),
-        {**_SFT_COMMON, **_NOT_LORA, **_SINGLE, **_NO_QAT, **_OPT_BWD},
+        {**SFT_COMMON, **NOT_LORA, **SINGLE, **NO_QAT, **OPT_BWD},
+        tags=frozenset({"full", "sft"}),
     ),
     Recipe(
         "lora_finetune_single_device",
@@ -144,7 +89,8 @@ _RECIPES = [
         False,
         "smollm2/135M_lora",
         ("lora", "qlora", "dora"),
-        {**_SFT_COMMON, **_LORA, **_SINGLE, **_NO_QAT, **_OPT_BWD},
+        {**SFT_COMMON, **LORA, **SINGLE, **NO_QAT, **OPT_BWD},
+        tags=frozenset({"lora", "sft"}),
     ),
     Recipe(
         "full_finetune_distributed",
@@ -152,7 +98,9 @@ _RECIPES = [
         True,
         "smollm2/135M_full",
         ("full",),
-        {**_SFT_COMMON, **_NOT_LORA, **_DIST, **_NO_QAT, **_NO_OPT_BWD_DIST},
+        {**SFT_COMMON, **NOT_LORA, **DIST, **NO_QAT, **NO_OPT_BWD_DIST},
+        tags=frozenset({"full", "dist", "sft"}),
+        same_losses_as="full_finetune_single_device",
     ),
     Recipe(
         "lora_finetune_distributed",
@@ -161,15 +109,17 @@ _RECIPES = [
         "smollm2/135M_lora",
         ("lora", "dora"),
         {
-            **_SFT_COMMON,
-            **_LORA,
+            **SFT_COMMON,
+            **LORA,
             "qlora": na(
                 "FSDP2 cannot shard NF4 base weights yet; run QLoRA with lora_finetune_single_device"
             ),
-            **_DIST,
-            **_NO_QAT,
-            **_NO_OPT_BWD_DIST,
+            **DIST,
+            **NO_QAT,
+            **NO_OPT_BWD_DIST,
         },
+        tags=frozenset({"lora", "dist", "sft"}),
+        same_losses_as="lora_finetune_single_device",
     ),
     Recipe(
         "qat_single_device",
@@ -177,7 +127,8 @@ _RECIPES = [
         False,
         "smollm2/135M_qat_full",
         ("qat_full",),
-        {**_SFT_COMMON, **_NOT_LORA, **_SINGLE, "qat": YES, "learned_ranges": YES, **_OPT_BWD},
+        {**SFT_COMMON, **NOT_LORA, **SINGLE, "qat": YES, "learned_ranges": YES, **OPT_BWD},
+        tags=frozenset({"qat", "sft"}),
     ),
     Recipe(
         "qat_distributed",
@@ -185,7 +136,9 @@ _RECIPES = [
         True,
         "smollm2/135M_qat_full",
         ("qat_full",),
-        {**_SFT_COMMON, **_NOT_LORA, **_DIST, "qat": YES, "learned_ranges": YES, **_NO_OPT_BWD_DIST},
+        {**SFT_COMMON, **NOT_LORA, **DIST, "qat": YES, "learned_ranges": YES, **NO_OPT_BWD_DIST},
+        tags=frozenset({"qat", "dist", "sft"}),
+        same_losses_as="full_finetune_single_device",
     ),
     Recipe(
         "qat_lora_finetune_distributed",
@@ -194,20 +147,22 @@ _RECIPES = [
         "smollm2/135M_qat_lora",
         ("qat_lora",),
         {
-            **_SFT_COMMON,
+            **SFT_COMMON,
             "lora": YES,
             "qlora": na(
                 "the frozen base is fake-quantized for QAT; storing it as NF4 would quantize it twice"
             ),
             "dora": na("QAT + LoRA trains plain LoRA adapters over the fake-quantized base"),
-            **_DIST,
+            **DIST,
             "qat": YES,
             "learned_ranges": na(
                 "LoRA trains its adapters only, and the adapter checkpoint has no place for ranges: "
                 "quantizer.learn_ranges=true is refused with a message"
             ),
-            **_NO_OPT_BWD_DIST,
+            **NO_OPT_BWD_DIST,
         },
+        tags=frozenset({"lora", "qat", "dist", "sft"}),
+        same_losses_as="lora_finetune_single_device",
     ),
     Recipe(
         "lora_dpo_single_device",
@@ -217,13 +172,14 @@ _RECIPES = [
         "smollm2/135M_lora_dpo",
         ("lora_dpo",),
         {
-            **_DPO_COMMON,
+            **DPO_COMMON,
             "lora": YES,
-            "qlora": na(_DPO_UNCHECKED),
-            "dora": na(_DPO_UNCHECKED),
-            **_SINGLE,
-            "optimizer_in_backward": na(_DPO_UNCHECKED),
+            "qlora": unchecked(DPO_UNCHECKED),
+            "dora": unchecked(DPO_UNCHECKED),
+            **SINGLE,
+            "optimizer_in_backward": unchecked(DPO_UNCHECKED),
         },
+        tags=frozenset({"lora", "dpo"}),  # preference tuning replaces the supervised # [sft] lines
     ),
     Recipe(
         "lora_dpo_distributed",
@@ -233,13 +189,15 @@ _RECIPES = [
         "smollm2/135M_lora_dpo",
         ("lora_dpo",),
         {
-            **_DPO_COMMON,
+            **DPO_COMMON,
             "lora": YES,
             "qlora": na("FSDP2 cannot shard NF4 base weights yet; run QLoRA DPO with lora_dpo_single_device"),
-            "dora": na(_DPO_UNCHECKED),
-            **_DIST,
-            **_NO_OPT_BWD_DIST,
+            "dora": unchecked(DPO_UNCHECKED),
+            **DIST,
+            **NO_OPT_BWD_DIST,
         },
+        tags=frozenset({"lora", "dpo", "dist"}),
+        same_losses_as="lora_dpo_single_device",
     ),
     Recipe(
         "full_dpo_distributed",
@@ -248,7 +206,8 @@ _RECIPES = [
         True,
         "smollm2/135M_full_dpo",
         ("full_dpo",),
-        {**_DPO_COMMON, **_NOT_LORA, **_DIST, **_NO_OPT_BWD_DIST},
+        {**DPO_COMMON, **NOT_LORA, **DIST, **NO_OPT_BWD_DIST},
+        tags=frozenset({"full", "dpo", "dist"}),
     ),
     Recipe(
         "generate",
@@ -282,29 +241,14 @@ _RECIPES = [
         ("dist_check",),
         {"fsdp2": na("a launch check: it shards nothing")},
     ),
-]
-_KD = {
-    **_SFT_COMMON,
-    "chunked_loss": na(
-        "the loss is KDLoss, which chunks cross-entropy and KL together: checked under knowledge_distillation"
-    ),
-    "knowledge_distillation": YES,
-    "lora": na(
-        "a LoRA student is a config choice (the _kd_lora configs: a peft section), tested in "
-        "tests/recipes/test_kd.py; this recipe's feature checks run the full-student config"
-    ),
-    "qlora": na("a LoRA student over an NF4 base is not supported: use a full or LoRA student"),
-    "dora": na("the student's adapters are plain LoRA"),
-    **_NO_QAT,
-}
-_RECIPES += [
     Recipe(
         "knowledge_distillation_single_device",
         "Distil a frozen teacher into a full or LoRA student on one device (CE + forward KL, chunked).",
         False,
         "smollm2/360M_to_135M_kd",
         ("kd", "kd_lora"),
-        {**_KD, **_SINGLE, **_OPT_BWD},
+        {**KD, **SINGLE, **OPT_BWD},
+        tags=frozenset({"kd", "sft"}),
     ),
     Recipe(
         "knowledge_distillation_distributed",
@@ -312,14 +256,32 @@ _RECIPES += [
         True,
         "smollm2/360M_to_135M_kd",
         ("kd", "kd_lora"),
-        {**_KD, **_DIST, **_NO_OPT_BWD_DIST},
+        {**KD, **DIST, **NO_OPT_BWD_DIST},
+        tags=frozenset({"kd", "dist", "sft"}),
+        same_losses_as="knowledge_distillation_single_device",
     ),
 ]
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RECIPES}
 
 
-# The config methods of the training recipes (those built on recipes/full_finetune_single_device.py).
-TRAINING_METHODS = ("full", "lora", "qat_full", "qat_lora", "kd", "lora_dpo", "full_dpo")
+# The training recipes: PARENT and the recipes built on it (those with tags), in declared order.
+TRAINING: dict[str, Recipe] = {r.name: r for r in _RECIPES if r.tags}
+# The config methods of the training recipes.
+TRAINING_METHODS = tuple(dict.fromkeys(m for r in TRAINING.values() for m in r.methods))
+
+
+def _tag_references() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for recipe in TRAINING.values():
+        for tag in sorted(recipe.tags):
+            found.setdefault(tag, recipe.name)
+    return found
+
+
+# Each tag and the recipe that defines it, the first declared with it: a line tagged # [T] in any
+# recipe is a line # [T] has there (tests/recipes/test_same_tag.py). Declare a new kind's one-device
+# recipe before its other variants.
+TAGS: dict[str, str] = _tag_references()
 
 
 def method_of_name(stem: str) -> str | None:

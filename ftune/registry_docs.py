@@ -40,11 +40,12 @@ def recipe_table() -> str:
     return "\n".join(lines)
 
 
-_CELL = {registry.NA: "n/a", registry.GPU_ONLY: "GPU only"}
+_CELL = {registry.NA: "n/a", registry.GPU_ONLY: "GPU only", registry.UNCHECKED: "not checked"}
 
 
 def feature_matrix() -> str:
-    """Features as rows, recipes as columns: ✓, n/a or GPU only with a numbered reason, blank otherwise."""
+    """Features as rows, recipes as columns: ✓; n/a, GPU only or not checked with a numbered reason;
+    blank otherwise."""
     names = list(registry.RECIPES)
     reasons: list[str] = []  # numbered in order of first use, shared by every cell that gives it
     lines = [
@@ -67,7 +68,7 @@ def feature_matrix() -> str:
                 cells.append("")
         lines.append(_row(cells))
     notes = [f"{i}. {reason}" for i, reason in enumerate(reasons, start=1)]
-    return "\n".join(lines) + "\n\nNot applicable, or GPU only, because:\n\n" + "\n".join(notes)
+    return "\n".join(lines) + "\n\nNot applicable, GPU only, or not checked, because:\n\n" + "\n".join(notes)
 
 
 def recipes_index_markdown() -> str:
@@ -83,6 +84,8 @@ def recipes_index_markdown() -> str:
         "`pytest -m matrix` every check at world size 2 and every mutant). "
         "n/a: deliberately not supported, for the numbered reason below the table. GPU only: has an "
         "effect on GPU machines only, so the CPU test machines cannot check it (reason below). "
+        "not checked: runs in that recipe, but no test checks its effect on a run of it (reason below): "
+        "not a promise. "
         "Blank: not a feature of that kind of recipe. Each feature links to its glossary entry."
     )
     return (

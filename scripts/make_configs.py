@@ -16,7 +16,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the ftune beside it
+
+from ftune import registry  # noqa: E402 - pure Python, no torch
+
+CONFIGS = ROOT / "recipes" / "configs"
 
 
 @dataclass(frozen=True)
@@ -112,41 +117,31 @@ def header(m: Model, method: str, demo_pairs: bool = False) -> str:
         if m.name == "gemma3/270M"
         else f"#   ftune download {m.repo}{'  --hf-token <token>   # gated: accept the licence first' if m.note else ''}\n"
     )
-    if method == "qat_full":
-        runs = (
-            f"#   ftune run qat_single_device --config {name}\n"
-            f"#   ftune run --nproc_per_node 2 qat_distributed --config {name}\n"
-        )
-    elif method == "qat_lora":
-        runs = f"#   ftune run --nproc_per_node 2 qat_lora_finetune_distributed --config {name}\n"
-    elif method.startswith("kd"):
+    if method.startswith("kd"):
         name = kd_name(m.name, method)
         teacher = next(t for t in MODELS if t.name == next(t for t, st in KD_PAIRS if st == m.name))
         token, gated = (
             ("  --hf-token <token>", " (gated: accept the licence first)") if teacher.note else ("", "")
         )
         get += f"#   ftune download {teacher.repo}{token}   # the teacher{gated}\n"
-        runs = (
-            f"#   ftune run knowledge_distillation_single_device --config {name}\n"
-            f"#   ftune run --nproc_per_node 2 knowledge_distillation_distributed --config {name}\n"
-        )
-    elif method == "lora_dpo":
-        runs = f"#   ftune run lora_dpo_single_device --config {name}\n"
-        runs += f"#   ftune run --nproc_per_node 2 lora_dpo_distributed --config {name}\n"
-    elif method == "full_dpo":
-        runs = f"#   ftune run --nproc_per_node 2 full_dpo_distributed --config {name}\n"
-    else:
-        single = "full_finetune_single_device" if method == "full" else "lora_finetune_single_device"
-        dist = "full_finetune_distributed" if method == "full" else "lora_finetune_distributed"
-        runs = f"#   ftune run {single} --config {name}\n"
-        if method != "qlora":  # FSDP2 cannot shard NF4 base weights yet: QLoRA is single-device
-            runs += f"#   ftune run --nproc_per_node 2 {dist} --config {name}\n"
+    runs = "".join(
+        f"#   ftune run {'--nproc_per_node 2 ' if r.distributed else ''}{r.name} --config {name}\n"
+        for r in runners(method)
+    )
     title = m.repo.split("/")[-1]
     if method.startswith("kd"):
         teacher_repo = next(t.repo for t in MODELS if t.name == next(t for t, st in KD_PAIRS if st == m.name))
         title = f"{teacher_repo.split('/')[-1]} -> {title}"
     what = TITLES[method] + (" on the demo task's preference pairs" if demo_pairs else "")
     return f"# {title}: {what}.\n#\n# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n{get}# Run:\n{runs}"
+
+
+def runners(method: str) -> list[registry.Recipe]:
+    """The recipes a config of `method` runs with (its header's run lines): the first declared
+    single-device and the first declared distributed recipe accepting the method (ftune/registry.py)."""
+    accepting = [r for r in registry.RECIPES.values() if method in r.methods]
+    firsts = [next((r for r in accepting if r.distributed == d), None) for d in (False, True)]
+    return [r for r in firsts if r is not None]
 
 
 def config_name(m: Model, method: str, demo_pairs: bool = False) -> str:

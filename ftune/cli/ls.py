@@ -6,11 +6,17 @@ import argparse
 
 from ftune import registry
 
-_CELL = {registry.YES: "✓", registry.NA: "n/a", registry.GPU_ONLY: "gpu-only", "": ""}
+_CELL = {
+    registry.YES: "✓",
+    registry.NA: "n/a",
+    registry.GPU_ONLY: "gpu-only",
+    registry.UNCHECKED: "not checked",
+    "": "",
+}
 
 
 def feature_matrix() -> list[list[str]]:
-    """Rows of the feature matrix: header, then one row per feature (✓, n/a, gpu-only, or blank)."""
+    """Rows of the feature matrix: header, then one row per feature (✓, n/a, gpu-only, not checked, or blank)."""
     names = list(registry.RECIPES)
     rows = [["feature", *names]]
     for feature in registry.FEATURES:
@@ -43,7 +49,8 @@ def main(argv: list[str]) -> int:
         print(_table(feature_matrix()))
         print(
             "\n✓: supported (checked by a test of its effect in the training recipes). n/a: not applicable to that recipe. gpu-only: has an "
-            "effect on GPU machines only, not checked by the (CPU) test suite. Reasons: docs/recipes/index.md; "
+            "effect on GPU machines only, not checked by the (CPU) test suite. not checked: runs in that recipe, but "
+            "no test checks its effect there. Reasons: docs/recipes/index.md; "
             "features: docs/glossary.md"
         )
     return 0

@@ -11,10 +11,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-NAMES = ("full", "lora", "qat", "dist", "kd", "sft", "dpo")
+from ftune import registry
+
+# The tags: those of the registry's recipes (each defined by one recipe, registry.TAGS).
+NAMES = tuple(registry.TAGS)
 _NAME = rf"(?:{'|'.join(NAMES)})"
 TAG = re.compile(rf"#\s*\[({_NAME}(?:\+{_NAME})*)\]")
 TAG_COMMENT = re.compile(r"\s*#\s*\[[\w+]+\].*$")
+# Any tag-like comment, known or not: a recipe writing a tag its registry entry lacks fails on it.
+ANY_TAG = re.compile(r"#\s*\[(\w+(?:\+\w+)*)\]")
 
 
 def body(path: Path) -> str:

@@ -24,18 +24,24 @@ pytestmark = pytest.mark.distributed
 
 HERE = Path(__file__).resolve().parent
 GOLDENS = json.loads((HERE / "goldens" / "single_device.json").read_text())
+# The distributed training recipes: recipe -> (its default config, the recipe whose losses it gives;
+# None in the registry: its own run as a world of one, in-process).
 RECIPES = {
-    "full_finetune_distributed": ("smollm2/135M_full", "full_finetune_single_device"),
-    "lora_finetune_distributed": ("smollm2/135M_lora", "lora_finetune_single_device"),
-    "qat_distributed": ("smollm2/135M_qat_full", "full_finetune_single_device"),
-    "knowledge_distillation_distributed": ("smollm2/360M_to_135M_kd", "knowledge_distillation_single_device"),
-    "qat_lora_finetune_distributed": ("smollm2/135M_qat_lora", "lora_finetune_single_device"),
-    "lora_dpo_distributed": ("smollm2/135M_lora_dpo", "lora_dpo_single_device"),
-    # No single-device full DPO recipe: its reference is the same recipe as a world of one, in-process.
-    "full_dpo_distributed": ("smollm2/135M_full_dpo", "full_dpo_distributed"),
+    name: (r.default_config, r.same_losses_as or name)
+    for name, r in registry.TRAINING.items()
+    if r.distributed
 }
-# Fake-quantized recipes: their losses differ from their float sibling's (and equal it with QAT off).
-QAT = {"qat_distributed": "qat_single_device", "qat_lora_finetune_distributed": None}
+
+
+def _one_device(recipe):
+    """The single-device recipe of `recipe`'s variant: its tags without [dist], or None."""
+    tags = registry.RECIPES[recipe].tags - {"dist"}
+    return next((n for n, r in registry.TRAINING.items() if r.tags == tags), None)
+
+
+# Fake-quantized recipes: their losses differ from their float sibling's (and equal it with QAT off);
+# each maps to its single-device QAT sibling, if any.
+QAT = {r: _one_device(r) for r in RECIPES if "qat" in registry.RECIPES[r].tags}
 # Launched only under `-m matrix`, to keep CI under its 10 minutes on 2 cores (each launch is about
 # 30 s of a worker): each differs from its parent recipe only by approved, tagged lines
 # (tests/recipes/test_skeleton.py), and full_finetune_distributed, lora_dpo_distributed and their
@@ -208,17 +214,12 @@ def test_qat_lora_base_is_frozen_and_fake_quantized(launched):
     assert results["qat_lora_base"] == "ok", results["qat_lora_base"]
 
 
-@pytest.mark.parametrize(
-    "recipe",
-    cases(
-        [
-            "full_finetune_distributed",
-            "lora_finetune_distributed",
-            "lora_dpo_distributed",
-            "full_dpo_distributed",
-        ]
-    ),
-)
+# The saved weights are compared for the recipes whose losses equal their reference's exactly: not the
+# fake-quantized ones (QAT) nor knowledge distillation (its student is saved by the same lines as full's).
+SAME_CHECKPOINT = [r for r in RECIPES if r not in QAT and "kd" not in registry.RECIPES[r].tags]
+
+
+@pytest.mark.parametrize("recipe", cases(SAME_CHECKPOINT))
 def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp_path):
     results, workdir = launched(recipe)
     single = RECIPES[recipe][1]
@@ -257,10 +258,10 @@ def test_qat_lora_convert_gives_a_quantized_model_that_eval_loads(launched, tiny
     """The deployable QAT + LoRA model: the adapters merged into the base, prepared and converted."""
     from tiny_checkpoint import SIZES
 
+    from ftune.checkpointing import load_hf
     from ftune.checkpointing.inference import load_quantized_model, merge_adapter_folder
     from ftune.config import load_config
     from ftune.evaluation import perplexity
-    from ftune.models import load_hf
     from ftune.models.smollm2 import smollm2_tokenizer
     from ftune.quantization import Int8DynActInt4Weight, enable_fake_quant
 

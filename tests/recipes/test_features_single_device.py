@@ -5,13 +5,8 @@ from features import CHECKS, compile
 
 from ftune import registry
 
-RECIPES = {
-    "full_finetune_single_device": "smollm2/135M_full",
-    "lora_finetune_single_device": "smollm2/135M_lora",
-    "knowledge_distillation_single_device": "smollm2/360M_to_135M_kd",
-    "qat_single_device": "smollm2/135M_qat_full",
-    "lora_dpo_single_device": "smollm2/135M_lora_dpo",
-}
+# The single-device training recipes, each with its default config.
+RECIPES = {name: r.default_config for name, r in registry.TRAINING.items() if not r.distributed}
 CASES = [
     (recipe, feature)
     for recipe in RECIPES
@@ -38,11 +33,6 @@ def test_compile_with_inductor(run_recipe, tmp_path):
     """The compile check with torch.compile's default backend (C++ code generation: minutes on 2 cores)."""
 
     def run(*overrides, output_dir):
-        return run_recipe(
-            "full_finetune_single_device",
-            RECIPES["full_finetune_single_device"],
-            *overrides,
-            output_dir=output_dir,
-        )
+        return run_recipe(registry.PARENT, RECIPES[registry.PARENT], *overrides, output_dir=output_dir)
 
     compile(run, tmp_path, backend="inductor")

@@ -1,0 +1,109 @@
+"""The feature cells that sibling recipes share, declared once: `ftune.registry` builds each recipe's
+features from these groups (``{**SFT_COMMON, **LORA, **SINGLE, ...}``) plus its own cells.
+
+Pure Python, no torch.
+"""
+
+from __future__ import annotations
+
+from ftune.feature_states import YES, gpu_only, na, unchecked
+
+_OFFLOAD = gpu_only(
+    "moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
+    "and refuses it (the test machines have no GPU)"
+)
+SFT_COMMON = {
+    "grad_accumulation": YES,
+    "grad_clipping": YES,
+    "compile": YES,
+    "activation_checkpointing": YES,
+    "activation_offloading": _OFFLOAD,
+    "chunked_loss": YES,
+    "low_precision_optimizers": YES,
+    "custom_collate": YES,
+    "packing": YES,
+    "padding_free": YES,
+    "validation": YES,
+    "step_checkpointing": YES,
+    "resume": YES,
+    "metric_logging": YES,
+    "profiler": YES,
+    "knowledge_distillation": na(
+        "no teacher: distil with knowledge_distillation_single_device / _distributed"
+    ),
+}
+NOT_LORA = {
+    "lora": na("full fine-tune: every weight trains"),
+    "qlora": na("full fine-tune: the base is not frozen"),
+    "dora": na("full fine-tune: every weight trains"),
+}
+LORA = {"lora": YES, "qlora": YES, "dora": YES}
+SINGLE = {
+    "fsdp2": na("one device: nothing to shard"),
+    "cpu_offload": na("one device: FSDP2's offload needs the distributed recipe"),
+}
+DIST = {
+    "fsdp2": YES,
+    "cpu_offload": gpu_only(
+        "FSDP2's CPU offload moves parameters and optimizer state off the accelerator; on a CPU-only "
+        "machine (the test machines) they are on the CPU already and the setting changes nothing"
+    ),
+}
+NO_QAT = {
+    "qat": na("use qat_single_device or qat_distributed"),
+    "learned_ranges": na("no QAT: use qat_single_device or qat_distributed"),
+}
+OPT_BWD = {"optimizer_in_backward": YES}
+NO_OPT_BWD_DIST = {
+    "optimizer_in_backward": na(
+        "FSDP2 reduces gradients after backward; stepping inside it would use unreduced grads"
+    )
+}
+# Preference tuning (DPO). What is checked for a DPO run is ✓; what runs but is not checked is
+# `unchecked`; what cannot apply is n/a.
+DPO_UNCHECKED = (
+    "runs in the DPO recipes (the same lines as the SFT recipes), but is not checked on a DPO run: "
+    "the DPO runs in the test suite are kept to the features DPO changes or must not break"
+)
+DPO_COMMON = {
+    "knowledge_distillation": na(
+        "preference tuning has no teacher: distil with the knowledge_distillation recipes"
+    ),
+    "grad_accumulation": YES,
+    "grad_clipping": YES,
+    "compile": unchecked(f"{DPO_UNCHECKED} (compile_loss compiles DPOLoss.chunk_loss)"),
+    "activation_checkpointing": unchecked(DPO_UNCHECKED),
+    "activation_offloading": _OFFLOAD,
+    "chunked_loss": unchecked(
+        f"{DPO_UNCHECKED}: DPOLoss projects the labelled tokens in loss.num_chunks blocks"
+    ),
+    "low_precision_optimizers": unchecked(DPO_UNCHECKED),
+    "custom_collate": unchecked(
+        f"{DPO_UNCHECKED}; a collate_fn must keep padded_collate_preference's layout (chosen rows, then rejected)"
+    ),
+    "packing": na("preference pairs are scored as whole rows; dataset.packed=true is refused with a message"),
+    "padding_free": na(
+        "preference pairs are scored as whole rows: chosen rows, then rejected (right-padded)"
+    ),
+    "validation": YES,  # training.validate over loss_on: the preference loss, rewards, log-prob accuracy
+    "step_checkpointing": unchecked(DPO_UNCHECKED),
+    "resume": YES,
+    "metric_logging": YES,
+    "profiler": unchecked(DPO_UNCHECKED),
+    "qat": na("no QAT preference recipe"),
+    "learned_ranges": na("no QAT preference recipe"),
+}
+KD = {
+    **SFT_COMMON,
+    "chunked_loss": na(
+        "the loss is KDLoss, which chunks cross-entropy and KL together: checked under knowledge_distillation"
+    ),
+    "knowledge_distillation": YES,
+    "lora": unchecked(
+        "a LoRA student is a config choice (the _kd_lora configs: a peft section), tested in "
+        "tests/recipes/test_kd.py; this recipe's feature checks run the full-student config"
+    ),
+    "qlora": na("a LoRA student over an NF4 base is not supported: use a full or LoRA student"),
+    "dora": na("the student's adapters are plain LoRA"),
+    **NO_QAT,
+}
