@@ -42,10 +42,10 @@ def bare_child(spec: dict) -> None:
     import torch.nn.functional as F
     from torch import nn
 
+    from ftune.checkpointing import load_hf
     from ftune.data import build_dataloader
     from ftune.data.collate import padded_collate_sft
     from ftune.datasets import demo_dataset
-    from ftune.models import load_hf
     from ftune.models.smollm2 import smollm2_tokenizer
 
     class NaiveLoRA(nn.Module):

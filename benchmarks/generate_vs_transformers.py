@@ -101,8 +101,8 @@ def main() -> None:
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ftune.checkpointing import load_hf
     from ftune.generation import generate
-    from ftune.models import load_hf
 
     folder = args.home.expanduser() / "models" / MODEL
     torch.manual_seed(0)

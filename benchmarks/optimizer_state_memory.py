@@ -17,7 +17,7 @@ import importlib
 
 import torch
 
-from ftune.quantization.torchao_logs import quiet_torchao_import_logs
+from ftune.runtime.torchao_logs import quiet_torchao_import_logs
 
 OPTIMIZERS = {
     "torch.optim.AdamW (fp32 state)": "torch.optim.AdamW",

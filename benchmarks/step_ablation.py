@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 
 from ftune import training
+from ftune.checkpointing import load_hf
 from ftune.datasets import demo_dataset
-from ftune.models import load_hf
 from ftune.models.smollm2 import smollm2_tokenizer
 from ftune.modules import attention, cpu_attention
 from ftune.peft import apply_lora

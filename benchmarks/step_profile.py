@@ -38,8 +38,8 @@ from step_ablation import saved_activation_mib  # noqa: E402
 from vs_torchtune import MODEL_NAME, corpus_rows  # noqa: E402
 
 from ftune import training  # noqa: E402
+from ftune.checkpointing import load_hf  # noqa: E402
 from ftune.config import instantiate  # noqa: E402
-from ftune.models import load_hf  # noqa: E402
 from ftune.peft import apply_lora  # noqa: E402
 from ftune.training.batch_loss import batch_loss  # noqa: E402
 from ftune.training.memory import peak_memory_gib  # noqa: E402

@@ -12,7 +12,7 @@ Every configuration runs in its own subprocess, so that peak RSS figures do not 
   DiskLogger JSONL (``tokens_per_second``, ``peak_memory_gib``). The logged rate is a 10-step
   sliding window, so the per-step durations are recovered exactly from it (see ``step_seconds``).
 - ``bare``: a plain loop in this file over the same model and batches: ftune's model modules
-  (``ftune.models.load_hf``, i.e. ``ftune.modules.TransformerDecoder``) switched to the textbook
+  (``ftune.checkpointing.load_hf``, i.e. ``ftune.modules.TransformerDecoder``) switched to the textbook
   computation (``plain_model_modules``: one causal SDPA call per layer, RMSNorm and SwiGLU left
   to autograd), called as ``model(tokens)`` (no document mask, positions 0..511), full logits, ``.float()``,
   ``F.cross_entropy``, ``clip_grad_norm_(1.0)``, ``torch.optim.AdamW`` (same lr and weight decay as

@@ -3,11 +3,12 @@
 ckpt = HFCheckpointer(checkpoint_dir, output_dir, resume_from_checkpoint="auto")
 loaded = ckpt.load()                         # Loaded(model, adapter, recipe_state, family, step_dir)
 model = build_model(cfg.model, loaded.model, device=device, dtype=dtype)   # meta build, weights assigned
+model = load_hf("path/to/SmolLM2-135M")     # an HF folder to a model in one call (meta build + mmap'd weights)
 model = load_inference_model(ckpt, adapter_dir=..., device=..., dtype=...)  # generate/eval: merged or quantized
 ckpt.save(step, model.state_dict(), recipe_state=..., adapter_config=...)   # -> output_dir/step_<N>/
 """
 
-from ftune.checkpointing._checkpointer import SIDE_FILES, Checkpointer, Loaded
+from ftune.checkpointing._checkpointer import SIDE_FILES, Checkpointer
 from ftune.checkpointing.atomic import (
     COMPLETE_MARKER,
     atomic_path,
@@ -20,13 +21,14 @@ from ftune.checkpointing.atomic import (
     torch_save,
     write_json,
 )
-from ftune.checkpointing.hf import HFCheckpointer
+from ftune.checkpointing.hf import HFCheckpointer, load_hf
 from ftune.checkpointing.inference import (
     build_float_model,
     load_inference_model,
     load_quantized_model,
     merge_adapter_folder,
 )
+from ftune.checkpointing.loaded import Loaded
 from ftune.checkpointing.meta import MetaCheckpointer
 from ftune.checkpointing.model_build import (
     HF_CONFIG_FILE,
@@ -38,6 +40,7 @@ from ftune.checkpointing.model_build import (
 from ftune.checkpointing.model_fit import check_fits, check_tokenizer_fits, load_into, split_adapter
 from ftune.checkpointing.native import NativeCheckpointer, write_native
 from ftune.checkpointing.output_guard import OutputOnInputError, check_output_dir
+from ftune.checkpointing.quantized import load_quantized, read_quantized, save_quantized
 from ftune.checkpointing.recipe_state import (
     check_weights_only_safe,
     load_recipe_state,
@@ -62,7 +65,11 @@ __all__ = [
     "check_weights_only_safe",
     "find_latest_complete",
     "is_complete",
+    "load_hf",
     "load_into",
+    "load_quantized",
+    "read_quantized",
+    "save_quantized",
     "load_recipe_state",
     "mark_complete",
     "prune",

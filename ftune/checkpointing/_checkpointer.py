@@ -14,22 +14,20 @@ import abc
 import logging
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-
-from ftune.checkpointing import adapter as adapter_files
-from ftune.checkpointing import atomic, output_guard
+import ftune.checkpointing.adapter as adapter_files
+import ftune.checkpointing.atomic as atomic
+import ftune.checkpointing.output_guard as output_guard
+from ftune.checkpointing.families import check_family
+from ftune.checkpointing.loaded import Loaded, StateDict
 from ftune.checkpointing.model_fit import split_adapter
 from ftune.checkpointing.qat_ranges import RANGES_FILE, load_ranges, save_ranges, split_ranges
 from ftune.checkpointing.readers import require_dir
 from ftune.checkpointing.recipe_state import check_weights_only_safe, load_recipe_state, save_recipe_state
 
 logger = logging.getLogger(__name__)
-
-StateDict = dict[str, torch.Tensor]
 
 MERGED_SUBDIR = "merged"  # LoRA runs with save_adapter_weights_only=False: step_<N>/merged/
 
@@ -48,29 +46,6 @@ SIDE_FILES = (
     "chat_template.jinja",
     "NOTICE",
 )
-
-
-@dataclass
-class Loaded:
-    """What `Checkpointer.load()` returns.
-
-    Attributes:
-        model: model weights in ftune names (base model on a LoRA run).
-        adapter: adapter weights in ftune names when resuming a LoRA run, else None.
-        recipe_state: contents of `recipe_state.pt` when resuming, else None.
-        family: the model family (a key of `ftune.models.CONVERTERS`).
-        step_dir: the step folder resumed from, or None on a fresh run.
-        qat_ranges: the learned quantization ranges (`qat_ranges.safetensors`, ftune names) of the
-            folder the weights come from, when a QAT run with `quantizer.learn_ranges=true` wrote it;
-            else None.
-    """
-
-    model: StateDict
-    adapter: StateDict | None
-    recipe_state: dict[str, Any] | None
-    family: str
-    step_dir: Path | None
-    qat_ranges: StateDict | None = None
 
 
 class Checkpointer(abc.ABC):
@@ -143,8 +118,6 @@ class Checkpointer(abc.ABC):
     def family_of(self, folder: Path) -> str:
         """The model family: `model_type` when given, else detected once from `folder`."""
         if self._family is None:
-            from ftune.checkpointing.families import check_family
-
             self._family = check_family(self.model_type) if self.model_type else self._detect_family(folder)
         return self._family
 

@@ -17,6 +17,10 @@ import torch
 
 from ftune.checkpointing.atomic import save_safetensors, write_json
 from ftune.checkpointing.readers import read_safetensors
+from ftune.peft.adapter_state import is_adapter_key
+from ftune.peft.dora import rescale_rows
+from ftune.peft.lora import merge_lora
+from ftune.peft.peft_format import from_peft, peft_adapter_config, to_peft
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -49,7 +53,6 @@ def peft_config(
     """
     if "peft_type" in adapter_config:
         return {**adapter_config, "base_model_name_or_path": base_model_name_or_path}
-    from ftune.peft.peft_format import peft_adapter_config
 
     unknown = sorted(set(adapter_config) - _SETTINGS - _IMPLIED)
     if unknown:
@@ -78,7 +81,6 @@ def save_adapter(
         adapter_config: see `peft_config`.
         base_model_name_or_path: recorded in the config, so `peft` finds the base model.
     """
-    from ftune.peft.peft_format import to_peft
 
     folder = Path(folder)
     peft_sd = to_peft(adapter, family)
@@ -93,7 +95,6 @@ def load_adapter(folder: str | os.PathLike, *, family: str) -> dict[str, torch.T
     Raises:
         FileNotFoundError / ValueError: missing or corrupt file (naming it).
     """
-    from ftune.peft.peft_format import from_peft
 
     return from_peft(read_safetensors(Path(folder) / ADAPTER_WEIGHTS_FILE), family)
 
@@ -115,9 +116,6 @@ def merged_state_dict(
     Returns:
         The base keys only, adapted layers' `weight` replaced by new merged tensors.
     """
-    from ftune.peft.adapter_state import is_adapter_key
-    from ftune.peft.dora import rescale_rows
-    from ftune.peft.lora import merge_lora
 
     alpha = float(adapter_config["lora_alpha"] if "peft_type" in adapter_config else adapter_config["alpha"])
     merged = {k: v for k, v in state.items() if not is_adapter_key(k)}

@@ -2,7 +2,7 @@
 
     convert_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", "checkpoints/smollm2")
 
-The folder holds what `transformers` and `ftune.models.load_hf` read: config.json,
+The folder holds what `transformers` and `ftune.checkpointing.load_hf` read: config.json,
 generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
 special_tokens_map.json. Quantized tensors are dequantized (the folder is for fine-tuning, not
 for llama.cpp), and the q/k row order that llama.cpp's converter imposes is undone.
@@ -22,15 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import gguf
-import numpy as np
 import torch
 
+from ftune.checkpointing import gguf_gemma3
 from ftune.checkpointing.atomic import atomic_path, save_safetensors, write_json
 from ftune.checkpointing.gguf_tensors import (
     _FLOAT_TYPES,
     check_tensor_types,
     dequantize,
     dequantized_state_dict,
+    gguf_float,
 )
 from ftune.checkpointing.gguf_tokenizer import (
     build_tokenizer,
@@ -97,7 +98,7 @@ def convert_gguf(
     check_tensor_types(reader.tensors, source=path)
     tensors = {t.name: t for t in reader.tensors}
     if arch == "gemma3":
-        from ftune.checkpointing import gguf_gemma3 as family  # imports this module: import here
+        family = gguf_gemma3
     else:
         family = None
     # Llama 3.1+ RoPE scaling, baked into a tensor by llama.cpp: it goes into config.json.
@@ -231,8 +232,8 @@ def hf_config(
         "num_key_value_heads": num_kv_heads,
         "head_dim": head_dim,
         "max_position_embeddings": int(get("context_length")),
-        "rms_norm_eps": _f32(get("attention.layer_norm_rms_epsilon")),
-        "rope_theta": _f32(get("rope.freq_base", 10_000.0)),
+        "rms_norm_eps": gguf_float(get("attention.layer_norm_rms_epsilon")),
+        "rope_theta": gguf_float(get("rope.freq_base", 10_000.0)),
         "rope_scaling": _rope_scaling(meta, arch, source),
         "hidden_act": "silu",
         "attention_bias": False,
@@ -280,7 +281,7 @@ def _llama3_rope_scaling(
 ) -> dict:
     # The file keeps only the divisors. Take the factor from the slowest frequency, assume Llama 3's
     # other constants, and accept them only if they reproduce every stored divisor.
-    params = {"factor": _f32(rope_freqs.max().item()), **LLAMA3_ROPE}
+    params = {"factor": gguf_float(rope_freqs.max().item()), **LLAMA3_ROPE}
     expected = llama3_rope_factors(theta, head_dim, **params)
     if rope_freqs.shape != expected.shape or not torch.allclose(rope_freqs.flatten(), expected, rtol=1e-4):
         raise ValueError(
@@ -296,17 +297,14 @@ def _rope_scaling(meta: Mapping[str, Any], arch: str, source: str | os.PathLike)
     if kind == "none":
         return None
     if kind == "linear":
-        return {"rope_type": "linear", "factor": _f32(require(meta, f"{arch}.rope.scaling.factor", source))}
+        return {
+            "rope_type": "linear",
+            "factor": gguf_float(require(meta, f"{arch}.rope.scaling.factor", source)),
+        }
     raise ValueError(
         f"{source}: GGUF metadata '{arch}.rope.scaling.type' is {kind!r}; convert_gguf supports 'none' and "
         "'linear'. Download the original Hugging Face checkpoint of this model instead."
     )
-
-
-def _f32(value: float) -> float:
-    # GGUF stores these as float32: 1e-5 reads back as 9.999999747378752e-06. Write the shortest
-    # decimal that is the same float32, as the model's own config.json does.
-    return float(np.format_float_positional(np.float32(value), unique=True, trim="0"))
 
 
 def hf_key(name: str, *, source: str | os.PathLike) -> str:

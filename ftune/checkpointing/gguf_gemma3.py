@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from ftune.checkpointing import gguf as _gguf
-from ftune.checkpointing.gguf_tensors import dequantized_state_dict
+from ftune.checkpointing.gguf_tensors import dequantized_state_dict, gguf_float
 from ftune.checkpointing.gguf_tokenizer import generation_config as _generation_config
 from ftune.checkpointing.gguf_tokenizer import require, special_token_ids
 
@@ -126,12 +125,12 @@ def hf_config(
         "num_key_value_heads": int(get("attention.head_count_kv", num_heads)),
         "head_dim": head_dim,
         "max_position_embeddings": int(get("context_length")),
-        "rms_norm_eps": _gguf._f32(get("attention.layer_norm_rms_epsilon")),
-        "rope_theta": _gguf._f32(get("rope.freq_base")),
-        "rope_local_base_freq": _gguf._f32(get("rope.freq_base_swa", LOCAL_ROPE_BASE)),
+        "rms_norm_eps": gguf_float(get("attention.layer_norm_rms_epsilon")),
+        "rope_theta": gguf_float(get("rope.freq_base")),
+        "rope_local_base_freq": gguf_float(get("rope.freq_base_swa", LOCAL_ROPE_BASE)),
         "rope_scaling": None
         if scaling == "none"
-        else {"rope_type": "linear", "factor": _gguf._f32(get("rope.scaling.factor"))},
+        else {"rope_type": "linear", "factor": gguf_float(get("rope.scaling.factor"))},
         "sliding_window": int(get("attention.sliding_window")),
         "sliding_window_pattern": pattern,
         "layer_types": [

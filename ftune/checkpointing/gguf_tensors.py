@@ -110,3 +110,9 @@ def dequantized_state_dict(
             f"{missing[:3]}, unexpected {extra[:3]} (HF names). The file is truncated or inconsistent."
         )
     return state_dict
+
+
+def gguf_float(value: float) -> float:
+    """A float GGUF stores as float32 (1e-5 reads back as 9.999999747378752e-06), as the shortest
+    decimal that is the same float32, which is what the model's own config.json holds."""
+    return float(np.format_float_positional(np.float32(value), unique=True, trim="0"))

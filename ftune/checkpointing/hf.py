@@ -17,17 +17,22 @@ from `text_config`), in the input's shard files minus those that held only visio
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ftune.checkpointing import atomic
-from ftune.checkpointing._checkpointer import Checkpointer, StateDict
-from ftune.checkpointing.families import converter, family_from_hf_config, image_text_kind, text_model_config
+import ftune.checkpointing.atomic as atomic
+from ftune.checkpointing._checkpointer import Checkpointer
+from ftune.checkpointing.families import converter, family_from_hf_config
 from ftune.checkpointing.hf_config_check import check_against_weights
+from ftune.checkpointing.loaded import StateDict
+from ftune.checkpointing.model_build import build_model
 from ftune.checkpointing.readers import read_json, read_weights, require_file
+from ftune.models import image_text_kind, text_model_config
+from ftune.modules.transformer import TransformerDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -258,3 +263,30 @@ class HFCheckpointer(Checkpointer):
             if key in config and dtype is not None:
                 config[key] = dtype
         atomic.write_json(config, folder / CONFIG_FILE)
+
+
+def load_hf(
+    checkpoint_dir: str | os.PathLike, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+) -> TransformerDecoder:
+    """One call from an HF checkpoint folder to a model: `HFCheckpointer(folder).load()` + `build_model`.
+
+    The model is built on the meta device from config.json and the (memory-mapped) weights are
+    assigned into it, so weights already in `dtype` exist once, in the page cache; other dtypes
+    are cast tensor by tensor. It loads exactly as the recipes, generate, eval and quantize do.
+
+    Args:
+        checkpoint_dir: folder with config.json and model.safetensors (or an index and shards, or
+            pytorch_model*.bin).
+        dtype: parameter dtype.
+        device: where the parameters live.
+
+    Returns:
+        The loaded model, in train mode.
+
+    Raises:
+        FileNotFoundError: config.json or the weights are missing.
+        ValueError: an unsupported architecture, or weights that do not fit config.json.
+        KeyError: an unknown tensor name in the checkpoint.
+    """
+    loaded = HFCheckpointer(checkpoint_dir).load()  # read-only: no output_dir
+    return build_model(None, loaded.model, device=device, dtype=dtype, checkpoint_dir=checkpoint_dir)

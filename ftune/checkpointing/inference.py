@@ -20,18 +20,18 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
+from ftune.checkpointing._checkpointer import Checkpointer
 from ftune.checkpointing.adapter import ADAPTER_CONFIG_FILE, has_adapter, load_adapter, merged_state_dict
+from ftune.checkpointing.loaded import Loaded
 from ftune.checkpointing.model_build import build_model, meta_model, read_hf_config
 from ftune.checkpointing.native import QUANTIZED_FILE
+from ftune.checkpointing.quantized import load_quantized
 from ftune.checkpointing.readers import read_json
-
-if TYPE_CHECKING:
-    from ftune.checkpointing import Checkpointer, Loaded
 
 logger = logging.getLogger(__name__)
 
@@ -178,10 +178,8 @@ def load_quantized_model(
         (model in eval mode, the checkpoint's metadata).
 
     Raises:
-        FileNotFoundError / ValueError: see `quantized_file` and `ftune.quantization.load_quantized`.
+        FileNotFoundError / ValueError: see `quantized_file` and `ftune.checkpointing.quantized.load_quantized`.
     """
-    from ftune.quantization import load_quantized
-
     file = quantized_file(path)
     builder = None
     if model is not None or read_hf_config(file.parent) is not None:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from ftune.checkpointing import atomic
-from ftune.checkpointing._checkpointer import Checkpointer, StateDict
+import ftune.checkpointing.atomic as atomic
+from ftune.checkpointing._checkpointer import Checkpointer
 from ftune.checkpointing.families import converter, known_families
+from ftune.checkpointing.loaded import StateDict
 from ftune.checkpointing.readers import read_json, read_weights, require_file
 
 WEIGHTS_FILE = "consolidated.00.pth"

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ftune.checkpointing.families import text_model_config
 from ftune.checkpointing.hf_config_check import check_against_model
 from ftune.checkpointing.model_fit import load_into
 from ftune.checkpointing.readers import read_json
 from ftune.config import instantiate
+from ftune.models import model_from_hf_config, text_model_config
 from ftune.runtime.device import default_dtype
 
 HF_CONFIG_FILE = "config.json"
@@ -76,8 +76,6 @@ def meta_model(
             "unknown. Add a model section to the config (e.g. model=ftune.models.llama3.llama3_8b), or point "
             "checkpointer.checkpoint_dir at a Hugging Face folder."
         )
-    from ftune.models import model_from_hf_config
-
     return model_from_hf_config(config, dtype=dtype, device="meta")[1]
 
 

@@ -9,15 +9,12 @@ match, with one exception on a fresh LoRA/DoRA run: the adapter tensors (`lora_a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from ftune.checkpointing.loaded import Loaded
 from ftune.peft.adapter_state import is_adapter_key
-
-if TYPE_CHECKING:
-    from ftune.checkpointing._checkpointer import Loaded
 
 _SHOW = 8  # at most this many keys per list in a message
 

@@ -3,8 +3,8 @@
 A native folder holds the weights and `ftune_meta.json` ({"format": "ftune", "version",
 "family", "weights"}), plus `config.json` and tokenizer files when the base folder had them.
 Plain tensors go to `model.safetensors`. Quantized state dicts (torchao tensor subclasses, which
-safetensors cannot store) go to `model.pt` in `ftune.quantization`'s file format
-(`save_quantized` / `read_quantized`), loaded with `torch.load(weights_only=True)`; so the quantize
+safetensors cannot store) go to `model.pt` in the quantized file format (`ftune.checkpointing.quantized`:
+`save_quantized` / `read_quantized`), loaded with `torch.load(weights_only=True)`; so the quantize
 recipe's output and this checkpointer read the same files.
 """
 
@@ -15,9 +15,12 @@ from typing import Any
 
 import torch
 
-from ftune.checkpointing import atomic
-from ftune.checkpointing._checkpointer import Checkpointer, StateDict
+import ftune.checkpointing.atomic as atomic
+from ftune.checkpointing._checkpointer import Checkpointer
+from ftune.checkpointing.families import check_family
+from ftune.checkpointing.loaded import StateDict
 from ftune.checkpointing.model_build import HF_CONFIG_FILE, read_hf_config
+from ftune.checkpointing.quantized import read_quantized, save_quantized
 from ftune.checkpointing.readers import read_json, read_safetensors, require_file
 
 META_FILE = "ftune_meta.json"
@@ -57,7 +60,7 @@ def write_native(
         state: model weights (ftune names); plain tensors go to safetensors, quantized ones to `model.pt`.
         family: recorded in the metadata.
         hf_config: the model's config.json: written beside the weights, and stored in a quantized
-            file's metadata so that `ftune.quantization.load_quantized(path)` can rebuild the model alone.
+            file's metadata so that `load_quantized(path)` can rebuild the model alone.
         metadata: more JSON-serializable facts for a quantized file's metadata (e.g. the quantizer spec).
 
     Returns:
@@ -72,8 +75,6 @@ def write_native(
         weights = SAFETENSORS_FILE
         atomic.save_safetensors(state, folder / weights)
     else:
-        from ftune.quantization import save_quantized
-
         weights = QUANTIZED_FILE
         facts = {
             "family": family,
@@ -123,8 +124,6 @@ def read_native(folder: Path) -> StateDict:
     path = require_file(folder / meta.get("weights", SAFETENSORS_FILE), listed_in=folder / META_FILE)
     if path.suffix == ".safetensors":
         return read_safetensors(path)
-    from ftune.quantization import read_quantized
-
     try:
         return read_quantized(path)[1]
     except (RuntimeError, EOFError) as e:
@@ -143,8 +142,6 @@ class NativeCheckpointer(Checkpointer):
     """
 
     def _detect_family(self, folder: Path) -> str:
-        from ftune.checkpointing.families import check_family
-
         return check_family(read_native_meta(folder)["family"])
 
     def _read_model(self, folder: Path, family: str) -> StateDict:

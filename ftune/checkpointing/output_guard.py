@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ftune.checkpointing import atomic
+import ftune.checkpointing.atomic as atomic
 
 logger = logging.getLogger(__name__)
 

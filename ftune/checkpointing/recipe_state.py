@@ -19,6 +19,7 @@ import torch
 
 from ftune.checkpointing.atomic import torch_save
 from ftune.checkpointing.readers import read_torch
+from ftune.runtime.torchao_logs import quiet_torchao_import_logs
 
 RECIPE_STATE_FILE = "recipe_state.pt"
 
@@ -127,8 +128,6 @@ def read_torch_allowing_torchao_optim(path: Path) -> Any:
     except ValueError:
         if not _pickle_names_torchao_optim(path):
             raise
-    from ftune.quantization.torchao_logs import quiet_torchao_import_logs
-
     quiet_torchao_import_logs()
     import torchao.optim  # noqa: F401  (registers OptimState8bit/4bit/Fp8 as safe globals)
 

@@ -15,10 +15,13 @@ import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
+from ftune.checkpointing.gguf import convert_gguf
 from ftune.checkpointing.output_guard import check_output_file, check_output_folder
 from ftune.cli.packaged_gguf import FOLDERS, packaged_gguf
+from ftune.cli.validate import validate
 from ftune.config.loading import ftune_home
 from ftune.config.run import report
+from ftune.torchtune import convert_torchtune_config, load_torchtune_yaml, render_yaml
 
 # What `convert_gguf` writes into its output folder (the checkpoint and its tokenizer files).
 GGUF_OUTPUTS = (
@@ -68,8 +71,6 @@ def main(argv: list[str]) -> int:
             out = args.output_dir or home / "models" / folder
             inputs = {} if packaged else {"the input GGUF file": src}
             check_output_folder(out, GGUF_OUTPUTS, option="--output-dir", force=args.force, inputs=inputs)
-            from ftune.checkpointing.gguf import convert_gguf
-
             result = convert_gguf(src, out)
             name = src.name
     except Exception as e:  # noqa: BLE001
@@ -79,10 +80,6 @@ def main(argv: list[str]) -> int:
 
 
 def _torchtune_config(args: argparse.Namespace) -> int:
-    from ftune.cli.validate import validate
-    from ftune.config.torchtune_config import convert_torchtune_config
-    from ftune.config.torchtune_yaml import load_torchtune_yaml, render_yaml
-
     try:
         if args.output is not None:  # before reading or writing anything
             check_output_file(

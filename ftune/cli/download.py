@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
 from ftune.config.loading import ftune_home
 
 
@@ -56,9 +59,6 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
     try:
         path = snapshot_download(
             args.repo_id, local_dir=out, token=args.hf_token, ignore_patterns=args.ignore_patterns

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -39,12 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] == "--version" or argv[0] not in COMMANDS:
         parser = build_parser()
         if argv and argv[0] not in ("-h", "--help", "--version") and argv[0] not in COMMANDS:
-            from ftune.config.errors import did_you_mean
-
+            close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
             parser.exit(
                 2,
-                f"ftune: error: unknown command {argv[0]!r}.{did_you_mean(argv[0], COMMANDS)}"
-                f" Commands: {', '.join(COMMANDS)}.\n",
+                f"ftune: error: unknown command {argv[0]!r}.{hint} Commands: {', '.join(COMMANDS)}.\n",
             )
         parser.parse_args(argv)
         parser.print_help()

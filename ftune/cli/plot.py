@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ftune.training.plotting import DEFAULT_NAME, output_file, plot_runs
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
@@ -23,8 +25,6 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--labels", help="comma-separated legend labels, one per run (default: folder names)")
     args = parser.parse_args(argv)
-
-    from ftune.training.plotting import DEFAULT_NAME, output_file, plot_runs
 
     output = output_file(
         args.output

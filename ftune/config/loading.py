@@ -10,6 +10,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ftune import registry
 from ftune.config.errors import ConfigError, did_you_mean
 from ftune.config.overrides import Override, is_component_path, parse_override
 from ftune.config.settings import absent_values, read_settings
@@ -129,8 +130,6 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     Raises:
         ConfigError: when neither a file nor a shipped config has that name (lists close names).
     """
-    from ftune import registry
-
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return path

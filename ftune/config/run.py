@@ -15,8 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ftune import registry
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config, load_config
+from ftune.config.recipe_file import settings_of
+from ftune.config.settings import describe
 from ftune.config.trust import trust_folder
 
 # Exceptions whose message is the whole story for a user: printed without a traceback.
@@ -100,18 +103,12 @@ def default_config_for(recipe_file: str | None) -> str | None:
     """The registry's default config for a recipe file, if the file is a shipped recipe."""
     if not recipe_file:
         return None
-    from ftune import registry
-
     recipe = registry.RECIPES.get(Path(recipe_file).stem)
     return recipe.default_config if recipe else None
 
 
 def recipe_help(module: Any) -> str:
     """`<recipe> --help`: usage, what the recipe does, and every setting of its SETTINGS with default and help."""
-    from ftune import registry
-    from ftune.config.recipe_file import settings_of
-    from ftune.config.settings import describe
-
     recipe_file = getattr(module, "__file__", None)
     name = Path(recipe_file).stem if recipe_file else "recipe"
     lines = [f"usage: ftune run {name} [--config <name|path>] [key=value ...] [--debug]"]

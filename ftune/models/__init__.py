@@ -1,8 +1,10 @@
-"""Model families, their converters, and loading from Hugging Face checkpoint folders.
+"""Model families, their converters, and models built from a Hugging Face config.json.
 
     ftune.models.CONVERTERS["llama3"].hf_to_ftune(sd)      # pure key/layout conversion
     family, model = ftune.models.model_from_hf_config(json.load(open("config.json")))
-    model = ftune.models.load_hf("path/to/SmolLM2-135M")    # meta build + mmap'd weights
+
+A checkpoint folder to a loaded model is `ftune.checkpointing.load_hf(folder)` (checkpointing sits
+above models in the layer order).
 
 Importing this package imports torch and the model code only (never `transformers`).
 """
@@ -19,7 +21,6 @@ from ftune.models._hf_config import (
     model_from_hf_config,
     text_model_config,
 )
-from ftune.models._load_hf import load_hf
 
 FAMILIES: tuple[str, ...] = (
     "llama2",
@@ -55,7 +56,6 @@ __all__ = [
     "builder_kwargs",
     "family_from_hf_config",
     "image_text_kind",
-    "load_hf",
     "model_from_hf_config",
     "text_model_config",
 ]

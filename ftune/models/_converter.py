@@ -4,7 +4,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from ftune.models import _hf_keys, _meta_keys
+import ftune.models._hf_keys as _hf_keys
+import ftune.models._meta_keys as _meta_keys
 from ftune.models._key_rename import StateDict
 
 

@@ -15,6 +15,8 @@ applied to the layer's `weight` key, so no family is special-cased here.
 
 import torch
 
+from ftune.models import CONVERTERS
+
 PEFT_PREFIX = "base_model.model."
 
 # ftune key suffix -> PEFT key suffix, after the module path.
@@ -27,8 +29,6 @@ _FROM_PEFT_SUFFIXES = {v: k for k, v in _SUFFIXES.items()}
 
 
 def _converter(family: str):
-    from ftune.models import CONVERTERS  # deferred: ftune.peft must not need the model zoo to import
-
     if family not in CONVERTERS:
         raise KeyError(
             f"No HF converter for model family {family!r}; known families: {sorted(CONVERTERS)}. "

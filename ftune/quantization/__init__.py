@@ -1,14 +1,14 @@
 """torchao quantization as config components: QAT (prepare/convert) and PTQ, one class per scheme.
 
 Importing this package quiets torchao's import-time lines about CUDA-only extensions on CPU
-machines (see `torchao_logs`); it must therefore run before the process's first `import torchao`.
+machines (see `ftune.runtime.torchao_logs`); it must therefore run before the process's first `import torchao`.
 """
 
-from ftune.quantization.torchao_logs import quiet_torchao_import_logs
+from ftune.runtime.torchao_logs import quiet_torchao_import_logs
 
 quiet_torchao_import_logs()
 
-from ftune.quantization.checkpoint import load_quantized, read_quantized, save_quantized  # noqa: E402
+from ftune.checkpointing.quantized import load_quantized, read_quantized, save_quantized  # noqa: E402
 from ftune.quantization.fake_quant import enable_fake_quant  # noqa: E402
 from ftune.quantization.quantizers import (  # noqa: E402
     QUANTIZERS,

@@ -5,6 +5,11 @@ from pathlib import Path
 
 import torch
 
+try:
+    import resource  # used only off Linux
+except ImportError:  # Windows
+    resource = None
+
 GIB = 1024**3
 
 
@@ -16,8 +21,11 @@ def _peak_rss_bytes() -> int:
                 return int(line.split()[1]) * 1024  # "VmHWM:   123456 kB"
     except OSError:
         pass
-    import resource  # not on Windows; only reached off Linux
-
+    if resource is None:
+        raise OSError(
+            "peak memory needs /proc/self/status (Linux) or Python's resource module (macOS, other Unixes); "
+            "this platform has neither."
+        )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
 

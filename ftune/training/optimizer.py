@@ -8,6 +8,7 @@ import torch
 
 from ftune.config import instantiate
 from ftune.runtime.rank import world_size
+from ftune.training.optimizer_in_backward import OptimizerInBackward
 
 
 def build_optimizer(
@@ -22,6 +23,4 @@ def build_optimizer(
             "after backward, so stepping inside backward would use unreduced gradients. Set "
             "optimizer_in_backward=false (or run the single-device recipe)."
         )
-    from ftune.training.optimizer_in_backward import OptimizerInBackward
-
     return OptimizerInBackward(params, lambda group: instantiate(node, group, _path="optimizer"))

@@ -18,8 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from ftune.checkpointing import load_hf
 from ftune.checkpointing.gguf import convert_gguf
-from ftune.models import load_hf
 
 Q = gguf.GGMLQuantizationType
 transformers = pytest.importorskip("transformers")

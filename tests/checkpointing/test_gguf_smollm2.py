@@ -109,9 +109,9 @@ def test_smollm2_logits_match_transformers_gguf(converted_model, reference_model
 @pytest.mark.smollm2
 def test_smollm2_logits_match_with_ftune_load_hf(smollm2_dir: Path, reference_model, batches) -> None:
     try:
-        from ftune.models import load_hf
+        from ftune.checkpointing import load_hf
     except ImportError:
-        pytest.skip("ftune.models.load_hf is not available")
+        pytest.skip("ftune.checkpointing.load_hf is not available")
     model = load_hf(smollm2_dir).eval()
     with torch.no_grad():
         for x in batches:

@@ -16,10 +16,9 @@ import yaml
 
 from ftune.cli.convert import main as convert_main
 from ftune.cli.validate import validate
-from ftune.config import torchtune_docs
-from ftune.config.torchtune_config import convert_torchtune_config, infer_recipe
-from ftune.config.torchtune_corpus import read_wheel_configs
-from ftune.config.torchtune_yaml import leaf_keys, load_torchtune_yaml
+from ftune.torchtune import convert_torchtune_config, infer_recipe, leaf_keys, load_torchtune_yaml
+from ftune.torchtune import docs as torchtune_docs
+from ftune.torchtune.corpus import read_wheel_configs
 
 WHEEL = "torchtune-0.6.1-py3-none-any.whl"
 _QLORA_FSDP = "qlora in lora_finetune_distributed: FSDP2 cannot shard NF4 base weights yet"
@@ -100,7 +99,7 @@ def test_migration_doc_is_the_rendered_table_and_corpus(corpus):
     doc = torchtune_docs.DOC.read_text(encoding="utf-8")
     assert doc == torchtune_docs.render(configs, results), (
         "docs/migrating-from-torchtune.md is stale: regenerate it with "
-        "`python -m ftune.config.torchtune_docs --wheel <torchtune-0.6.1 wheel> --write`"
+        "`python -m ftune.torchtune.docs --wheel <torchtune-0.6.1 wheel> --write`"
     )
     assert f"**{len(results) - len(EXCEPTIONS)} of {len(results)} " in doc
     for path in EXCEPTIONS:

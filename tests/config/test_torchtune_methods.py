@@ -10,8 +10,13 @@ import pytest
 import torch
 
 from ftune.config import instantiate
-from ftune.config.torchtune_config import convert_torchtune_config, infer_recipe
-from ftune.config.torchtune_yaml import conversion_problems, leaf_keys, load_torchtune_yaml
+from ftune.torchtune import (
+    conversion_problems,
+    convert_torchtune_config,
+    infer_recipe,
+    leaf_keys,
+    load_torchtune_yaml,
+)
 from ftune.training.dpo_loss import PairLogps
 
 COMMON = """

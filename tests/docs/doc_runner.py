@@ -295,8 +295,7 @@ def make_gemma3_image_text(ws: Workspace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
     from ftune_tiny_hf import build_tiny_gemma3_image_text
 
-    from ftune.checkpointing import HFCheckpointer
-    from ftune.models import load_hf
+    from ftune.checkpointing import HFCheckpointer, load_hf
     from ftune.peft import apply_lora
 
     folder = ws.ftune_home / "models" / "gemma-3-4b-it"

@@ -11,8 +11,8 @@ import torch
 from ftune_tiny_hf import build_tiny_gemma3_image_text
 from safetensors.torch import load_file, save_file
 
-from ftune.checkpointing import HFCheckpointer, meta_model
-from ftune.models import builder_kwargs, family_from_hf_config, load_hf, model_from_hf_config
+from ftune.checkpointing import HFCheckpointer, load_hf, meta_model
+from ftune.models import builder_kwargs, family_from_hf_config, model_from_hf_config
 from ftune.models.gemma3 import gemma3_4b
 from ftune.models.gemma3._image_text import TEXT_CONFIG_DEFAULTS, omitted_text_keys, text_decoder_key
 from ftune.peft import apply_lora

@@ -7,7 +7,8 @@ import torch
 from ftune_tiny_hf import TINY_HF, build_tiny_hf
 from safetensors.torch import load_file
 
-from ftune.models import CONVERTERS, FAMILIES, family_from_hf_config, load_hf
+from ftune.checkpointing import load_hf
+from ftune.models import CONVERTERS, FAMILIES, family_from_hf_config
 
 
 def test_every_family_has_a_tiny_parity_config() -> None:

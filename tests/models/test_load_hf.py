@@ -8,7 +8,8 @@ import pytest
 import torch
 from ftune_tiny_hf import build_tiny_hf
 
-from ftune.models import family_from_hf_config, load_hf, model_from_hf_config
+from ftune.checkpointing import load_hf
+from ftune.models import family_from_hf_config, model_from_hf_config
 
 BASE = dict(
     vocab_size=64,

@@ -9,8 +9,7 @@ import torch
 from ftune_tiny_hf import build_tiny_hf
 from safetensors.torch import load_file, save_file
 
-from ftune.checkpointing import HFCheckpointer
-from ftune.models import load_hf
+from ftune.checkpointing import HFCheckpointer, load_hf
 from ftune.peft import adapter_state_dict, apply_lora, peft_adapter_config, to_peft
 
 transformers = pytest.importorskip("transformers")

@@ -8,8 +8,9 @@ import pytest
 import torch
 from ftune_tiny_hf import GEMMA3_TINY, build_tiny_hf
 
+from ftune.checkpointing import load_hf
 from ftune.generation import generate
-from ftune.models import load_hf, model_from_hf_config
+from ftune.models import model_from_hf_config
 from ftune.models.gemma3._hf_config import gemma3_builder_kwargs
 from ftune.modules.masks import document_causal_mask
 

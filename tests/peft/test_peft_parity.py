@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ftune.models import family_from_hf_config, load_hf
+from ftune.checkpointing import load_hf
+from ftune.models import family_from_hf_config
 from ftune.peft import adapter_state_dict, apply_lora, from_peft, peft_adapter_config, to_peft
 
 transformers = pytest.importorskip("transformers")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ftune.quantization import quiet_torchao_import_logs
-from ftune.quantization.torchao_logs import PYTREE_LOGGER, TORCHAO_LOGGER
+from ftune.runtime.torchao_logs import PYTREE_LOGGER, TORCHAO_LOGGER
 
 needs_cpu_only = pytest.mark.skipif(
     torch.cuda.is_available(), reason="CUDA machines keep the extension lines"

@@ -7,8 +7,7 @@ device, and the run length; the converted settings, peft section, optimizer, sch
 run as converted.
 """
 
-from ftune.config.torchtune_config import convert_torchtune_config
-from ftune.config.torchtune_yaml import load_torchtune_yaml, render_yaml
+from ftune.torchtune import convert_torchtune_config, load_torchtune_yaml, render_yaml
 
 TT = """
 output_dir: /tmp/torchtune/qwen2_5_0_5B/lora_single_device

@@ -14,9 +14,9 @@ from features import losses
 from run_logs import _weights
 from spies import models_run
 
+from ftune.checkpointing import load_hf
 from ftune.checkpointing.inference import merge_adapter_folder
 from ftune.data.messages import Message
-from ftune.models import load_hf
 from ftune.models.smollm2 import smollm2_tokenizer
 from ftune.modules.transformer import TransformerDecoder
 

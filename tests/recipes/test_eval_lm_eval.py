@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from ftune import registry
+from ftune.checkpointing import load_hf
 from ftune.config import load_config
 from ftune.evaluation import harness
 from ftune.generation import generate
-from ftune.models import load_hf
 from ftune.models.smollm2 import smollm2_tokenizer
 
 pytest.importorskip("lm_eval")

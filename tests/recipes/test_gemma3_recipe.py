@@ -9,7 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from ftune.models import CONVERTERS, load_hf
+from ftune.checkpointing import load_hf
+from ftune.models import CONVERTERS
 from ftune.models.gemma3 import gemma3
 from ftune.peft import apply_lora, from_peft
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from tiny_checkpoint import tiny_overrides
 
 from ftune import registry
-from ftune.checkpointing import NativeCheckpointer
+from ftune.checkpointing import NativeCheckpointer, load_hf
 from ftune.checkpointing.adapter import load_adapter
 from ftune.checkpointing.inference import load_quantized_model, merge_adapter_folder, quantized_file
 from ftune.checkpointing.model_build import meta_model
@@ -26,7 +26,6 @@ from ftune.evaluation import exact_match, perplexity
 from ftune.evaluation.chat_samples import read_chat_samples
 from ftune.generation import generate
 from ftune.generation.streaming import TextStreamer
-from ftune.models import load_hf
 from ftune.models.smollm2 import smollm2_tokenizer
 from ftune.peft import apply_lora
 from ftune.quantization import Int8DynActInt4Weight, Int8WeightOnly

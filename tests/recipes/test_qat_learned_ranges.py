@@ -6,10 +6,10 @@ import pytest
 import torch
 from test_generate_quantize_eval import load_recipe
 
+from ftune.checkpointing import load_hf
 from ftune.checkpointing.inference import load_quantized_model
 from ftune.checkpointing.qat_ranges import load_ranges
 from ftune.config import load_config
-from ftune.models import load_hf
 from ftune.quantization import Int8DynActInt4Weight
 
 QAT = ("qat_single_device", "smollm2/135M_qat_full")

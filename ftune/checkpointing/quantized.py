@@ -2,8 +2,11 @@
 
 The state dict holds torchao tensor subclasses (IntxUnpackedToInt8Tensor, Int8Tensor, ...).
 torchao allowlists them for `torch.load(weights_only=True)` when `torchao.quantization` is
-imported (it calls `torch.serialization.add_safe_globals` for each class), which importing
-this module guarantees; so loading never unpickles arbitrary code.
+imported (it calls `torch.serialization.add_safe_globals` for each class), which
+`_register_torchao_tensors` does before every save and load; so loading never unpickles
+arbitrary code. torchao is imported there, not at the top: it costs about a second, and every
+`ftune validate` and every run imports this package, most of them without a quantized model.
+`ftune.quantization` re-exports the three functions.
 
 File layout (a dict, saved with `torch.save`):
     {"format": "ftune.quantized", "version": 1, "metadata": "<json>", "state_dict": {...}}
@@ -22,11 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torchao.quantization  # noqa: F401  (registers torchao's tensor classes as safe globals)
 from torch import nn
+
+from ftune.models import model_from_hf_config
+from ftune.runtime.torchao_logs import quiet_torchao_import_logs
 
 FORMAT = "ftune.quantized"
 VERSION = 1
+
+
+def _register_torchao_tensors() -> None:
+    """Import `torchao.quantization`, which registers its tensor classes as safe globals (once)."""
+    quiet_torchao_import_logs()
+    import torchao.quantization  # noqa: F401
 
 
 def save_quantized(model: nn.Module, path: str | Path, metadata: dict[str, Any]) -> Path:
@@ -60,6 +71,7 @@ def save_quantized(model: nn.Module, path: str | Path, metadata: dict[str, Any])
             f"None, lists and dicts of them): {e}. Convert objects to plain values, e.g. quantizer.spec()."
         ) from e
     state_dict = model.state_dict()
+    _register_torchao_tensors()
     allowed = set(torch.serialization.get_safe_globals())
     for key, tensor in state_dict.items():
         if type(tensor) is not torch.Tensor and type(tensor) not in allowed:
@@ -95,6 +107,7 @@ def read_quantized(path: str | Path, *, device: str | torch.device = "cpu") -> t
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"load_quantized: no quantized checkpoint at {path}.")
+    _register_torchao_tensors()
     payload = torch.load(path, map_location=device, weights_only=True)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(
@@ -143,8 +156,6 @@ def load_quantized(
                 f"load_quantized: {path} has no 'hf_config' in its metadata (keys: {sorted(metadata)}), so "
                 "the model cannot be rebuilt from it; pass the model (or a builder) as the second argument."
             )
-        from ftune.models import model_from_hf_config
-
         _, model = model_from_hf_config(metadata["hf_config"], device=device)
     elif not isinstance(model, nn.Module):
         model = model()

@@ -11,7 +11,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ftune.config.torchtune_yaml import load_torchtune_yaml
+from ftune.torchtune.yaml_io import load_torchtune_yaml
 
 CONFIGS_PREFIX = "recipes/configs/"
 REGISTRY_FILE = "torchtune/_recipe_registry.py"

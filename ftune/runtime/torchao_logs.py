@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 
+import torch
+
 TORCHAO_LOGGER = "torchao"
 PYTREE_LOGGER = "torch.utils._pytree"
 
@@ -31,8 +33,6 @@ class _DropCudaOnlyExtensionLoadFailures(logging.Filter):
         message = record.getMessage()
         if not message.startswith("Failed to load") or not any(e in message for e in _CUDA_ONLY_EXTENSIONS):
             return True
-        import torch
-
         return torch.cuda.is_available()
 
 
@@ -51,7 +51,7 @@ def quiet_torchao_import_logs() -> None:
     """Install the filters on the `torchao` and `torch.utils._pytree` loggers (idempotent).
 
     Call it before the first `import torchao` of the process; `ftune.quantization` does so on
-    import. Records other than those described in the module docstring pass unchanged.
+    import, and `ftune.checkpointing` before it imports torchao to read a quantized file. Records other than those described in the module docstring pass unchanged.
     """
     for logger_name, filter_type in (
         (TORCHAO_LOGGER, _DropCudaOnlyExtensionLoadFailures),

@@ -1,17 +1,19 @@
 """What each torchtune 0.6.1 config key and component becomes in ftune: the converter's one table.
 
 `ftune convert torchtune-config` reads only this table (plus a few value rules in
-`torchtune_config.py` and `torchtune_methods.py`), and docs/migrating-from-torchtune.md is rendered from it, so the page
+`convert.py` and `methods.py`), and docs/migrating-from-torchtune.md is rendered from it, so the page
 cannot drift from what the converter does. A key is either mapped (to the ftune key named here),
 covered (ftune needs no key for it: the reason says why), or unsupported (the reason says what
 ftune lacks). Nothing is dropped without one of the three.
 
-Pure data: importing this module imports neither torch nor torchtune.
+Pure data: importing this module imports neither torch nor torchtune (ftune.registry is pure Python).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ftune import registry
 
 # torchtune recipe -> ftune recipe (one ftune config serves the single-device and distributed recipe).
 RECIPES: dict[str, str] = {
@@ -31,7 +33,8 @@ RECIPES: dict[str, str] = {
     "quantize": "quantize",
     "eleuther_eval": "eval",
 }
-KD_RECIPES = ("knowledge_distillation_single_device", "knowledge_distillation_distributed")
+# The torchtune recipes whose ftune recipe distils (tagged [kd] in ftune/registry.py): their configs have a teacher.
+KD_RECIPES = tuple(tt for tt, ours in RECIPES.items() if "kd" in registry.RECIPES[ours].tags)
 
 # torchtune recipes ftune has no counterpart for yet, with what to do instead.
 MISSING_RECIPES: dict[str, str] = {

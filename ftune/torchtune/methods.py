@@ -1,7 +1,7 @@
 """The keys of torchtune's DPO, distillation and lm-eval configs that need a rule, not only a table entry.
 
-`torchtune_config.py` converts every config the same way (settings, sections, components from
-`torchtune_table.py`); it hands these keys here:
+`convert.py` converts every config the same way (settings, sections, components from
+`table.py`); it hands these keys here:
 
 - full DPO: torchtune's `ref_checkpointer` loads the reference model. ftune's full_dpo_distributed
   takes the reference from the checkpointer's starting weights, so a reference in the same folder
@@ -15,13 +15,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import ftune.torchtune.table as table
 from ftune import registry
-from ftune.config import torchtune_table as table
-
-if TYPE_CHECKING:
-    from ftune.config.torchtune_config import _Converter
+from ftune.torchtune.conversion import Converter
 
 # (ftune recipe, torchtune key) -> why the ftune recipe needs no key for it.
 _UNUSED: dict[tuple[str, str], str] = {
@@ -52,7 +50,7 @@ def unused_by_recipe(recipe: str, key: str, value: Any) -> tuple[str, str] | Non
     return "covered", reason
 
 
-def convert_special(c: _Converter, tt_recipe: str, key: str, value: Any) -> bool:
+def convert_special(c: Converter, tt_recipe: str, key: str, value: Any) -> bool:
     """Report (and convert) a top-level key the generic rules would get wrong; False when it is not one."""
     if key == "ref_checkpointer" and isinstance(value, dict):
         _reference(c, value)
@@ -74,7 +72,7 @@ def convert_special(c: _Converter, tt_recipe: str, key: str, value: Any) -> bool
     return True
 
 
-def method_defaults(c: _Converter, tt_recipe: str) -> None:
+def method_defaults(c: Converter, tt_recipe: str) -> None:
     """What torchtune implies for a distillation config and ftune's schema states: kd_ratio, the teacher's tokenizer."""
     if tt_recipe not in table.KD_RECIPES:
         return
@@ -97,7 +95,7 @@ def feature_by_config(recipe: str, feature: str) -> bool:
     return any(m.endswith("_" + feature) for m in registry.RECIPES[recipe].methods)
 
 
-def _all(c: _Converter, key: str, value: Any, status: str, detail: str) -> None:
+def _all(c: Converter, key: str, value: Any, status: str, detail: str) -> None:
     for sub in value if isinstance(value, dict) else [None]:
         c.note(key if sub is None else f"{key}.{sub}", status, detail)  # type: ignore[arg-type]
 
@@ -106,7 +104,7 @@ def _folder(value: Any) -> str | None:
     return str(value).rstrip("/") if value is not None else None
 
 
-def _reference(c: _Converter, node: dict[str, Any]) -> None:
+def _reference(c: Converter, node: dict[str, Any]) -> None:
     if c.recipe != "full_dpo_distributed":
         why = "the policy with its adapters off" if c.recipe.startswith("lora_dpo") else "none"
         _all(
@@ -143,7 +141,7 @@ def _reference(c: _Converter, node: dict[str, Any]) -> None:
             )
 
 
-def _kd_cross_entropy(c: _Converter, node: dict[str, Any]) -> None:
+def _kd_cross_entropy(c: Converter, node: dict[str, Any]) -> None:
     component = node.get("_component_")
     for sub, value in node.items():
         key = f"loss.{sub}"

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from ftune.config.torchtune_config import Conversion
+import yaml
+from omegaconf import OmegaConf
+
+from ftune import registry
+from ftune.config.errors import ConfigError
+from ftune.config.loading import load_config
+from ftune.config.recipe_file import recipe_settings
+from ftune.config.settings import collect_problems
+from ftune.torchtune.conversion import Conversion
 
 
 def load_torchtune_yaml(text: str) -> dict[str, Any]:
     """Parse a torchtune YAML as torchtune does (OmegaConf: `3e-4` is a float, `${...}` kept unresolved)."""
-    from omegaconf import OmegaConf
-
     data = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
     if not isinstance(data, dict):
         raise ValueError(f"a torchtune config is a YAML mapping, got {type(data).__name__}.")
@@ -30,8 +38,6 @@ def leaf_keys(tt: dict[str, Any]) -> list[str]:
 
 def render_yaml(conversion: Conversion, source: str) -> str:
     """The converted config as YAML, headed by comments: where it came from, how to run it, every unmapped key."""
-    import yaml
-
     head = [
         f"# Converted from the torchtune config {source} by `ftune convert torchtune-config`.",
         f"# Run: ftune run {conversion.recipe} --config <this file>",
@@ -49,15 +55,6 @@ def conversion_problems(conversion: Conversion, source: str = "converted.yaml") 
     `${...}` interpolations and the file-based checks are the same; weights and tokenizer files
     need not exist (validation builds nothing).
     """
-    import tempfile
-    from pathlib import Path
-
-    from ftune import registry
-    from ftune.config.errors import ConfigError
-    from ftune.config.loading import load_config
-    from ftune.config.recipe_file import recipe_settings
-    from ftune.config.settings import collect_problems
-
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / Path(source).name
         path.write_text(render_yaml(conversion, source))

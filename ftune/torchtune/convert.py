@@ -5,27 +5,25 @@
     conversion.recipe     # the ftune recipe it is for
     conversion.report     # one KeyReport per torchtune key: mapped, covered or unsupported
 
-The key and component mappings are the table in `torchtune_table.py`; this module holds the rules
+The key and component mappings are the table in `table.py`; this module holds the rules
 that need code: which recipe a config is for, model builders (a `lora_*`/`qlora_*` builder becomes
 the base builder plus a `peft` section; a distillation config's teacher too), tokenizers (picked
 by the model's family) and paths (torchtune's `/tmp/<model>` placeholders become
 `${ftune_home:}/models/<model>`). The rules of the DPO, distillation and lm-eval configs are in
-`torchtune_methods.py`.
+`methods.py`; the result types are in `conversion.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+import ftune.torchtune.methods as methods
+import ftune.torchtune.table as table
 from ftune import registry
-from ftune.config import torchtune_methods as methods
-from ftune.config import torchtune_table as table
 from ftune.config.recipe_file import recipe_settings
-
-Status = Literal["mapped", "covered", "unsupported"]
+from ftune.torchtune.conversion import Conversion, Converter, KeyReport
 
 _SETTINGS_ORDER = [
     "output_dir seed device dtype batch_size grad_accum_steps epochs max_steps clip_grad_norm shuffle".split(),
@@ -36,47 +34,6 @@ _SECTION_ORDER = (
     "model tokenizer checkpointer teacher_model teacher_tokenizer teacher_checkpointer peft quantizer dataset "
     "loss optimizer lr_scheduler metric_logger"
 )
-
-
-@dataclass(frozen=True)
-class KeyReport:
-    """What became of one torchtune key (dotted path)."""
-
-    key: str
-    status: Status
-    detail: str
-
-
-@dataclass
-class Conversion:
-    """An ftune config converted from a torchtune one."""
-
-    recipe: str
-    config: dict[str, Any]
-    report: list[KeyReport] = field(default_factory=list)
-
-    @property
-    def unsupported(self) -> list[KeyReport]:
-        return [r for r in self.report if r.status == "unsupported"]
-
-
-class _Converter:
-    def __init__(self, tt: dict[str, Any], recipe: str) -> None:
-        self.tt, self.recipe = tt, recipe
-        self.out: dict[str, Any] = {}
-        self.report: list[KeyReport] = []
-        self.family: str | None = None
-        self.teacher_family: str | None = None
-
-    def note(self, key: str, status: Status, detail: str) -> None:
-        self.report.append(KeyReport(key, status, detail))
-
-    def set(self, dotted: str, value: Any) -> None:
-        node = self.out
-        *parents, last = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
 
 
 def _path(value: Any) -> Any:
@@ -119,7 +76,7 @@ def infer_recipe(tt: dict[str, Any]) -> str:
     return "lora_finetune_single_device" if lora else "full_finetune_single_device"
 
 
-def _convert_model(c: _Converter, node: dict[str, Any], section: str = "model") -> None:
+def _convert_model(c: Converter, node: dict[str, Any], section: str = "model") -> None:
     """The student's (or only) model, with its peft section; or, as section teacher_model, the teacher."""
     component = str(node.get("_component_", ""))
     parts = component.split(".")
@@ -196,7 +153,7 @@ def _convert_model(c: _Converter, node: dict[str, Any], section: str = "model") 
     c.out["peft"] = peft
 
 
-def _convert_tokenizer(c: _Converter, node: dict[str, Any]) -> None:
+def _convert_tokenizer(c: Converter, node: dict[str, Any]) -> None:
     if c.family is None:
         c.note("tokenizer._component_", "unsupported", "the model section did not convert, so no family")
         return
@@ -218,7 +175,7 @@ def _convert_tokenizer(c: _Converter, node: dict[str, Any]) -> None:
             c.note(path, "unsupported", f"{key}={value!r}: no ftune tokenizer argument for it")
 
 
-def _convert_component(c: _Converter, section: str, node: dict[str, Any]) -> None:
+def _convert_component(c: Converter, section: str, node: dict[str, Any]) -> None:
     component = str(node.get("_component_", ""))
     rule = table.COMPONENTS.get(component)
     if rule is None:
@@ -256,7 +213,7 @@ def _settings_fields(recipe: str) -> set[str]:
     return {f.name for f in dataclasses.fields(recipe_settings(registry.RECIPES[recipe].file))}
 
 
-def _convert_setting(c: _Converter, key: str, rule: table.Key, value: Any, fields: set[str]) -> None:
+def _convert_setting(c: Converter, key: str, rule: table.Key, value: Any, fields: set[str]) -> None:
     if key in ("tensor_parallel_dim",) and value not in (1, None):
         c.note(key, "unsupported", f"{value}: ftune has no tensor parallelism (FSDP2 only)")
     elif key == "max_steps_per_epoch" and value is not None and c.tt.get("epochs", 1) != 1:
@@ -305,7 +262,7 @@ def convert_torchtune_config(tt: dict[str, Any], *, recipe: str | None = None) -
             f"unknown torchtune recipe {tt_recipe!r}; known: {', '.join(sorted(table.RECIPES))}."
         )
     ftune_recipe = table.RECIPES[tt_recipe]
-    c = _Converter(tt, ftune_recipe)
+    c = Converter(tt, ftune_recipe)
     fields = _settings_fields(ftune_recipe)
     models = ("model", "teacher_model") if tt_recipe in table.KD_RECIPES else ("model",)
     for key in models:  # first: the tokenizer and each checkpointer's model_type follow a model's family
@@ -339,7 +296,7 @@ def convert_torchtune_config(tt: dict[str, Any], *, recipe: str | None = None) -
     return Conversion(ftune_recipe, _ordered(c.out), c.report)
 
 
-def _defaults(c: _Converter, tt_recipe: str) -> None:
+def _defaults(c: Converter, tt_recipe: str) -> None:
     """Where torchtune's default for an absent key differs from ftune's, write torchtune's."""
     if "peft" in c.out and "save_adapter_weights_only" not in c.tt and "checkpointer" in c.out:
         c.out["checkpointer"]["save_adapter_weights_only"] = False  # torchtune's LoRA recipes: full model too
@@ -350,7 +307,7 @@ def _defaults(c: _Converter, tt_recipe: str) -> None:
     methods.method_defaults(c, tt_recipe)
 
 
-def _check_features(c: _Converter) -> None:
+def _check_features(c: Converter) -> None:
     """A feature the config uses must be one the ftune recipe supports (the registry says why not)."""
     used = []
     if "peft" in c.out:
