@@ -280,3 +280,11 @@ def test_the_layout_checks_catch_what_they_should(tmp_path):
         ("wandb", True, 4),
         ("ftune.models.gemma3", True, 5),
     ]
+
+
+def test_contributing_states_the_layer_order():
+    """CONTRIBUTING.md shows LAYERS as they are, one layer a line, lowest first."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    block = text.split("<!-- layer order:", 1)[1].split("<!-- end layer order -->", 1)[0]
+    shown = block.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    assert shown == [", ".join(layer) for layer in LAYERS]
