@@ -1,4 +1,4 @@
-"""The layout rules of STYLE.md that a machine can check: no file over 400 lines, the library never
+"""The layout rules of CONTRIBUTING.md that a machine can check: no file over 400 lines, the library never
 imports the recipes or the CLI, and one layer order of the library's packages (LAYERS below) with no
 import cycle and no import in a function body except optional dependencies."""
 
