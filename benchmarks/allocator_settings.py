@@ -49,7 +49,7 @@ def child(method: str, steps: int, home: Path) -> dict:
     from step_profile import build, train_step
     from vs_torchtune import MODEL_NAME, corpus_rows
 
-    from ftune.training.memory import peak_memory_gib
+    from ftune.training.run.memory import peak_memory_gib
 
     model_dir = home / "models" / MODEL_NAME
     tokens = torch.tensor(corpus_rows(model_dir, 4, 512))

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ftune.training.plotting import DEFAULT_NAME, output_file, plot_runs
+from ftune.training.run.plotting import DEFAULT_NAME, output_file, plot_runs
 
 
 def main(argv: list[str]) -> int:

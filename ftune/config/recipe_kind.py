@@ -20,7 +20,7 @@ from typing import Any
 from ftune import registry
 from ftune.config.errors import ConfigError
 
-# The keys `ftune.training.resume.snapshot` writes first into recipe_state.pt.
+# The keys `ftune.training.snapshot` writes first into recipe_state.pt.
 RECIPE_KEY, KIND_KEY = "ftune_recipe", "ftune_recipe_kind"
 _ADAPTER_FILE = "adapter_model.safetensors"  # ftune.checkpointing.adapter.ADAPTER_WEIGHTS_FILE
 _STEP = re.compile(r"step_(\d+)")

@@ -1,4 +1,17 @@
-"""The training loop's primitives: every recipe calls these the same way.
+"""The training loop's primitives: every recipe calls these the same way, as ``training.X``.
+
+The modules are grouped by what they are, in four sub-packages; each imports only those before it
+(``tests/training/test_training_layout.py``):
+
+- ``features``: how a step runs (activation checkpointing and offloading, compile, FSDP, bf16
+  optimizer states, the optimizer in backward);
+- ``step``: the step core (micro-batch and token loss, losses, ``StepLoss``, ``accumulate``,
+  ``validate``, the optimizer, LR schedules);
+- ``methods``: what DPO, knowledge distillation and adapters add to the step;
+- ``run``: the run around the steps (cadence, resume, signals, reporting, logging, profiling, plots).
+
+``methods`` and ``run`` never import each other. Every public name is re-exported here: recipes and
+configs (``_component_: ftune.training.DiskLogger``) name ``ftune.training.X``, never a sub-package.
 
 A few names live elsewhere and are re-exported here, so the training recipes read them from one
 namespace: device, dtype, seeding and the process group (`ftune.runtime`, shared with inference),
@@ -15,37 +28,45 @@ from ftune.runtime.distributed import DistInfo, destroy_distributed, init_distri
 from ftune.runtime.hardware import announce
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.settings import FullSettings, KDSettings, LoRASettings, QATLoRASettings, QATSettings
-from ftune.training.activation_checkpointing import apply_activation_checkpointing
-from ftune.training.activation_offloading import apply_activation_offloading
-from ftune.training.batch_loss import Loss, MicroBatch, batch_loss, on_device, per_pair, per_token, token_loss
-from ftune.training.cadence import every, every_after, total_steps
-from ftune.training.compile import compile_loss, compile_model
-from ftune.training.dpo_loss import DPOLoss, PairLogps, PairLosses
-from ftune.training.fsdp import is_sharded, shard_model
-from ftune.training.kd_loss import KDLoss, distill_loss, teacher_hidden
-from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
-from ftune.training.low_precision_optim import AdamWBf16State, optimizer_state_bytes
-from ftune.training.memory import peak_memory_gib, reset_peak_memory
-from ftune.training.metric_logging import (
+from ftune.training.features.activation_checkpointing import apply_activation_checkpointing
+from ftune.training.features.activation_offloading import apply_activation_offloading
+from ftune.training.features.compile import compile_loss, compile_model
+from ftune.training.features.fsdp import is_sharded, shard_model
+from ftune.training.features.low_precision_optim import AdamWBf16State, optimizer_state_bytes
+from ftune.training.features.optimizer_in_backward import OptimizerInBackward
+from ftune.training.methods.dpo_loss import DPOLoss, PairLogps, PairLosses
+from ftune.training.methods.kd_loss import KDLoss, distill_loss, teacher_hidden
+from ftune.training.methods.peft_setup import apply_peft
+from ftune.training.methods.preference_step import ReferenceModel, preference_loss
+from ftune.training.methods.teacher import check_same_vocab, load_teacher
+from ftune.training.run.cadence import every, every_after, total_steps
+from ftune.training.run.memory import peak_memory_gib, reset_peak_memory
+from ftune.training.run.metric_logging import (
     DiskLogger,
     MetricLogger,
     StdoutLogger,
     TensorBoardLogger,
     WandBLogger,
 )
-from ftune.training.optimizer import build_optimizer
-from ftune.training.optimizer_in_backward import OptimizerInBackward
-from ftune.training.peft_setup import apply_peft
-from ftune.training.preference_step import ReferenceModel, preference_loss
-from ftune.training.profiler import Profiler
-from ftune.training.progress import ProgressBar
-from ftune.training.reporter import Reporter, count_tokens
-from ftune.training.resume import model_state, restore, save_checkpoint, snapshot
-from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
-from ftune.training.signals import StopOnSignal
-from ftune.training.step import NonFiniteError, StepLoss, StepStats, accumulate, validate
-from ftune.training.teacher import check_same_vocab, load_teacher
-from ftune.training.throughput import Throughput
+from ftune.training.run.profiler import Profiler
+from ftune.training.run.progress import ProgressBar
+from ftune.training.run.reporter import Reporter, count_tokens
+from ftune.training.run.resume import model_state, restore, save_checkpoint, snapshot
+from ftune.training.run.signals import StopOnSignal
+from ftune.training.run.throughput import Throughput
+from ftune.training.step.batch_loss import (
+    Loss,
+    MicroBatch,
+    batch_loss,
+    on_device,
+    per_pair,
+    per_token,
+    token_loss,
+)
+from ftune.training.step.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
+from ftune.training.step.optimizer import build_optimizer
+from ftune.training.step.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
+from ftune.training.step.step_loss import NonFiniteError, StepLoss, StepStats, accumulate, validate
 
 __all__ = [
     "announce",

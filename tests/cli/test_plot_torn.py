@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ftune.cli.main import main as ftune
-from ftune.training import plotting
+from ftune.training.run import plotting
 
 matplotlib = pytest.importorskip("matplotlib", reason="pip install 'ftune[plot]'")
 

@@ -17,7 +17,7 @@ from ftune.torchtune import (
     leaf_keys,
     load_torchtune_yaml,
 )
-from ftune.training.dpo_loss import PairLogps
+from ftune.training.methods.dpo_loss import PairLogps
 
 COMMON = """
 output_dir: /tmp/torchtune/llama3_2_1B/run

@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from ftune.training.activation_checkpointing import apply_activation_checkpointing
-from ftune.training.batch_loss import batch_loss
-from ftune.training.loss import ChunkedCrossEntropyLoss
+from ftune.training.features.activation_checkpointing import apply_activation_checkpointing
+from ftune.training.step.batch_loss import batch_loss
+from ftune.training.step.loss import ChunkedCrossEntropyLoss
 
 CPU = torch.device("cpu")
 

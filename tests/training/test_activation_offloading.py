@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from ftune.training import apply_activation_checkpointing, apply_activation_offloading
-from ftune.training.activation_offloading import offloadable
-from ftune.training.batch_loss import batch_loss
-from ftune.training.loss import ChunkedCrossEntropyLoss
+from ftune.training.features.activation_offloading import offloadable
+from ftune.training.step.batch_loss import batch_loss
+from ftune.training.step.loss import ChunkedCrossEntropyLoss
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="activation offloading needs a CUDA device")
 

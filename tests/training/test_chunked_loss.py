@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
+from ftune.training.step.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 
 
 def _inputs(b: int = 2, s: int = 13, d: int = 16, vocab: int = 50, dtype: torch.dtype = torch.float32):

@@ -3,8 +3,8 @@ import copy
 import pytest
 import torch
 
-from ftune.training.compile import compile_loss, compile_model
-from ftune.training.loss import ChunkedCrossEntropyLoss
+from ftune.training.features.compile import compile_loss, compile_model
+from ftune.training.step.loss import ChunkedCrossEntropyLoss
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from trl_losses import trl_dpo, trl_simpo
 from ftune.models.smollm2 import smollm2
 from ftune.peft import adapters_disabled, apply_lora
 from ftune.training import DPOLoss, PairLogps, ReferenceModel, StepLoss, on_device, per_pair, preference_loss
-from ftune.training.sequence_logps import sequence_logps
+from ftune.training.methods.sequence_logps import sequence_logps
 
 B, S = 3, 9
 
@@ -208,7 +208,7 @@ def test_lora_reference_is_the_base_model_without_a_second_copy():
         sum(p.numel() for p in model.parameters()) == n_params and {id(p) for p in model.parameters()} == ids
     )
     # The reference log-probs equal the base model's, computed separately.
-    from ftune.training.batch_loss import shift_labels
+    from ftune.training.step.batch_loss import shift_labels
 
     labels = shift_labels(batch["labels"])
     with torch.no_grad():

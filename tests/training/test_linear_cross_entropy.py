@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ftune.training.linear_cross_entropy import linear_cross_entropy
-from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
+from ftune.training.step.linear_cross_entropy import linear_cross_entropy
+from ftune.training.step.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 
 VOCAB, DIM = 50, 16
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from ftune.training.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
+from ftune.training.step.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
 
 
 def _lrs(make, steps: int, **kwargs) -> list[float]:
@@ -75,7 +75,7 @@ def test_errors_name_the_argument():
 @pytest.mark.parametrize("make", [constant_with_warmup, linear_with_warmup, cosine_with_warmup])
 def test_warmup_longer_than_the_run_is_clamped_with_one_warning(make, caplog):
     # A smoke test (max_steps=3) with a shipped config's 10 warm-up steps must run.
-    with caplog.at_level("WARNING", logger="ftune.training.schedulers"):
+    with caplog.at_level("WARNING", logger="ftune.training.step.schedulers"):
         clamped = _lrs(make, 4, num_warmup_steps=10, num_training_steps=3)
     assert clamped == _lrs(make, 4, num_warmup_steps=3, num_training_steps=3)
     assert clamped[:3] == pytest.approx([0.0, 2 / 3, 4 / 3])  # the warm-up spans the whole run

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ftune.training.memory import peak_memory_gib, reset_peak_memory
-from ftune.training.throughput import Throughput
+from ftune.training.run.memory import peak_memory_gib, reset_peak_memory
+from ftune.training.run.throughput import Throughput
 
 
 def test_peak_memory_is_positive_and_tracks_a_big_allocation():

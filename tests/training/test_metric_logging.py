@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from ftune.training.metric_logging import DiskLogger, StdoutLogger, TensorBoardLogger, WandBLogger
+from ftune.training.run.metric_logging import DiskLogger, StdoutLogger, TensorBoardLogger, WandBLogger
 
 
 def test_disk_logger_writes_jsonl_and_appends(tmp_path):

@@ -10,9 +10,9 @@ from recipe_step import train_step
 
 from ftune.data.collate import padded_collate_sft, padding_free_collate
 from ftune.models.llama3 import llama3
-from ftune.training.activation_checkpointing import apply_activation_checkpointing
-from ftune.training.batch_loss import batch_loss
-from ftune.training.loss import ChunkedCrossEntropyLoss
+from ftune.training.features.activation_checkpointing import apply_activation_checkpointing
+from ftune.training.step.batch_loss import batch_loss
+from ftune.training.step.loss import ChunkedCrossEntropyLoss
 
 CPU = torch.device("cpu")
 

@@ -6,10 +6,10 @@ import torch
 from recipe_step import train_step
 
 from ftune.settings import check_optimizer_in_backward
-from ftune.training.loss import CrossEntropyLoss
-from ftune.training.optimizer_in_backward import OptimizerInBackward
-from ftune.training.schedulers import cosine_with_warmup
-from ftune.training.step import NonFiniteError
+from ftune.training.features.optimizer_in_backward import OptimizerInBackward
+from ftune.training.step.loss import CrossEntropyLoss
+from ftune.training.step.schedulers import cosine_with_warmup
+from ftune.training.step.step_loss import NonFiniteError
 
 CPU = torch.device("cpu")
 

@@ -1,4 +1,4 @@
-"""`ftune plot` and ftune.training.plotting: the PNG is read back, and every series was drawn."""
+"""`ftune plot` and ftune.training.run.plotting: the PNG is read back, and every series was drawn."""
 
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ftune.cli.main import main as ftune
-from ftune.training import plotting
+from ftune.training.run import plotting
 
 matplotlib = pytest.importorskip("matplotlib", reason="pip install 'ftune[plot]'")
 

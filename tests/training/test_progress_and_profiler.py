@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from ftune.training.profiler import Profiler
-from ftune.training.progress import ProgressBar
+from ftune.training.run.profiler import Profiler
+from ftune.training.run.progress import ProgressBar
 
 
 def test_progress_bar_tracks_steps_and_shows_metrics(capsys):

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from ftune.training.metric_logging import TensorBoardLogger, WandBLogger
+from ftune.training.run.metric_logging import TensorBoardLogger, WandBLogger
 
 
 def test_tensorboard_event_files_parse_back_to_the_logged_scalars(tmp_path):

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from ftune.training.resume import restore, snapshot
+from ftune.training.run.resume import restore, snapshot
 
 
 class _Loader:
@@ -34,7 +34,7 @@ def _restore(state, optimizer, model):
 
 
 def test_a_dpo_run_refuses_an_sft_step_folder(as_recipe, monkeypatch):
-    monkeypatch.setattr("ftune.training.resume._restore_rng", lambda saved: None)
+    monkeypatch.setattr("ftune.training.run.resume._restore_rng", lambda saved: None)
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.AdamW(model.parameters())
     sft = _state(optimizer, ftune_recipe="lora_finetune_single_device", ftune_recipe_kind="supervised")
@@ -48,18 +48,18 @@ def test_a_dpo_run_refuses_an_sft_step_folder(as_recipe, monkeypatch):
 
 
 def test_a_folder_without_a_recorded_kind_is_a_logged_migration(as_recipe, monkeypatch, caplog):
-    monkeypatch.setattr("ftune.training.resume._restore_rng", lambda saved: None)
+    monkeypatch.setattr("ftune.training.run.resume._restore_rng", lambda saved: None)
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.AdamW(model.parameters())
     as_recipe("full_finetune_single_device")
-    with caplog.at_level(logging.WARNING, logger="ftune.training.resume"):
+    with caplog.at_level(logging.WARNING, logger="ftune.training.run.resume"):
         assert _restore(_state(optimizer), optimizer, model) == 3
     assert "Migration 'recipe-kind-unrecorded'" in caplog.text
     assert "taken to be full_finetune_single_device's own (supervised)" in caplog.text
 
 
 def test_an_optimizer_state_of_other_parameters_is_named_before_torch_fails(monkeypatch):
-    monkeypatch.setattr("ftune.training.resume._restore_rng", lambda saved: None)
+    monkeypatch.setattr("ftune.training.run.resume._restore_rng", lambda saved: None)
     lora = torch.nn.Linear(2, 2)
     saved = _state(torch.optim.AdamW([lora.weight]), ftune_recipe="x", ftune_recipe_kind=None)
     full = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))

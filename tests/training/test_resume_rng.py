@@ -5,7 +5,7 @@ import logging
 import torch
 
 from ftune.runtime.seed import get_rng_state
-from ftune.training.resume import _restore_rng, _rng_states
+from ftune.training.run.resume import _restore_rng, _rng_states
 
 
 def _state_after(draws: int) -> dict:

@@ -5,10 +5,10 @@ import pytest
 import torch
 from recipe_step import train_step
 
-from ftune.training.batch_loss import batch_loss, shift_labels, token_loss
-from ftune.training.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
-from ftune.training.schedulers import linear_with_warmup
-from ftune.training.step import NonFiniteError, StepStats, accumulate, validate
+from ftune.training.step.batch_loss import batch_loss, shift_labels, token_loss
+from ftune.training.step.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
+from ftune.training.step.schedulers import linear_with_warmup
+from ftune.training.step.step_loss import NonFiniteError, StepStats, accumulate, validate
 
 CPU = torch.device("cpu")
 

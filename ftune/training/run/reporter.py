@@ -8,11 +8,11 @@ from typing import Any
 import torch
 
 from ftune.runtime.rank import is_rank_zero, world_size
-from ftune.training.batch_loss import MicroBatch
-from ftune.training.cadence import every
-from ftune.training.memory import peak_memory_gib
-from ftune.training.progress import ProgressBar
-from ftune.training.throughput import Throughput
+from ftune.training.run.cadence import every
+from ftune.training.run.memory import peak_memory_gib
+from ftune.training.run.progress import ProgressBar
+from ftune.training.run.throughput import Throughput
+from ftune.training.step.batch_loss import MicroBatch
 
 logger = logging.getLogger(__name__)
 

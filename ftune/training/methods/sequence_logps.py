@@ -10,7 +10,7 @@ more than one block.
 import torch
 import torch.nn.functional as F
 
-from ftune.training.loss import IGNORE_INDEX
+from ftune.training.step.loss import IGNORE_INDEX
 
 
 def token_logps(weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -20,9 +20,9 @@ from torch.distributed.fsdp import FSDPModule
 
 from ftune.runtime.rank import world_size
 from ftune.settings import check_optimizer_in_backward
-from ftune.training.batch_loss import Loss, MicroBatch, on_device, per_token
-from ftune.training.fsdp import all_reduce_sum
-from ftune.training.optimizer_in_backward import OptimizerInBackward
+from ftune.training.features.fsdp import all_reduce_sum
+from ftune.training.features.optimizer_in_backward import OptimizerInBackward
+from ftune.training.step.batch_loss import Loss, MicroBatch, on_device, per_token
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class StepLoss:
             logger.warning("Step %d has no labelled tokens; its gradient is zero.", step)
         self.denominator = max(units, 1)
         # FSDP averages gradients over ranks; scaling by the world size turns that average into the
-        # sum of the ranks' shares of the global mean (see ftune/training/fsdp.py).
+        # sum of the ranks' shares of the global mean (see ftune/training/features/fsdp.py).
         self.scale = world_size() / self.denominator
         self.total = torch.zeros((), dtype=torch.float32, device=device)
         self.metrics: dict[str, torch.Tensor] = {}

@@ -25,8 +25,8 @@ from ftune.checkpointing.dcp import full_state_dict
 from ftune.config.recipe_kind import KIND_KEY, RECIPE_KEY, objective_of
 from ftune.runtime.rank import get_rank, is_rank_zero, world_size
 from ftune.runtime.seed import get_rng_state, set_rng_state
-from ftune.training.fsdp import is_sharded
-from ftune.training.optimizer_in_backward import OptimizerInBackward
+from ftune.training.features.fsdp import is_sharded
+from ftune.training.features.optimizer_in_backward import OptimizerInBackward
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ftune.training.batch_loss import Loss, MicroBatch
-from ftune.training.loss import IGNORE_INDEX
+from ftune.training.step.batch_loss import Loss, MicroBatch
+from ftune.training.step.loss import IGNORE_INDEX
 
 
 class _TargetCrossEntropy(torch.autograd.Function):

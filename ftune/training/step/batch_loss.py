@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ftune.modules.masks import document_causal_mask
-from ftune.training.loss import IGNORE_INDEX
+from ftune.training.step.loss import IGNORE_INDEX
 
 LossFn = Callable[..., tuple[torch.Tensor, int]]
 

@@ -25,8 +25,8 @@ from torch.distributed.fsdp import FSDPModule
 
 from ftune.peft.disable import adapters_disabled
 from ftune.peft.lora import LoRALinear
-from ftune.training.batch_loss import Loss, MicroBatch
-from ftune.training.dpo_loss import DPOLoss, PairLogps
+from ftune.training.methods.dpo_loss import DPOLoss, PairLogps
+from ftune.training.step.batch_loss import Loss, MicroBatch
 
 
 class ReferenceModel:

@@ -8,7 +8,7 @@ import torch
 
 from ftune.config import instantiate
 from ftune.runtime.rank import world_size
-from ftune.training.optimizer_in_backward import OptimizerInBackward
+from ftune.training.features.optimizer_in_backward import OptimizerInBackward
 
 
 def build_optimizer(

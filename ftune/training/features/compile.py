@@ -44,7 +44,7 @@ def compile_loss(loss_fn: nn.Module, *, dynamic: bool | None = None) -> nn.Modul
     compiled whole.
 
     Args:
-        loss_fn: a loss from ``ftune.training.loss`` or any ``nn.Module``.
+        loss_fn: a loss from ``ftune.training.step.loss`` or any ``nn.Module``.
         dynamic: passed to ``torch.compile``.
 
     Returns:

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ftune.training.loss import IGNORE_INDEX
-from ftune.training.sequence_logps import sequence_logps, token_logps
+from ftune.training.methods.sequence_logps import sequence_logps, token_logps
+from ftune.training.step.loss import IGNORE_INDEX
 
 LOSS_TYPES = ("sigmoid", "ipo", "simpo")
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ftune.training.linear_cross_entropy import linear_cross_entropy
+from ftune.training.step.linear_cross_entropy import linear_cross_entropy
 
 # Same value as ftune.data's CROSS_ENTROPY_IGNORE_IDX (and torch's default ignore_index).
 IGNORE_INDEX = -100
@@ -31,7 +31,7 @@ class CrossEntropyLoss(nn.Module):
     #: ignored positions before calling (``ftune.training.batch_loss`` does: it skips their
     #: projection to the vocabulary). A loss that looks across positions must leave this False.
     token_wise: bool = True
-    #: Make the gradients in the forward pass (``ftune.training.linear_cross_entropy``) instead of
+    #: Make the gradients in the forward pass (``ftune.training.step.linear_cross_entropy``) instead of
     #: saving each block's log-probs; True for ``ChunkedCrossEntropyLoss``.
     fused_backward: bool = False
 
@@ -114,7 +114,7 @@ class ChunkedCrossEntropyLoss(CrossEntropyLoss):
     Only one block's logits exist in fp32 at a time, so peak memory drops from "full logits in
     model dtype + fp32 copy + fp32 log-probs" to one block's worth of those. When autograd needs
     gradients, each block's gradients are made in the forward pass
-    (``ftune.training.linear_cross_entropy``), so no logits or log-probs are saved for backward
+    (``ftune.training.step.linear_cross_entropy``), so no logits or log-probs are saved for backward
     either; what is saved is one ``[tokens, dim]`` and, when the weight is trained, one fp32
     ``[vocab, dim]`` gradient.
 
