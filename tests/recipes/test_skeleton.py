@@ -10,12 +10,11 @@ Two checks per sibling recipe:
 """
 
 import difflib
-import re
 import sys
 from pathlib import Path
 
 import pytest
-from tagged_lines import ANY_TAG, TAG, TAG_COMMENT, body, tagged
+from tagged_lines import ANY_TAG, TAG, body, tagged
 
 from ftune import registry
 
@@ -105,25 +104,6 @@ def test_qat_single_device_has_the_qat_lines_of_qat_distributed():
         return [line for line in body(registry.RECIPES[recipe].file).splitlines() if "# [qat]" in line]
 
     assert qat_lines("qat_single_device") == qat_lines("qat_distributed")
-
-
-def test_the_unit_tests_step_is_the_recipes_step():
-    """tests/training/recipe_step.py drives the step helpers with the recipe's own lines."""
-    copy = (Path(__file__).parents[1] / "training" / "recipe_step.py").read_text()
-    start = copy.index("    step_loss = ")
-    copied = [
-        TAG_COMMENT.sub("", line).strip()
-        for line in copy[start : copy.index("    return stats")].splitlines()
-    ]
-    recipe = [line.strip() for line in body(registry.RECIPES[PARENT].file).splitlines()]
-    recipe = [
-        re.sub(r"\bs\.clip_grad_norm\b", "clip_grad_norm", TAG_COMMENT.sub("", line)).replace(
-            "step + 1", "step"
-        )
-        for line in recipe
-    ]
-    first = recipe.index(copied[0])
-    assert recipe[first : first + len(copied)] == copied
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--approve"]:
