@@ -70,7 +70,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ftune.registry_cells",),  # the feature matrix's cells
     ("ftune.registry",),  # recipes, their configs, tags, features (torch-free)
     ("ftune.config",),  # YAML, overrides, instantiate, trust, the Settings machinery (torch-free)
-    ("ftune.settings",),  # every recipe's settings class (torch-free)
+    ("ftune.settings", "ftune.rewards"),  # every recipe's settings class; RL rewards (torch-free)
     ("ftune.runtime",),  # device, distributed, seed, hardware; torch's and torchao's log filters
     ("ftune.data",),  # messages, transforms, collate, packing, loader
     ("ftune.tokenizers",),

@@ -1,0 +1,29 @@
+"""Rewards for online RL (GRPO): components that score a completion, and how several are combined.
+
+A reward is a callable ``(prompt, completion, sample) -> float``, where ``sample`` is the dataset
+record the prompt came from (its reference fields: an answer, a label). The built-ins are classes
+configured as components, so a config lists them like any other::
+
+    rewards:
+      correct: {_component_: ftune.rewards.NumericAnswer, field: answer}
+      format: {_component_: ftune.rewards.RegexMatch, pattern: "####"}
+    reward_weights: {correct: 1.0, format: 0.2}
+
+:func:`score_rewards` calls each reward on each sample and refuses a reward that raises or returns
+something that is not a finite number, naming the reward, the sample and the value. Nothing here
+imports torch.
+"""
+
+from ftune.rewards.builtins import ExactMatch, LengthPenalty, NumericAnswer, RegexMatch, final_number
+from ftune.rewards.scoring import RewardError, reward_stats, score_rewards
+
+__all__ = [
+    "ExactMatch",
+    "LengthPenalty",
+    "NumericAnswer",
+    "RegexMatch",
+    "RewardError",
+    "final_number",
+    "reward_stats",
+    "score_rewards",
+]

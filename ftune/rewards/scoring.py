@@ -1,0 +1,166 @@
+"""Several rewards on a rollout: the weighted total per completion, and the figures a step logs."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+Reward = Callable[[str, str, Mapping[str, Any]], float]
+
+
+class RewardError(ValueError):
+    """A reward raised or returned something other than a finite number (one message, no traceback)."""
+
+    user_facing = True
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _is_number(value: Any) -> bool:
+    """An int, float or other real number (numpy's too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_rewards(rewards: Mapping[str, Any], weights: Mapping[str, Any]) -> None:
+    """The config-time checks of a set of rewards and their weights, all problems in one message.
+
+    Names are the keys of one mapping (unique by construction; a YAML file repeating a key is refused
+    when loaded) and become metric names (``rewards/<name>/mean``), so they are letters, digits, ``_``,
+    ``.`` and ``-``. Weights are finite numbers, one per reward; a negative weight is allowed (a reward
+    used as a penalty), all zero is not (every total would be 0: no learning signal).
+
+    Raises:
+        ValueError: naming every problem found.
+    """
+    if not rewards:
+        raise ValueError(
+            "rewards: none given; name at least one, e.g. rewards: {correct: {_component_: "
+            "ftune.rewards.ExactMatch, field: answer}}."
+        )
+    problems = [
+        f"rewards.{name}: the name must be letters, digits, '_', '.' or '-' (it names the logged metrics "
+        "rewards/<name>/mean and /std); rename it."
+        for name in rewards
+        if not isinstance(name, str) or not _NAME.fullmatch(name)
+    ]
+    problems += [
+        f"rewards.{name}: {type(r).__name__} {r!r} is not callable; give a reward component "
+        "(prompt, completion, sample) -> float, e.g. {_component_: ftune.rewards.ExactMatch, field: answer}."
+        for name, r in rewards.items()
+        if not callable(r)
+    ]
+    if set(weights) != set(rewards):
+        missing, extra = sorted(set(rewards) - set(weights)), sorted(set(weights) - set(rewards))
+        problems.append(
+            f"reward_weights: give one weight per reward, named as in rewards {sorted(rewards)}; missing: "
+            f"{missing}, not a reward: {extra} (1.0 each for an unweighted sum)."
+        )
+    bad = {k: w for k, w in weights.items() if not _is_number(w) or not math.isfinite(w)}
+    if bad:
+        problems.append(
+            f"reward_weights: {bad} are not finite numbers; give a number per reward (a negative weight "
+            "makes the reward a penalty)."
+        )
+    elif weights and all(w == 0 for w in weights.values()):
+        problems.append(
+            f"reward_weights: all zero ({dict(weights)}): every total reward would be 0 and GRPO would "
+            "learn nothing; give at least one reward a non-zero weight."
+        )
+    if problems:
+        raise ValueError(" ".join(problems))
+
+
+def score_rewards(
+    rewards: Mapping[str, Reward],
+    weights: Mapping[str, float],
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    samples: Sequence[Mapping[str, Any]],
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Each reward of each completion, and their weighted sum.
+
+    Args:
+        rewards: name -> reward callable.
+        weights: name -> weight (the same names).
+        prompts, completions, samples: one entry per completion (a prompt's G completions repeat
+            its prompt and sample).
+
+    Returns:
+        ``(total, per_reward)``: the weighted sums, and each reward's values, in completion order.
+
+    Raises:
+        ValueError: weights that do not match the rewards or are not finite numbers.
+        RewardError: a reward that raised or returned a non-number or a non-finite number, naming the
+            reward, the sample and the value.
+    """
+    check_rewards(rewards, weights)
+    if not len(prompts) == len(completions) == len(samples):
+        raise ValueError(
+            f"score_rewards: {len(prompts)} prompts, {len(completions)} completions and {len(samples)} samples; "
+            "pass one of each per completion."
+        )
+    per: dict[str, list[float]] = {name: [] for name in rewards}
+    n = len(completions)
+    for i, (prompt, completion, sample) in enumerate(zip(prompts, completions, samples)):
+        for name, reward in rewards.items():
+            where = (
+                f"reward {name!r} on completion {i + 1} of {n} (prompt {_short(prompt)}, completion "
+                f"{_short(completion)})"
+            )
+            try:
+                value = reward(prompt, completion, sample)
+            except Exception as e:  # noqa: BLE001 - any failure of user code is reported the same way
+                text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+                raise RewardError(
+                    f"{where} raised {type(e).__name__}: {text}. Fix the reward or the data it reads "
+                    "(--debug shows the traceback)."
+                ) from e
+            if not _is_number(value) or not math.isfinite(value):
+                raise RewardError(
+                    f"{where} returned {_short(repr(value), 60)[1:-1]} ({type(value).__name__}); a reward "
+                    "must return a finite number (int or float). Fix the reward."
+                )
+            per[name].append(float(value))
+    total = [sum(weights[name] * per[name][i] for name in rewards) for i in range(len(completions))]
+    return total, per
+
+
+def reward_stats(
+    per_reward: Mapping[str, Sequence[float]], total: Sequence[float], group_size: int
+) -> dict[str, float]:
+    """The figures a GRPO step logs about its rewards.
+
+    Returns:
+        ``rewards/<name>/mean`` and ``/std`` for each reward, ``reward/mean`` and ``/std`` of the
+        total (population std), and ``reward/zero_std_groups``: the share of prompts whose G
+        completions all got the same total (no learning signal from them).
+
+    Raises:
+        ValueError: `group_size` < 1 or not dividing the number of completions.
+    """
+    if (
+        isinstance(group_size, bool)
+        or not isinstance(group_size, int)
+        or group_size < 1
+        or len(total) % group_size
+    ):
+        raise ValueError(
+            f"reward_stats: group_size must be an int >= 1 dividing the {len(total)} completions, got {group_size!r}."
+        )
+    out: dict[str, float] = {}
+    for name, values in [*per_reward.items(), ("", total)]:
+        key = f"rewards/{name}" if name else "reward"
+        out[f"{key}/mean"] = statistics.fmean(values) if values else 0.0
+        out[f"{key}/std"] = statistics.pstdev(values) if values else 0.0
+    groups = [total[i : i + group_size] for i in range(0, len(total), group_size)]
+    out["reward/zero_std_groups"] = sum(max(g) == min(g) for g in groups) / len(groups) if groups else 0.0
+    return out
