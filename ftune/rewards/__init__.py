@@ -9,13 +9,18 @@ configured as components, so a config lists them like any other::
       format: {_component_: ftune.rewards.RegexMatch, pattern: "####"}
     reward_weights: {correct: 1.0, format: 0.2}
 
-:func:`score_rewards` calls each reward on each sample and refuses a reward that raises or returns
+A reward of your own that is a plain function is given with ``_partial_: true`` (so building the
+config returns the function instead of calling it): ``{_component_: my_rewards.has_json, _partial_:
+true}``; its package must be trusted like any component's (``ftune.config.trust``).
+
+:func:`check_rewards` checks the names and weights when the config is read; :func:`score_rewards`
+calls each reward on each sample and refuses a reward that raises or returns
 something that is not a finite number, naming the reward, the sample and the value. Nothing here
 imports torch.
 """
 
 from ftune.rewards.builtins import ExactMatch, LengthPenalty, NumericAnswer, RegexMatch, final_number
-from ftune.rewards.scoring import RewardError, reward_stats, score_rewards
+from ftune.rewards.scoring import RewardError, check_rewards, reward_stats, score_rewards
 
 __all__ = [
     "ExactMatch",
@@ -23,6 +28,7 @@ __all__ = [
     "NumericAnswer",
     "RegexMatch",
     "RewardError",
+    "check_rewards",
     "final_number",
     "reward_stats",
     "score_rewards",

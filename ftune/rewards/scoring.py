@@ -18,8 +18,14 @@ class RewardError(ValueError):
     user_facing = True
 
 
+def _cut(text: str, limit: int) -> str:
+    """`text` on one line, at most `limit` characters (the end replaced by ``...``)."""
+    text = " ".join(text.split()) if "\n" in text and len(text) > limit else text
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _short(text: str, limit: int = 80) -> str:
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+    return repr(_cut(text, limit))
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -59,9 +65,12 @@ def check_rewards(rewards: Mapping[str, Any], weights: Mapping[str, Any]) -> Non
         if not callable(r)
     ]
     if set(weights) != set(rewards):
-        missing, extra = sorted(set(rewards) - set(weights)), sorted(set(weights) - set(rewards))
+        missing, extra = (
+            sorted(set(rewards) - set(weights), key=str),
+            sorted(set(weights) - set(rewards), key=str),
+        )
         problems.append(
-            f"reward_weights: give one weight per reward, named as in rewards {sorted(rewards)}; missing: "
+            f"reward_weights: give one weight per reward, named as in rewards {sorted(rewards, key=str)}; missing: "
             f"{missing}, not a reward: {extra} (1.0 each for an unweighted sum)."
         )
     bad = {k: w for k, w in weights.items() if not _is_number(w) or not math.isfinite(w)}
@@ -98,7 +107,8 @@ def score_rewards(
         ``(total, per_reward)``: the weighted sums, and each reward's values, in completion order.
 
     Raises:
-        ValueError: weights that do not match the rewards or are not finite numbers.
+        ValueError: what :func:`check_rewards` refuses; prompts, completions and samples of different
+            lengths.
         RewardError: a reward that raised or returned a non-number or a non-finite number, naming the
             reward, the sample and the value.
     """
@@ -126,7 +136,7 @@ def score_rewards(
                 ) from e
             if not _is_number(value) or not math.isfinite(value):
                 raise RewardError(
-                    f"{where} returned {_short(repr(value), 60)[1:-1]} ({type(value).__name__}); a reward "
+                    f"{where} returned {_cut(' '.join(repr(value).split()), 60)} ({type(value).__name__}); a reward "
                     "must return a finite number (int or float). Fix the reward."
                 )
             per[name].append(float(value))
