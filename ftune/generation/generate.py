@@ -9,7 +9,7 @@ decoding overwrites them in order before its position reaches them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -92,6 +92,88 @@ def _prefill_last_logits(
 
 
 @torch.no_grad()
+def decode_rows(
+    model: nn.Module,
+    ids: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    stop_tokens: Iterable[int],
+    generator: torch.Generator | None,
+    pad_id: int,
+    on_token: Callable[[int, int], None] | None = None,
+    stop_when: Callable[[int, list[int]], bool] | None = None,
+    on_step: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+) -> list[list[int]]:
+    """The decoding loop `generate_batch` and `ftune.generation.rollout` share (their callers check the arguments).
+
+    Args:
+        model, max_new_tokens (>= 1), temperature, top_k, top_p, pad_id, on_token, stop_when:
+            as in `generate_batch`.
+        ids: each row's prompt ids (non-empty lists).
+        stop_tokens: ids that end a row (kept as its last token).
+        generator: the random source of every draw; None uses torch's global RNG.
+        on_step: called once per decoding step as on_step(logits, tokens) with the (b, vocab)
+            logits the step sampled from and the (b,) tokens it drew, rows already finished included.
+
+    Returns:
+        The new tokens of each row.
+
+    Raises:
+        ValueError: prompt + max_new_tokens longer than the model's max_seq_len.
+    """
+    device = next(model.parameters()).device
+    batch, longest = len(ids), max(len(p) for p in ids)
+    total = longest + max_new_tokens
+    model_max = getattr(model, "max_seq_len", None)
+    if isinstance(model_max, int) and total > model_max:
+        raise ValueError(
+            f"the longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is {total} "
+            f"tokens, more than the model's max_seq_len ({model_max}); shorten the prompt or lower "
+            "max_new_tokens."
+        )
+    lengths = torch.tensor([len(p) for p in ids], dtype=torch.long, device=device)
+    stops = set(stop_tokens)
+    slots = torch.arange(total, device=device)
+
+    try:
+        shared = _fill_shared_prefix(model, ids, total, slots) if batch > 1 else 0
+        if not shared:
+            model.setup_caches(batch, total)
+        # Prefill the rest of each prompt: row i's token t sits at position t, cache slot t.
+        tokens = torch.full((batch, longest - shared), pad_id, dtype=torch.long, device=device)
+        for i, p in enumerate(ids):
+            tokens[i, : len(p) - shared] = torch.tensor(p[shared:], dtype=torch.long)
+        positions = shared + torch.arange(longest - shared, device=device).expand(batch, -1)  # (b, s)
+        mask = slots[None, None, :] <= positions[:, :, None]  # (b, s, total)
+        last = _prefill_last_logits(model, tokens, positions, mask, lengths - shared - 1)  # (b, vocab)
+        position = lengths.clone()  # (b,) where each row's next fed token goes
+        out: list[list[int]] = [[] for _ in ids]
+        done = [False] * batch
+        for step in range(max_new_tokens):
+            next_tokens = sample(last, temperature, top_k, top_p, generator=generator)  # (b,)
+            if on_step is not None:
+                on_step(last, next_tokens)
+            for i, token in enumerate(next_tokens.tolist()):
+                if not done[i]:
+                    out[i].append(token)
+                    if on_token is not None:
+                        on_token(i, token)
+                    done[i] = token in stops or (stop_when is not None and stop_when(i, out[i]))
+            if all(done) or step == max_new_tokens - 1:
+                break
+            mask = slots[None, None, :] <= position[:, None, None]  # (b, 1, total)
+            logits = model(next_tokens[:, None], input_pos=position[:, None], mask=mask)  # (b, 1, vocab)
+            last = logits[:, -1]
+            position += 1
+    finally:
+        _free_caches(model)
+    return out
+
+
+@torch.no_grad()
 def generate_batch(
     model: nn.Module,
     prompts: Sequence[Sequence[int] | torch.Tensor],
@@ -141,52 +223,22 @@ def generate_batch(
     if max_new_tokens == 0:
         return [[] for _ in ids]
 
-    device = next(model.parameters()).device
-    batch, longest = len(ids), max(len(p) for p in ids)
-    total = longest + max_new_tokens
-    model_max = getattr(model, "max_seq_len", None)
-    if isinstance(model_max, int) and total > model_max:
-        raise ValueError(
-            f"the longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is {total} "
-            f"tokens, more than the model's max_seq_len ({model_max}); shorten the prompt or lower "
-            "max_new_tokens."
-        )
-    lengths = torch.tensor([len(p) for p in ids], dtype=torch.long, device=device)
-    generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
-    stops = set(stop_tokens or ())
-    slots = torch.arange(total, device=device)
-
-    try:
-        shared = _fill_shared_prefix(model, ids, total, slots) if batch > 1 else 0
-        if not shared:
-            model.setup_caches(batch, total)
-        # Prefill the rest of each prompt: row i's token t sits at position t, cache slot t.
-        tokens = torch.full((batch, longest - shared), pad_id, dtype=torch.long, device=device)
-        for i, p in enumerate(ids):
-            tokens[i, : len(p) - shared] = torch.tensor(p[shared:], dtype=torch.long)
-        positions = shared + torch.arange(longest - shared, device=device).expand(batch, -1)  # (b, s)
-        mask = slots[None, None, :] <= positions[:, :, None]  # (b, s, total)
-        last = _prefill_last_logits(model, tokens, positions, mask, lengths - shared - 1)  # (b, vocab)
-        position = lengths.clone()  # (b,) where each row's next fed token goes
-        out: list[list[int]] = [[] for _ in ids]
-        done = [False] * batch
-        for step in range(max_new_tokens):
-            next_tokens = sample(last, temperature, top_k, top_p, generator=generator)  # (b,)
-            for i, token in enumerate(next_tokens.tolist()):
-                if not done[i]:
-                    out[i].append(token)
-                    if on_token is not None:
-                        on_token(i, token)
-                    done[i] = token in stops or (stop_when is not None and stop_when(i, out[i]))
-            if all(done) or step == max_new_tokens - 1:
-                break
-            mask = slots[None, None, :] <= position[:, None, None]  # (b, 1, total)
-            logits = model(next_tokens[:, None], input_pos=position[:, None], mask=mask)  # (b, 1, vocab)
-            last = logits[:, -1]
-            position += 1
-    finally:
-        _free_caches(model)
-    return out
+    generator = None
+    if seed is not None:
+        generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    return decode_rows(
+        model,
+        ids,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        stop_tokens=stop_tokens or (),
+        generator=generator,
+        pad_id=pad_id,
+        on_token=on_token,
+        stop_when=stop_when,
+    )
 
 
 def generate(

@@ -1,0 +1,397 @@
+"""GRPO's policy loss: group-relative advantages, a clipped policy ratio and a KL penalty to a reference.
+
+For each prompt, G completions are sampled and scored; a completion's advantage is its reward
+minus its group's mean, divided by the group's standard deviation (unbiased, plus 1e-4, as TRL
+does) unless ``scale_rewards=False`` (Dr. GRPO). Per completion token, with ``r = exp(log π -
+log π_old)`` and advantage A::
+
+    loss_tok = -min(r·A, clip(r, 1 - ε_low, 1 + ε_high)·A) + β·kl_tok
+    kl_tok   = exp(log π_ref - log π) - (log π_ref - log π) - 1        (Schulman's k3, ≥ 0)
+
+and the aggregation over a step's completion tokens (``loss_type``), as TRL 1.16's GRPOTrainer:
+
+- ``grpo``: each sequence's token mean, averaged over the sequences;
+- ``dapo``: the token sum over the step divided by the step's completion tokens;
+- ``dr_grpo``: the token sum divided by sequences × ``max_completion_length`` (a constant).
+
+ftune normalises a step by a count known before backward (``StepLoss(per=...)``), so the loss of
+a micro-batch is a SUM, and :meth:`GRPOLoss.per` its count: sequence means and sequences (grpo),
+token sum and tokens (dapo), token sum and sequences × max_completion_length (dr_grpo). Summed
+over micro-batches and ranks, sum / count is TRL's loss of the step (for grpo and dr_grpo TRL
+averages per-micro-batch means, which is the same with equal micro-batches, as GRPO's are; for
+dapo it is TRL's with ``steps_per_generation == gradient_accumulation_steps``, its default).
+
+Log-probabilities come from final hidden states through :meth:`GRPOLoss.token_logps`, in blocks
+of tokens: neither the forward nor the saved state for backward ever holds more than one block's
+fp32 logits (backward recomputes each block's projection).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from ftune.training.step.batch_loss import Loss, MicroBatch
+from ftune.training.step.loss import IGNORE_INDEX
+
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
+
+#: Added to a group's reward std before dividing (TRL's value).
+STD_EPSILON = 1e-4
+
+
+def _check_rewards(rewards: torch.Tensor, group_size: int, where: str) -> torch.Tensor:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(
+            f"{where}: group_size must be an int >= 2 (completions compared per prompt), got {group_size!r}."
+        )
+    if rewards.dim() != 1 or rewards.numel() == 0 or rewards.numel() % group_size:
+        raise ValueError(
+            f"{where}: rewards must be 1-D [prompts * group_size] with group_size={group_size} "
+            f"(the completions of a prompt consecutive), got shape {list(rewards.shape)}."
+        )
+    bad = (~torch.isfinite(rewards)).nonzero().flatten().tolist()
+    if bad:
+        raise ValueError(
+            f"{where}: rewards must be finite numbers; got {rewards[bad[0]].item()} at completion {bad[0]} "
+            f"({len(bad)} non-finite in all). Check the reward functions."
+        )
+    return rewards.float().view(-1, group_size)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, *, scale_rewards: bool) -> torch.Tensor:
+    """Group-relative advantages: reward minus its group's mean, over the group's std if ``scale_rewards``.
+
+    Args:
+        rewards: ``[prompts * group_size]``, the ``group_size`` completions of a prompt consecutive.
+        group_size: completions per prompt (G >= 2).
+        scale_rewards: divide by the group's unbiased std + 1e-4 (GRPO, TRL's "group"); False keeps
+            the centred rewards (Dr. GRPO, TRL's "none").
+
+    Returns:
+        ``[prompts * group_size]`` fp32.
+
+    Raises:
+        ValueError: for a group_size below 2, a shape that does not split into groups, or a
+            non-finite reward.
+    """
+    if not isinstance(scale_rewards, bool):
+        raise ValueError(f"group_advantages: scale_rewards must be True or False, got {scale_rewards!r}.")
+    grouped = _check_rewards(rewards, group_size, "group_advantages")  # (prompts, G)
+    advantages = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_rewards:
+        advantages = advantages / (grouped.std(dim=1, keepdim=True) + STD_EPSILON)  # Bessel-corrected
+    return advantages.reshape(-1)
+
+
+def zero_variance_share(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The share of groups whose rewards are all equal: their advantages are 0, they teach nothing.
+
+    A group counts when its unbiased std is within 1e-8 of 0 (TRL's ``frac_reward_zero_std``).
+
+    Args:
+        rewards, group_size: as for :func:`group_advantages`.
+
+    Returns:
+        fp32 scalar in [0, 1].
+    """
+    grouped = _check_rewards(rewards, group_size, "zero_variance_share")
+    std = grouped.std(dim=1)
+    return torch.isclose(std, torch.zeros_like(std)).float().mean()
+
+
+@dataclass(frozen=True)
+class GRPOLosses:
+    """A micro-batch's GRPO loss and the token sums it logs.
+
+    Attributes:
+        sum: the loss summed the way ``loss_type`` aggregates (sequence means for grpo, token
+            sums otherwise), a scalar with a graph; divide by the step's :meth:`GRPOLoss.per` total.
+        count: this micro-batch's share of that total (sequences, tokens, or sequences ×
+            max_completion_length).
+        tokens: completion tokens of the micro-batch.
+        kl: the token sum of ``kl_tok`` (0 when beta is 0: not computed).
+        clipped_low: tokens whose ratio fell below 1 - ε_low with A < 0 (the clip is active).
+        clipped_high: tokens whose ratio rose above 1 + ε_high with A > 0.
+    """
+
+    sum: torch.Tensor
+    count: int
+    tokens: torch.Tensor
+    kl: torch.Tensor
+    clipped_low: torch.Tensor
+    clipped_high: torch.Tensor
+
+    def as_loss(self) -> Loss:
+        """What a recipe's ``loss_on`` returns: ``Loss(sum, count, sums())``."""
+        return Loss(self.sum, self.count, self.sums())
+
+    def sums(self) -> dict[str, torch.Tensor]:
+        """Detached token sums to log (``Loss.metrics``); :func:`grpo_token_means` turns the step's into means."""
+        return {
+            "completion_tokens": self.tokens.detach().float(),
+            "kl": self.kl.detach(),
+            "clip_ratio/low": self.clipped_low.detach(),
+            "clip_ratio/high": self.clipped_high.detach(),
+            "clip_ratio/region": (self.clipped_low + self.clipped_high).detach(),
+        }
+
+
+def grpo_token_means(metrics: dict[str, float]) -> dict[str, float]:
+    """Per-token means of the summed :meth:`GRPOLosses.sums` of a step (or of their step means).
+
+    ``StepLoss`` divides every metric by the step's count, which for grpo and dr_grpo is not the
+    number of tokens; dividing by the equally scaled ``completion_tokens`` gives TRL's global
+    token means (``kl``, ``clip_ratio/low``, ``clip_ratio/high``, ``clip_ratio/region``).
+    """
+    tokens = metrics["completion_tokens"]
+    return {k: v / tokens if tokens else 0.0 for k, v in metrics.items() if k != "completion_tokens"}
+
+
+class _TargetLogps(torch.autograd.Function):
+    """``log softmax(hidden @ weight.T)[label]`` per row, in row blocks; backward recomputes each block."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, num_chunks: int):
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        lse = torch.empty_like(out)
+        start = 0
+        for h, y in zip(hidden.chunk(num_chunks), labels.chunk(num_chunks)):
+            rows = slice(start, start + h.shape[0])
+            start += h.shape[0]
+            logits = (h @ weight.T).float()  # (tokens, vocab): the only block-sized buffer
+            lse[rows] = torch.logsumexp(logits, dim=-1)
+            out[rows] = logits.gather(1, y[:, None]).squeeze(1) - lse[rows]
+            del logits
+        # Saved: the inputs and one fp32 per token, never logits (they are recomputed in backward).
+        ctx.save_for_backward(hidden, weight, labels, lse)
+        ctx.num_chunks = num_chunks
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor):
+        hidden, weight, labels, lse = ctx.saved_tensors
+        need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_weight = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
+        )
+        start = 0
+        for h, y in zip(hidden.chunk(ctx.num_chunks), labels.chunk(ctx.num_chunks)):
+            rows = slice(start, start + h.shape[0])
+            start += h.shape[0]
+            g = grad_out[rows].float()
+            # d log p(y) / d logits = one_hot(y) - softmax(logits), times the incoming gradient.
+            grad = (h @ weight.T).float().sub_(lse[rows, None]).exp_().mul_(-g[:, None])
+            grad[torch.arange(grad.shape[0], device=grad.device), y] += g
+            grad = grad.to(weight.dtype)
+            if need_hidden:
+                torch.mm(grad, weight, out=grad_hidden[rows])
+            if need_weight:
+                grad_weight += (grad.T @ h).float()
+            del grad
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None
+
+
+def target_logps(
+    weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor, *, num_chunks: int
+) -> torch.Tensor:
+    """Per-token ``log p(label)`` of final hidden states, without the full fp32 logits.
+
+    Args:
+        weight: output projection ``[vocab, dim]``.
+        hidden: final hidden states ``[b, t, dim]`` (of the positions that predict the completion).
+        labels: ``[b, t]`` target ids aligned with ``hidden``, ``-100`` where there is none (padding).
+        num_chunks: blocks the labelled positions are projected to the vocabulary in.
+
+    Returns:
+        ``[b, t]`` fp32, 0 where the label is ``-100``; differentiable in ``hidden`` and ``weight``.
+
+    Raises:
+        ValueError: if the shapes do not fit together or ``num_chunks`` is not a positive int.
+    """
+    if hidden.dim() != 3 or labels.shape != hidden.shape[:2] or weight.shape[-1] != hidden.shape[-1]:
+        raise ValueError(
+            f"token_logps: expected weight [vocab, dim], hidden [b, t, dim] and labels [b, t]; got "
+            f"weight {list(weight.shape)}, hidden {list(hidden.shape)}, labels {list(labels.shape)}."
+        )
+    if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
+        raise ValueError(f"token_logps: num_chunks must be a positive int, got {num_chunks!r}.")
+    index = (labels != IGNORE_INDEX).reshape(-1).nonzero().squeeze(1)  # (n,) flat labelled positions
+    out = hidden.new_zeros(labels.numel(), dtype=torch.float32)
+    if not index.numel():
+        return (out + 0.0 * hidden.sum()).view_as(labels)  # keep a graph: a zero gradient
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)  # (n, dim), contiguous
+    flat_labels = labels.reshape(-1).index_select(0, index)
+    logps = _TargetLogps.apply(flat_hidden, weight, flat_labels, num_chunks)
+    return out.index_copy(0, index, logps).view_as(labels)
+
+
+def per_sequence(batch: MicroBatch) -> torch.Tensor:
+    """A step normaliser: the batch's sequences (rows)."""
+    return torch.tensor(batch.rows, device=batch.tokens.device)
+
+
+class GRPOLoss(nn.Module):
+    """GRPO's clipped policy loss with a KL penalty, aggregated as ``grpo``, ``dapo`` or ``dr_grpo``.
+
+    Args:
+        loss_type: "grpo" (per-sequence mean), "dapo" (token mean over the step) or "dr_grpo"
+            (token sum over sequences × max_completion_length).
+        epsilon: ε_low, the ratio's lower clip is 1 - ε_low; in (0, 1) (TRL uses 0.2).
+        epsilon_high: ε_high, the upper clip is 1 + ε_high (> 0; DAPO's clip-higher uses 0.28);
+            None means the same as ``epsilon`` (a symmetric clip).
+        beta: the KL coefficient (>= 0); 0 drops the KL term and the reference pass.
+        max_completion_length: Dr. GRPO's constant, the rollout's maximum new tokens; required for
+            "dr_grpo", None for the others.
+        num_chunks: blocks the completion tokens are projected to the vocabulary in.
+
+    Raises:
+        ValueError: for an unknown loss_type or an out-of-range or mismatched argument.
+    """
+
+    def __init__(
+        self,
+        loss_type: Literal["grpo", "dapo", "dr_grpo"],
+        *,
+        epsilon: float,
+        epsilon_high: float | None,
+        beta: float,
+        max_completion_length: int | None,
+        num_chunks: int = 8,
+    ) -> None:
+        super().__init__()
+        if loss_type not in LOSS_TYPES:
+            raise ValueError(f"GRPOLoss: loss_type must be one of {list(LOSS_TYPES)}, got {loss_type!r}.")
+        if not (isinstance(epsilon, (int, float)) and 0 < epsilon < 1):
+            raise ValueError(
+                f"GRPOLoss: epsilon must be in (0, 1) (the clip 1 - epsilon), got {epsilon!r}; TRL uses 0.2."
+            )
+        if epsilon_high is not None and not (
+            isinstance(epsilon_high, (int, float)) and 0 < epsilon_high < math.inf
+        ):
+            raise ValueError(
+                f"GRPOLoss: epsilon_high must be > 0 or null (same as epsilon), got {epsilon_high!r}; DAPO uses 0.28."
+            )
+        if not (isinstance(beta, (int, float)) and 0 <= beta < math.inf):
+            raise ValueError(
+                f"GRPOLoss: beta must be >= 0 (0: no KL term), got {beta!r}; DeepSeek-R1 uses 0.001."
+            )
+        length_ok = max_completion_length is None or (
+            isinstance(max_completion_length, int)
+            and not isinstance(max_completion_length, bool)
+            and max_completion_length > 0
+        )
+        if (max_completion_length is None) == (loss_type == "dr_grpo") or not length_ok:
+            raise ValueError(
+                "GRPOLoss: max_completion_length is Dr. GRPO's constant normaliser: set it to the rollout's max "
+                f"new tokens (a positive int) for loss_type 'dr_grpo' and leave it null otherwise; got loss_type "
+                f"{loss_type!r}, max_completion_length {max_completion_length!r}."
+            )
+        if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
+            raise ValueError(f"GRPOLoss: num_chunks must be a positive int, got {num_chunks!r}.")
+        self.loss_type, self.beta, self.num_chunks = loss_type, float(beta), num_chunks
+        self.epsilon_low = float(epsilon)
+        self.epsilon_high = float(epsilon if epsilon_high is None else epsilon_high)
+        self.max_completion_length = max_completion_length
+
+    @property
+    def needs_reference(self) -> bool:
+        """False when beta is 0: there is no KL term, so no reference model is run."""
+        return self.beta != 0.0
+
+    def per(self, batch: MicroBatch) -> torch.Tensor:
+        """The step normaliser of this aggregation (``StepLoss(per=loss.per)``).
+
+        ``batch.labels`` must be -100 everywhere but at completion tokens: dapo counts them.
+        """
+        if self.loss_type == "dapo":
+            return (batch.labels != IGNORE_INDEX).sum()
+        if self.loss_type == "grpo":
+            return per_sequence(batch)
+        return per_sequence(batch) * self.max_completion_length
+
+    def token_logps(self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Per-token ``log p(label)`` ``[b, t]`` in ``num_chunks`` blocks (:func:`target_logps`)."""
+        return target_logps(weight, hidden, labels, num_chunks=self.num_chunks)
+
+    def _check(self, logps, old_logps, ref_logps, advantages, mask) -> None:
+        if (ref_logps is None) == self.needs_reference:
+            raise ValueError(
+                f"GRPOLoss(beta={self.beta}): "
+                + (
+                    "the KL term needs the reference model's log-probabilities; pass ref_logps."
+                    if self.needs_reference
+                    else "beta is 0 so no reference is used; pass ref_logps=None (skip the reference pass)."
+                )
+            )
+        shapes = {"old_logps": old_logps, "ref_logps": ref_logps, "mask": mask}
+        wrong = {k: list(v.shape) for k, v in shapes.items() if v is not None and v.shape != logps.shape}
+        if logps.dim() != 2 or wrong or advantages.shape != logps.shape[:1]:
+            raise ValueError(
+                f"GRPOLoss: expected logps, old_logps, ref_logps and mask [b, t] and advantages [b]; got logps "
+                f"{list(logps.shape)}, advantages {list(advantages.shape)}, mismatched {wrong}."
+            )
+        if self.loss_type == "dr_grpo" and logps.shape[1] > self.max_completion_length:
+            longest = int(mask.sum(-1).max())
+            if longest > self.max_completion_length:
+                raise ValueError(
+                    f"GRPOLoss('dr_grpo'): a completion has {longest} tokens, more than max_completion_length="
+                    f"{self.max_completion_length}; set it to the rollout's max new tokens."
+                )
+
+    def forward(
+        self,
+        logps: torch.Tensor,
+        old_logps: torch.Tensor,
+        ref_logps: torch.Tensor | None,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> GRPOLosses:
+        """The micro-batch's loss sum, count and logged token sums.
+
+        Args:
+            logps: the policy's log-probabilities of the completion tokens ``[b, t]`` (with a graph).
+            old_logps: those of the policy that sampled them ``[b, t]`` (the rollout's; pass
+                ``logps.detach()`` when each rollout batch serves one optimizer step: ratio 1).
+            ref_logps: the reference model's ``[b, t]``; None exactly when beta is 0.
+            advantages: ``[b]``, from :func:`group_advantages`.
+            mask: ``[b, t]``, 1 (or True) at completion tokens, 0 at padding.
+
+        Returns:
+            :class:`GRPOLosses`.
+
+        Raises:
+            ValueError: if the shapes disagree or the reference is missing or not expected.
+        """
+        self._check(logps, old_logps, ref_logps, advantages, mask)
+        mask = mask.to(logps.dtype)
+        ratio = torch.exp(logps - old_logps)
+        clipped = torch.clamp(ratio, 1 - self.epsilon_low, 1 + self.epsilon_high)
+        adv = advantages.to(logps.dtype)[:, None]
+        per_token = -torch.min(ratio * adv, clipped * adv)
+        kl_sum = logps.new_zeros(())
+        if self.needs_reference:
+            delta = ref_logps - logps
+            kl = torch.exp(delta) - delta - 1
+            per_token = per_token + self.beta * kl
+            kl_sum = (kl * mask).sum().detach()
+        masked = per_token * mask
+        tokens = mask.sum()
+        if self.loss_type == "grpo":
+            loss_sum = (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum()
+        else:
+            loss_sum = masked.sum()
+        count = {"grpo": logps.shape[0], "dapo": int(tokens.item())}.get(
+            self.loss_type, logps.shape[0] * (self.max_completion_length or 0)
+        )
+        with torch.no_grad():
+            low = ((ratio < 1 - self.epsilon_low) & (adv < 0)).to(mask.dtype)
+            high = ((ratio > 1 + self.epsilon_high) & (adv > 0)).to(mask.dtype)
+            return GRPOLosses(loss_sum, count, tokens, kl_sum, (low * mask).sum(), (high * mask).sum())

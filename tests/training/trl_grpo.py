@@ -1,0 +1,128 @@
+"""TRL 1.16's GRPO code, run unchanged from its installed source with a stand-in ``self``.
+
+``_compute_loss``, the advantage block of ``_generate_and_score_completions`` and the
+``nanstd``/``nanmin``/``nanmax`` helpers are read with `ast` and executed without importing the
+trainer (which pulls in transformers' Trainer and accelerate). Used by test_grpo_loss.py.
+"""
+
+import ast
+import importlib.util
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+TRL = Path(importlib.util.find_spec("trl").submodule_search_locations[0])
+
+
+# ---- TRL's code, unchanged, with a stand-in self ---------------------------------------------------
+
+
+def _trl_source(relative: str) -> tuple[ast.Module, str]:
+    path = TRL / relative
+    return ast.parse(path.read_text()), str(path)
+
+
+def _trl_scope() -> dict:
+    tree, path = _trl_source("trainer/utils.py")
+    fns = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("nanstd", "nanmin", "nanmax")
+    ]
+    scope = {"torch": torch}
+    exec(compile(ast.Module(body=fns, type_ignores=[]), path, "exec"), scope)  # noqa: S102 - TRL's source
+    return scope
+
+
+def _trl_grpo_method(name: str) -> ast.FunctionDef:
+    tree, _ = _trl_source("trainer/grpo_trainer.py")
+    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GRPOTrainer")
+    return next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def trl_advantages(
+    rewards: torch.Tensor, group_size: int, scale_rewards: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRL's ``sum_then_normalize`` block (one reward function): (advantages, is_std_zero)."""
+    fn = _trl_grpo_method("_generate_and_score_completions")
+    block = next(
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, ast.If)
+        and isinstance(n.test, ast.Compare)
+        and getattr(n.test.left, "attr", None) == "multi_objective_aggregation"
+    )
+    scope = _trl_scope()
+    scope.update(
+        self=SimpleNamespace(
+            multi_objective_aggregation="sum_then_normalize",
+            scale_rewards=scale_rewards,
+            reward_weights=torch.ones(1),
+        ),
+        rewards_per_func=rewards[:, None].float(),
+        num_generations=group_size,
+        device=rewards.device,
+        unscorable_mask=torch.zeros(rewards.shape[0], dtype=torch.bool),
+    )
+    _, path = _trl_source("trainer/grpo_trainer.py")
+    exec(compile(ast.Module(body=[block], type_ignores=[]), path, "exec"), scope)  # noqa: S102
+    return scope["advantages"], scope["is_std_zero"]
+
+
+def trl_loss(loss_type, *, beta, eps, eps_high, max_len, logps, old, ref, adv, mask, accum=1, num_items=None):
+    """TRL's ``GRPOTrainer._compute_loss`` on one micro-batch: (loss, logged metrics)."""
+    fn = _trl_grpo_method("_compute_loss")
+    fn.decorator_list = []
+    scope = _trl_scope()
+    _, path = _trl_source("trainer/grpo_trainer.py")
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), scope)  # noqa: S102
+
+    class Accelerator:
+        num_processes = 1
+
+        @staticmethod
+        def gather(x):
+            return x
+
+        @staticmethod
+        def reduce(x, reduction):
+            return x
+
+    def per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        return logps, torch.zeros_like(logps.detach()), None
+
+    stand_in = SimpleNamespace(
+        _get_per_token_logps_and_entropies=per_token_logps_and_entropies,
+        aux_loss_enabled=False,
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        importance_sampling_level="token",
+        beta=beta,
+        loss_type=loss_type,
+        epsilon_low=eps,
+        epsilon_high=eps_high,
+        use_vllm=False,
+        model=SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=accum,
+        max_completion_length=max_len,
+        accelerator=Accelerator(),
+        _entropy_bonus_enabled=False,
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=accum),
+    )
+    inputs = {
+        "prompt_ids": torch.zeros(logps.shape[0], 2, dtype=torch.long),
+        "prompt_mask": torch.ones(logps.shape[0], 2, dtype=torch.long),
+        "completion_ids": torch.zeros(logps.shape, dtype=torch.long),
+        "completion_mask": mask,
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "num_items_in_batch": torch.tensor(float(mask.sum() if num_items is None else num_items)),
+    }
+    if beta:
+        inputs["ref_per_token_logps"] = ref
+    loss = scope["_compute_loss"](stand_in, None, inputs)
+    return loss, {k: v[-1] for k, v in stand_in._metrics["train"].items()}
+
+
+# ---- inputs ----------------------------------------------------------------------------------------
