@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ftune.training.step.batch_loss import Loss, MicroBatch
+from ftune.training.step.batch_loss import Loss, MicroBatch, labelled_positions
 from ftune.training.step.loss import IGNORE_INDEX
 
 
@@ -179,11 +179,8 @@ def distill_loss(
         labels: the shifted labels ``[b, s]`` (``MicroBatch.labels``).
         teacher_weight, teacher_hidden: the teacher's, ``[b, s, dim_t]`` (:func:`teacher_hidden`).
     """
-    keep = (labels != loss_fn.ignore_index).reshape(-1)  # (b*s,)
-    index = keep.nonzero().squeeze(1)  # (n,)
-    if index.numel() not in (0, keep.numel()):  # only the labelled rows (see labelled_positions)
-        hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)[None]  # (1, n, dim)
-        teacher_hidden = teacher_hidden.reshape(-1, teacher_hidden.shape[-1]).index_select(0, index)[None]
-        labels = labels.reshape(-1).index_select(0, index)[None]  # (1, n)
+    labels, hidden, teacher_hidden = labelled_positions(
+        labels, hidden, teacher_hidden, ignore_index=loss_fn.ignore_index
+    )
     loss_sum, num_tokens = loss_fn(weight, hidden, labels, teacher_weight, teacher_hidden)
     return Loss(loss_sum, int(num_tokens), {})

@@ -113,9 +113,9 @@ def shift_labels(labels: torch.Tensor, document_ids: torch.Tensor | None = None)
 
 
 def labelled_positions(
-    hidden: torch.Tensor, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep only the positions that have a label: ``[b, s, dim], [b, s] -> [1, n, dim], [1, n]``.
+    labels: torch.Tensor, *hiddens: torch.Tensor, ignore_index: int
+) -> tuple[torch.Tensor, ...]:
+    """Keep only the positions that have a label: ``[b, s], [b, s, dim]... -> [1, n], [1, n, dim]...``.
 
     An ignored position adds nothing to a token loss or to its gradients, yet projecting it to the
     vocabulary is the largest matmul of a small model (SmolLM2-135M: 28M of its 134M multiply-adds
@@ -124,21 +124,24 @@ def labelled_positions(
     before the projection saves most of that work and most of the logits' memory.
 
     Args:
-        hidden: final hidden states ``[b, s, dim]``.
         labels: shifted labels ``[b, s]``, ``ignore_index`` where ignored.
+        hiddens: final hidden states ``[b, s, dim]`` (several: a student's and a teacher's, cut with
+            one index so they line up row for row).
         ignore_index: the label value of ignored positions.
 
     Returns:
-        The labelled rows of ``hidden`` and their labels, in order, as one row of ``n`` tokens. When
+        The labels and the labelled rows of each hidden tensor, in order, as one row of ``n`` tokens. When
         every position, or none, has a label, the inputs are returned unchanged (nothing to save,
         or nothing to keep: an all-ignored batch still gets a zero loss with a graph).
     """
     keep = (labels != ignore_index).reshape(-1)  # (b*s,)
     index = keep.nonzero().squeeze(1)  # (n,)
     if index.numel() in (0, keep.numel()):
-        return hidden, labels
-    rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)  # (n, dim), contiguous
-    return rows[None], labels.reshape(-1).index_select(0, index)[None]
+        return (labels, *hiddens)
+    rows = [
+        h.reshape(-1, h.shape[-1]).index_select(0, index)[None] for h in hiddens
+    ]  # (1, n, dim), contiguous
+    return (labels.reshape(-1).index_select(0, index)[None], *rows)
 
 
 def check_batch(batch: dict[str, Any]) -> None:
@@ -177,7 +180,8 @@ def token_loss(loss_fn: LossFn, weight: torch.Tensor, hidden: torch.Tensor, labe
         labels: shifted labels ``[b, s]`` (``MicroBatch.labels``).
     """
     if getattr(loss_fn, "token_wise", False):
-        hidden, labels = labelled_positions(hidden, labels, getattr(loss_fn, "ignore_index", IGNORE_INDEX))
+        ignore_index = getattr(loss_fn, "ignore_index", IGNORE_INDEX)
+        labels, hidden = labelled_positions(labels, hidden, ignore_index=ignore_index)
     loss_sum, num_tokens = loss_fn(weight, hidden, labels)
     return Loss(loss_sum, int(num_tokens), {})
 
