@@ -9,7 +9,18 @@ above models in the layer order).
 Importing this package imports torch and the model code only (never `transformers`).
 """
 
-from ftune.models import gemma3, llama2, llama3, llama3_1, llama3_2, mistral, qwen2_5, qwen3, smollm2
+from ftune.models import (
+    gemma3,
+    llama2,
+    llama3,
+    llama3_1,
+    llama3_2,
+    mistral,
+    qwen2_5,
+    qwen3,
+    qwen3_moe,
+    smollm2,
+)
 from ftune.models._converter import Converter
 from ftune.models._hf_config import (
     COMPONENT_BUILDERS,
@@ -32,6 +43,7 @@ FAMILIES: tuple[str, ...] = (
     "smollm2",
     "qwen3",
     "gemma3",
+    "qwen3_moe",
 )
 
 CONVERTERS: dict[str, Converter] = {
@@ -44,6 +56,7 @@ CONVERTERS: dict[str, Converter] = {
     "smollm2": smollm2.CONVERTER,
     "qwen3": qwen3.CONVERTER,
     "gemma3": gemma3.CONVERTER,
+    "qwen3_moe": qwen3_moe.CONVERTER,
 }
 
 __all__ = [

@@ -17,6 +17,8 @@ from ftune.models.llama3_2 import llama3_2
 from ftune.models.mistral import mistral
 from ftune.models.qwen2_5 import qwen2_5
 from ftune.models.qwen3 import qwen3
+from ftune.models.qwen3_moe import qwen3_moe
+from ftune.models.qwen3_moe._hf_config import qwen3_moe_builder_kwargs
 from ftune.models.smollm2 import smollm2
 from ftune.modules.transformer import TransformerDecoder
 
@@ -32,6 +34,7 @@ COMPONENT_BUILDERS: dict[str, Callable[..., TransformerDecoder]] = {
     "smollm2": smollm2,
     "qwen3": qwen3,
     "gemma3": gemma3,
+    "qwen3_moe": qwen3_moe,
 }
 _SCALED = {"llama3_1", "llama3_2"}
 
@@ -42,13 +45,20 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "mistral": "MistralForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
 }
 # model_type -> family, for the architectures that map to one family each.
-_ONE_FAMILY = {"qwen2": "qwen2_5", "mistral": "mistral", "qwen3": "qwen3", "gemma3_text": "gemma3"}
+_ONE_FAMILY = {
+    "qwen2": "qwen2_5",
+    "mistral": "mistral",
+    "qwen3": "qwen3",
+    "gemma3_text": "gemma3",
+    "qwen3_moe": "qwen3_moe",
+}
 _SUPPORTED_TEXT = (
     "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2), "
     "Qwen2ForCausalLM ('qwen2': qwen2_5), MistralForCausalLM ('mistral': mistral), "
-    "Qwen3ForCausalLM ('qwen3': qwen3), Gemma3ForCausalLM ('gemma3_text': gemma3), "
+    "Qwen3ForCausalLM ('qwen3': qwen3), Qwen3MoeForCausalLM ('qwen3_moe': qwen3_moe), Gemma3ForCausalLM ('gemma3_text': gemma3), "
     "Gemma3ForConditionalGeneration ('gemma3': the gemma3 text decoder of Gemma 3 4B/12B/27B)"
 )
 # Image-text checkpoints whose text decoder ftune builds: model_type -> the module that turns their
@@ -181,6 +191,8 @@ def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
         kwargs["rope_base"] = float(theta)
     if "rms_norm_eps" in config:
         kwargs["norm_eps"] = float(config["rms_norm_eps"])
+    if family == "qwen3_moe":
+        kwargs.update(qwen3_moe_builder_kwargs(config))
     if family == "mistral":
         kwargs["sliding_window"] = _sliding_window(config)
     if family in _SCALED:

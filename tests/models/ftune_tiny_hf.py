@@ -66,6 +66,21 @@ TINY_HF: dict[str, tuple[str, dict[str, Any]]] = {
     # Local, global, local layers; a window shorter than the test sequences; linear RoPE scaling on
     # the global layer (as in 4B+); query_pre_attn_scalar != head_dim (as in 27B).
     "gemma3": ("gemma3_text", GEMMA3_TINY),
+    # 8 experts, top 2, renormalised as in the published models; transformers' per-expert loop
+    # (its plain modelling code) rather than its default grouped_mm kernel.
+    "qwen3_moe": (
+        "qwen3_moe",
+        dict(
+            rope_theta=1_000_000.0,
+            rms_norm_eps=1e-6,
+            head_dim=32,
+            moe_intermediate_size=32,
+            num_experts=8,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            experts_implementation="eager",
+        ),
+    ),
 }
 
 
@@ -81,6 +96,7 @@ def build_tiny_hf(family: str, seed: int = 0, **overrides: Any) -> torch.nn.Modu
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         "gemma3_text": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
+        "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
     }[model_type]
     config = config_cls(**{**_COMMON, **options, **overrides})
     torch.manual_seed(seed)

@@ -18,7 +18,10 @@ TINY = dict(
 )
 
 # Builder arguments a family requires beyond TINY's.
-TINY_EXTRA = {"gemma3": dict(head_dim=8, sliding_window=4, query_pre_attn_scalar=8)}
+TINY_EXTRA = {
+    "gemma3": dict(head_dim=8, sliding_window=4, query_pre_attn_scalar=8),
+    "qwen3_moe": dict(moe_intermediate_dim=16, num_experts=4, top_k=2),
+}
 
 
 def tiny_state_dict(family: str, **overrides) -> dict[str, torch.Tensor]:
@@ -41,7 +44,8 @@ def test_hf_round_trip_is_exact_and_pure(family: str) -> None:
     back = conv.hf_to_ftune(hf)
     assert_same(back, sd)
     assert sd == before and all(sd[k] is before[k] for k in sd)  # input untouched
-    assert all(back[k] is sd[k] for k in sd)  # a rename: no copies, no casts
+    if family != "qwen3_moe":  # which stacks its experts on the way in (a copy, checked above)
+        assert all(back[k] is sd[k] for k in sd)  # a rename: no copies, no casts
 
 
 @pytest.mark.parametrize("family", META_FAMILIES)

@@ -1,0 +1,120 @@
+"""Qwen3-MoE state-dict converters (pure: dict in, dict out, input untouched).
+
+Hugging Face checkpoints store each expert's projections apart, as the hub's files and
+transformers 5's `save_pretrained` write them; transformers 5 fuses them in memory, and so does
+ftune (`ftune.modules.moe_experts.GroupedExperts`):
+
+    HF (files)                                         ftune
+    model.layers.{L}.mlp.experts.{e}.gate_proj.weight  layers.{L}.mlp.experts.gate_up_proj[e, :I]
+    model.layers.{L}.mlp.experts.{e}.up_proj.weight    layers.{L}.mlp.experts.gate_up_proj[e, I:]
+    model.layers.{L}.mlp.experts.{e}.down_proj.weight  layers.{L}.mlp.experts.down_proj[e]
+    model.layers.{L}.mlp.gate.weight                   layers.{L}.mlp.gate.weight (the router)
+
+Reading stacks the experts (a copy, one layer at a time); writing hands out views of the stacked
+tensors (no copy). The fused in-memory names (`mlp.experts.gate_up_proj`, saved by transformers
+with `save_original_format=False`) are read as a rename. Every other key is Qwen3's.
+"""
+
+import re
+from collections import defaultdict
+
+import torch
+
+from ftune.models._converter import Converter
+from ftune.models._hf_keys import HF_IGNORED, hf_table
+from ftune.models._key_rename import StateDict
+from ftune.models._table_converter import _ftune_to_hf, _hf_to_ftune
+
+FAMILY = "qwen3_moe"
+HF_TABLE: dict[str, str] = {
+    **hf_table(qkv_bias=False),
+    "model.layers.{}.self_attn.q_norm.weight": "layers.{}.attn.q_norm.weight",
+    "model.layers.{}.self_attn.k_norm.weight": "layers.{}.attn.k_norm.weight",
+    "model.layers.{}.mlp.gate.weight": "layers.{}.mlp.gate.weight",
+    "model.layers.{}.mlp.experts.gate_up_proj": "layers.{}.mlp.experts.gate_up_proj",
+    "model.layers.{}.mlp.experts.down_proj": "layers.{}.mlp.experts.down_proj",
+}
+_HF_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
+_FTUNE_EXPERTS = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
+_PROJS = ("gate", "up", "down")
+
+
+def _stack_layer(layer: str, parts: dict[tuple[int, str], torch.Tensor]) -> StateDict:
+    """One layer's per-expert HF weights -> its stacked ftune tensors."""
+    num_experts = 1 + max(e for e, _ in parts)
+    if missing := [
+        f"model.layers.{layer}.mlp.experts.{e}.{p}_proj.weight"
+        for e in range(num_experts)
+        for p in _PROJS
+        if (e, p) not in parts
+    ]:
+        raise KeyError(
+            f"{FAMILY}: layer {layer} has experts up to {num_experts - 1} but lacks {missing[:3]} "
+            f"({len(missing)} missing): a checkpoint holds every expert's gate, up and down projections. "
+            "Check that all the checkpoint's shards are in the folder."
+        )
+    stacked = {p: torch.stack([parts[(e, p)] for e in range(num_experts)]) for p in _PROJS}  # (E, out, in)
+    prefix = f"layers.{layer}.mlp.experts."
+    return {
+        prefix + "gate_up_proj": torch.cat([stacked["gate"], stacked["up"]], dim=1),  # (E, 2I, H)
+        prefix + "down_proj": stacked["down"],  # (E, H, I)
+    }
+
+
+def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> StateDict:
+    """HF keys (per-expert or fused experts) -> ftune keys; see the module docstring.
+
+    Raises:
+        KeyError: an unknown key, a layer missing some expert's projection, or a layer given both
+            per-expert and fused expert weights.
+    """
+    experts: dict[str, dict[tuple[int, str], torch.Tensor]] = defaultdict(dict)
+    rest: StateDict = {}
+    for key, value in sd.items():
+        if match := _HF_EXPERT.match(key):
+            experts[match.group(1)][(int(match.group(2)), match.group(3))] = value
+        else:
+            rest[key] = value
+    out = _hf_to_ftune(rest, family=FAMILY, table=HF_TABLE, tie_word_embeddings=tie_word_embeddings)
+    for layer, parts in experts.items():
+        stacked = _stack_layer(layer, parts)
+        if twice := [k for k in stacked if k in out]:
+            raise KeyError(
+                f"{FAMILY}: layer {layer} has both per-expert weights (model.layers.{layer}.mlp.experts.<e>.*) "
+                f"and fused ones ({twice[0]}); a checkpoint holds one layout. Remove one of them."
+            )
+        out.update(stacked)
+    return out
+
+
+def ftune_to_hf(sd: StateDict) -> StateDict:
+    """ftune keys -> HF keys as the hub's files hold them (one key per expert and projection; views).
+
+    Raises:
+        KeyError: a key that is not part of the family's base model (e.g. LoRA weights).
+    """
+    rest: StateDict = {}
+    out: StateDict = {}
+    for key, value in sd.items():
+        match = _FTUNE_EXPERTS.match(key)
+        if match is None:
+            rest[key] = value
+            continue
+        layer, name = match.groups()
+        prefix = f"model.layers.{layer}.mlp.experts."
+        if name == "down_proj":
+            out.update({f"{prefix}{e}.down_proj.weight": w for e, w in enumerate(value.unbind(0))})
+            continue
+        hidden = value.shape[1] // 2
+        for e, w in enumerate(value.unbind(0)):  # w (2I, H): gate rows, then up rows
+            out[f"{prefix}{e}.gate_proj.weight"] = w[:hidden]
+            out[f"{prefix}{e}.up_proj.weight"] = w[hidden:]
+    return {**_ftune_to_hf(rest, family=FAMILY, table=HF_TABLE), **out}
+
+
+CONVERTER = Converter(
+    family=FAMILY,
+    hf_to_ftune=hf_to_ftune,
+    ftune_to_hf=ftune_to_hf,
+    hf_ignored=HF_IGNORED,
+)
