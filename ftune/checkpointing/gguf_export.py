@@ -1,0 +1,212 @@
+"""GGUF export: an ftune model folder (optionally + a LoRA/DoRA adapter, merged) to one llama.cpp file.
+
+    export_gguf("out/step_200/merged", "smollm2-ft.Q8_0.gguf", file_type="q8_0")
+    export_gguf("checkpoints/SmolLM2-135M", "ft.gguf", file_type="f16", adapter_dir="out/step_200")
+
+The input is anything ftune reads as a Hugging Face folder: a downloaded or converted base model, a
+full fine-tune's step folder, a LoRA run's merged/ folder, a QAT run's output; `adapter_dir` (a LoRA
+or DoRA step folder) is merged into it first, as `ftune run generate` merges it. The file holds what
+llama.cpp's own `convert_hf_to_gguf.py` writes (`gguf_export_meta`, `gguf_export_vocab`,
+`gguf_export_tensors`), and an Ollama Modelfile is written beside it (`write_modelfile`).
+
+Families: llama (SmolLM2, Llama 2, 3, 3.1, 3.2), mistral (a llama file), qwen2 (ftune's qwen2_5),
+qwen3, gemma3. Types: f32, f16, bf16, q8_0, q4_0 (`gguf_export_tensors.FILE_TYPES`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+
+from ftune.checkpointing.adapter import has_adapter
+from ftune.checkpointing.atomic import atomic_path
+from ftune.checkpointing.families import converter
+from ftune.checkpointing.gguf_export_meta import architecture, write_hparams
+from ftune.checkpointing.gguf_export_tensors import (
+    FileType,
+    GGMLType,
+    encode,
+    gguf_tensors,
+    lookup_file_type,
+    tensor_type,
+    to_numpy,
+)
+from ftune.checkpointing.gguf_export_vocab import TokenizerInfo, write_tokenizer
+from ftune.checkpointing.hf import HFCheckpointer
+from ftune.checkpointing.inference import merge_adapter_folder
+from ftune.checkpointing.model_build import HF_CONFIG_FILE
+from ftune.checkpointing.readers import read_json
+from ftune.models import text_model_config
+
+logger = logging.getLogger(__name__)
+
+StateDict = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What `export_gguf` wrote.
+
+    Attributes:
+        path: the .gguf file.
+        modelfile: the Ollama Modelfile beside it.
+        family: the ftune family of the model.
+        architecture: `general.architecture` of the file.
+        types: GGML type name -> number of tensors stored in it.
+    """
+
+    path: Path
+    modelfile: Path
+    family: str
+    architecture: str
+    types: dict[str, int]
+
+
+def modelfile_path(output: str | os.PathLike) -> Path:
+    """Where the Ollama Modelfile of `output` goes: `<name>.Modelfile` beside it."""
+    out = Path(output)
+    return out.with_name(out.stem + ".Modelfile")
+
+
+def load_hf_state(
+    model_dir: str | os.PathLike, adapter_dir: str | os.PathLike | None
+) -> tuple[StateDict, str]:
+    """The folder's weights in HF names (adapter merged when given) and the model family.
+
+    Raises:
+        ValueError: `model_dir` is an adapter-only step folder (says to pass it as the adapter).
+    """
+    folder = Path(model_dir).expanduser()
+    if has_adapter(folder) and not (folder / HF_CONFIG_FILE).is_file():
+        raise ValueError(
+            f"{str(folder)!r} holds a LoRA/DoRA adapter, not a whole model. Pass the base model folder "
+            f"(the run's checkpoint_dir) and this folder as the adapter: ftune export gguf <base> <out.gguf> "
+            f"--adapter {folder} --type <type>."
+        )
+    loaded = HFCheckpointer(folder).load()  # read-only: no output_dir
+    state = loaded.model
+    if adapter_dir is not None:
+        state = merge_adapter_folder(state, adapter_dir, family=loaded.family)
+    return converter(loaded.family).ftune_to_hf(state), loaded.family
+
+
+def export_gguf(
+    model_dir: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    file_type: str,
+    adapter_dir: str | os.PathLike | None = None,
+    name: str | None = None,
+) -> Exported:
+    """Write the model of `model_dir` (with `adapter_dir` merged) as a GGUF file llama.cpp runs.
+
+    Args:
+        model_dir: an HF-layout folder ftune reads (config.json, safetensors, tokenizer.json).
+        output: the .gguf file to write (replaced if it exists: callers check first, see
+            `ftune.cli.export`); its Modelfile goes to `modelfile_path(output)`.
+        file_type: one of `gguf_export_tensors.FILE_TYPES` (f32, f16, bf16, q8_0, q4_0).
+        adapter_dir: a LoRA/DoRA step folder to merge first, or None.
+        name: `general.name`; default: the model folder's name.
+
+    Returns:
+        What was written (`Exported`).
+
+    Raises:
+        FileNotFoundError / ValueError / KeyError: a missing file, a family or option llama.cpp
+            cannot run, an unknown tensor; each names the folder and what to do.
+    """
+    start = time.perf_counter()
+    ftype = lookup_file_type(file_type)
+    folder = Path(model_dir).expanduser()
+    hf_state, family = load_hf_state(folder, adapter_dir)
+    config = text_model_config(read_json(folder / HF_CONFIG_FILE))
+    arch = architecture(family)
+    tied = bool(config.get("tie_word_embeddings", False))
+    if tied:
+        hf_state.pop("lm_head.weight", None)
+    heads = int(config["num_attention_heads"])
+    tensors = gguf_tensors(
+        hf_state,
+        arch=arch,
+        num_heads=heads,
+        num_kv_heads=int(config.get("num_key_value_heads") or heads),
+        num_layers=int(config["num_hidden_layers"]),
+    )
+    vocab_size = int(tensors["token_embd.weight"].shape[0])
+
+    writer = gguf.GGUFWriter(None, arch)
+    writer.add_type("model")
+    writer.add_name(name or folder.resolve().name)
+    writer.add_file_type(ftype.file_type)
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    extra = write_hparams(writer, family, config, source=folder)
+    info = write_tokenizer(writer, folder, vocab_size=vocab_size, source=folder)
+    tensors.update(extra)
+    types = _add_tensor_infos(writer, tensors, ftype, tied=tied)
+    out = Path(output)
+    with atomic_path(out) as tmp:
+        writer.write_header_to_file(tmp)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for gguf_name, value in tensors.items():  # one tensor in memory at a time
+            writer.write_tensor_data(encode(to_numpy(value), types[gguf_name]))
+        writer.close()
+    modelfile = write_modelfile(out, info)
+    counts: dict[str, int] = {}
+    for qtype in types.values():
+        counts[qtype.name] = counts.get(qtype.name, 0) + 1
+    logger.info(
+        "Exported %s (%s, %s) -> %s, %.1f MB, %.1f s",
+        folder, family, ftype.name, out, out.stat().st_size / 2**20, time.perf_counter() - start,
+    )  # fmt: skip
+    return Exported(out, modelfile, family, arch, counts)
+
+
+def _add_tensor_infos(
+    writer: gguf.GGUFWriter, tensors: dict[str, torch.Tensor], ftype: FileType, *, tied: bool
+) -> dict[str, GGMLType]:
+    """Declare every tensor (name, shape, type, byte size) before the data is written; return the types."""
+    types = {}
+    for gguf_name, value in tensors.items():
+        shape = tuple(int(d) for d in value.shape)
+        qtype = tensor_type(gguf_name, shape, ftype, tied=tied)
+        types[gguf_name] = qtype
+        if qtype in (GGMLType.F32, GGMLType.F16):
+            dtype = np.dtype(np.float32 if qtype == GGMLType.F32 else np.float16)
+            writer.add_tensor_info(gguf_name, shape, dtype, int(np.prod(shape)) * dtype.itemsize)
+        else:
+            byte_shape = gguf.quant_shape_to_byte_shape(shape, qtype)
+            writer.add_tensor_info(
+                gguf_name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qtype
+            )
+    return types
+
+
+def write_modelfile(gguf_path: Path, info: TokenizerInfo) -> Path:
+    """Write the Ollama Modelfile beside `gguf_path`: FROM the file, a stop parameter per stop token.
+
+    Ollama takes the chat template from the file's `tokenizer.chat_template` (it recognises the
+    common Jinja templates and converts them itself), so the Modelfile does not restate it.
+    """
+    lines = [
+        f"# Ollama: ollama create <name> -f {modelfile_path(gguf_path).name}",
+        "# The chat template comes from the GGUF file (tokenizer.chat_template)"
+        + ("." if info.chat_template else "; this model has none, so use it for plain completion."),
+        f"FROM ./{gguf_path.name}",
+        *(f'PARAMETER stop "{_quote(stop)}"' for stop in info.stops),
+    ]
+    path = modelfile_path(gguf_path)
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
