@@ -172,14 +172,14 @@ def write_tokenizer(
         writer.add_token_scores(sentencepiece_scores(vocab, model.get("merges", []), vocab_size))
         writer.add_token_types(types)
         writer.add_add_space_prefix(_adds_space_prefix(tokenizer))
-        if unk in vocab:
-            writer.add_unk_token_id(vocab[unk])
     else:
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre(pre_tokenizer_name(tokenizer.get("pre_tokenizer"), source=source))
         writer.add_token_list(tokens)
         writer.add_token_types(types)
     special = gguf.SpecialVocab(folder, load_merges=not sentencepiece, n_vocab=vocab_size)
+    if sentencepiece and unk in vocab:  # the model's unk, when tokenizer_config.json does not name it
+        special.special_token_ids.setdefault("unk", vocab[unk])
     special.add_to_gguf(writer, quiet=True)
     return TokenizerInfo(stops=_stops(folder, special, tokens), chat_template=special.chat_template)
 
