@@ -1,0 +1,77 @@
+"""`ftune export gguf <model folder> <out.gguf> --type T [--adapter DIR] [--force]`: a model for llama.cpp.
+
+The model folder is any HF-layout folder ftune reads (a base model, a full fine-tune's step folder,
+a LoRA run's merged/ folder); `--adapter` merges a LoRA/DoRA step folder into it first. Beside the
+file goes `<name>.Modelfile` for Ollama.
+
+Outputs never land on inputs (`ftune.checkpointing.output_guard`): the file and its Modelfile are
+replaced only with --force, never inside the model or adapter folder; checked before anything loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ftune.checkpointing.gguf_export import export_gguf, modelfile_path
+from ftune.checkpointing.gguf_export_tensors import FILE_TYPES, lookup_file_type
+from ftune.checkpointing.output_guard import check_output_dir, check_output_file
+from ftune.config.run import report
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ftune export", description="Export a model for other runtimes.")
+    sub = parser.add_subparsers(dest="kind", required=True)
+    g = sub.add_parser(
+        "gguf", help="an ftune model folder (+ adapter) to one .gguf file llama.cpp and Ollama run"
+    )
+    g.add_argument(
+        "model_dir", type=Path, help="HF-layout model folder (config.json, weights, tokenizer.json)"
+    )
+    g.add_argument("output", type=Path, help="the .gguf file to write")
+    g.add_argument(
+        "--type",
+        required=True,
+        metavar="TYPE",
+        help=f"tensor type: {', '.join(FILE_TYPES)} (q8_0: near-lossless, half of f16; q4_0: 4-bit)",
+    )
+    g.add_argument("--adapter", type=Path, help="a LoRA/DoRA step folder to merge into the model first")
+    g.add_argument("--name", help="general.name in the file (default: the model folder's name)")
+    g.add_argument("--force", action="store_true", help="replace an existing output file and its Modelfile")
+    g.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        lookup_file_type(args.type)
+        _check_outputs(args)
+        exported = export_gguf(
+            args.model_dir, args.output, file_type=args.type, adapter_dir=args.adapter, name=args.name
+        )
+    except Exception as e:  # noqa: BLE001
+        return report(e, ["--debug"] if args.debug else [])
+    size = exported.path.stat().st_size / 2**20
+    types = ", ".join(f"{n} {k}" for k, n in sorted(exported.types.items()))
+    print(
+        f"Wrote {exported.path} ({exported.family} as llama.cpp '{exported.architecture}', {args.type.lower()}, "
+        f"{size:.1f} MB; tensors: {types}) and {exported.modelfile.name}.\n"
+        f"  llama.cpp: llama-cli -m {exported.path} -cnv\n"
+        f"  Ollama:    ollama create my-model -f {exported.modelfile}"
+    )
+    return 0
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse outputs that are not a new .gguf file outside the inputs, before any model loads."""
+    if args.output.suffix != ".gguf":
+        raise ValueError(
+            f"output {str(args.output)!r} does not end in .gguf; llama.cpp and Ollama expect a .gguf file. "
+            f"Give a file name such as {args.output.with_suffix('.gguf').name}."
+        )
+    if not args.model_dir.is_dir():
+        raise FileNotFoundError(
+            f"model folder {str(args.model_dir)!r} does not exist or is not a folder. Pass a folder with "
+            "config.json, the weights and tokenizer.json (a base model, a step folder, a merged/ folder)."
+        )
+    inputs = {"the model folder": args.model_dir, "the --adapter folder": args.adapter}
+    for path in (args.output, modelfile_path(args.output)):
+        check_output_dir(path, inputs, key="output", fix="Write the .gguf file outside the input folders.")
+        check_output_file(path, option="output", force=args.force)
