@@ -7,6 +7,7 @@ from torch import nn
 
 from ftune.peft.dora import DoRALinear
 from ftune.peft.lora import LoRALinear
+from ftune.peft.moe_lora import apply_expert_lora, expert_adapter_params
 from ftune.peft.nf4 import check_nf4_shape
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ def apply_lora(
             f"Use e.g. targets=[q_proj,v_proj]; ftune decoders have {', '.join(LORA_TARGETS)}."
         )
     wanted = set(targets)
+    # "experts": every expert of the MoE layers, through stacked adapters (ftune/peft/moe_lora.py).
+    experts = wanted & {"experts"}
+    wanted -= experts
     layer_type = DoRALinear if use_dora else LoRALinear
     # Find every match before changing anything, so that a bad target leaves the model untouched.
     # type() rather than isinstance(): never wrap an adapter layer (or another Linear subclass) again;
@@ -76,11 +80,18 @@ def apply_lora(
     if quantize_base:
         for fqn, _, _, child in matches:
             check_nf4_shape(child.weight, name=f"{fqn}.weight")
+    if experts and (use_dora or quantize_base):
+        raise ValueError(
+            "apply_lora: target 'experts' takes plain LoRA only (no use_dora, no quantize_base); set them "
+            "to false, or adapt the experts' neighbours only (drop 'experts' from peft.targets)."
+        )
+    expert_fqns = apply_expert_lora(model, rank=rank, alpha=alpha, dropout=dropout) if experts else []
     for _, parent, name, child in matches:
         layer = layer_type(child, rank=rank, alpha=alpha, dropout=dropout, quantize_base=quantize_base)
         setattr(parent, name, layer.train(child.training))  # an eval-mode model stays in eval mode
-    swapped = [fqn for fqn, _, _, _ in matches]
+    swapped = [fqn for fqn, _, _, _ in matches] + expert_fqns
     adapter_params = {id(p) for m in model.modules() if isinstance(m, LoRALinear) for p in _adapter_params(m)}
+    adapter_params |= {id(p) for p in expert_adapter_params(model)}
     for p in model.parameters():
         p.requires_grad_(id(p) in adapter_params)
     log.info(

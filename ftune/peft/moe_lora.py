@@ -1,0 +1,169 @@
+"""LoRA on stacked mixture-of-experts weights: one low-rank update per expert, in grouped products.
+
+For a stacked weight W (E, out, in) the adapter holds A (E, rank, in) and B (E, out, rank); expert
+e computes x·(W_e + (alpha/rank)·B_e·A_e)ᵀ, through the same grouped products as the base (the
+rows sorted by expert), never a loop over tokens. Base weights keep their names (`gate_up_proj`,
+`down_proj`) and are frozen; the adapters live under `experts.lora.<weight>.lora_{a,b}.weight`:
+
+    layers.0.mlp.experts.lora.gate_up_proj.lora_a.weight   (E, rank, embed_dim)
+    layers.0.mlp.experts.lora.gate_up_proj.lora_b.weight   (E, 2 * hidden_dim, rank)
+    layers.0.mlp.experts.lora.down_proj.lora_a.weight      (E, rank, hidden_dim)
+    layers.0.mlp.experts.lora.down_proj.lora_b.weight      (E, embed_dim, rank)
+
+PEFT (0.17+) adapts such stacked weights with `target_parameters` (its `ParamWrapper`), on
+transformers 5's fused `mlp.experts.gate_up_proj` / `down_proj`: `to_peft_experts` gives its keys
+and tensor layout (lora_A (E * rank, in) expert-major; lora_B (out, rank * E) expert-minor).
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from ftune.modules.moe_experts import GroupedExperts, Groups, grouped_matmul
+
+#: The stacked weights of `GroupedExperts` that expert LoRA adapts.
+EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")
+
+
+class _Stacked(nn.Module):
+    """One stacked tensor under the name `weight` (so adapter keys end in `.lora_a.weight`)."""
+
+    def __init__(self, *shape: int, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(*shape, device=device, dtype=dtype))
+
+
+class ExpertLoRA(nn.Module):
+    """The per-expert A (E, rank, in) and B (E, out, rank) of one stacked weight (E, out, in)."""
+
+    def __init__(self, weight: torch.Tensor, *, rank: int, alpha: float, dropout: float) -> None:
+        super().__init__()
+        experts, out_features, in_features = weight.shape
+        factory = {"device": weight.device, "dtype": weight.dtype}
+        self.rank, self.alpha, self.scale = rank, float(alpha), float(alpha) / rank
+        self.lora_a = _Stacked(experts, rank, in_features, **factory)
+        self.lora_b = _Stacked(experts, out_features, rank, **factory)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        if not weight.is_meta:
+            self.reset_adapter_parameters()
+
+    def reset_adapter_parameters(self) -> None:
+        """A like nn.Linear's default (uniform, bound 1/sqrt(in)) for every expert; B zero (no-op update)."""
+        bound = 1 / math.sqrt(self.lora_a.weight.shape[-1])
+        nn.init.uniform_(self.lora_a.weight, -bound, bound)
+        nn.init.zeros_(self.lora_b.weight)
+
+
+class LoRAGroupedExperts(GroupedExperts):
+    """`GroupedExperts` with frozen stacked weights plus a per-expert LoRA update on some of them.
+
+    Args:
+        base: the experts to adapt; its Parameters are reused (no copy) and frozen.
+        targets: which stacked weights get adapters, a subset of `EXPERT_WEIGHTS`.
+        rank: LoRA rank, > 0. alpha: updates scale by alpha / rank. dropout: on the adapter input.
+    """
+
+    def __init__(
+        self, base: GroupedExperts, *, targets: tuple[str, ...], rank: int, alpha: float, dropout: float = 0.0
+    ) -> None:
+        nn.Module.__init__(self)
+        self.num_experts, self.embed_dim, self.hidden_dim = base.num_experts, base.embed_dim, base.hidden_dim
+        self.backend = base.backend
+        self.gate_up_proj, self.down_proj = base.gate_up_proj, base.down_proj
+        for name in EXPERT_WEIGHTS:
+            getattr(self, name).requires_grad_(False)
+        self.lora = nn.ModuleDict(
+            {
+                name: ExpertLoRA(getattr(self, name), rank=rank, alpha=alpha, dropout=dropout)
+                for name in targets
+            }
+        )
+        #: False while `ftune.peft.adapters_disabled` runs the frozen base alone.
+        self.adapter_enabled = True
+
+    def project(self, name: str, x: torch.Tensor, groups: Groups) -> torch.Tensor:
+        """Base grouped product plus scale·(x·A_eᵀ)·B_eᵀ for each expert e's rows."""
+        out = super().project(name, x, groups)  # (N, out)
+        if name not in self.lora or not self.adapter_enabled:
+            return out
+        lora = self.lora[name]
+        low = grouped_matmul(lora.dropout(x), lora.lora_a.weight, groups.offsets, self.backend)  # (N, rank)
+        return out + lora.scale * grouped_matmul(low, lora.lora_b.weight, groups.offsets, self.backend)
+
+    @torch.no_grad()
+    def merged_weight(self, name: str) -> torch.Tensor:
+        """W + (alpha/rank)·B_e·A_e for every expert e: a new (E, out, in) tensor."""
+        weight = getattr(self, name)
+        if name not in self.lora:
+            return weight.clone()
+        lora = self.lora[name]
+        return torch.baddbmm(weight, lora.lora_b.weight, lora.lora_a.weight, alpha=lora.scale)
+
+
+def apply_expert_lora(model: nn.Module, *, rank: int, alpha: float, dropout: float = 0.0) -> list[str]:
+    """Swap every `GroupedExperts` of `model` for a `LoRAGroupedExperts` adapting both stacked weights.
+
+    Used by `ftune.peft.apply_lora` for the target `experts`; freezing the rest is left to it.
+
+    Returns:
+        The module paths swapped, e.g. ["layers.0.mlp.experts", ...].
+
+    Raises:
+        ValueError: the model has no stacked experts.
+    """
+    matches = [
+        (f"{fqn}.{name}" if fqn else name, parent, name, child)
+        for fqn, parent in model.named_modules()
+        for name, child in parent.named_children()
+        if type(child) is GroupedExperts
+    ]
+    if not matches:
+        raise ValueError(
+            f"apply_lora: target 'experts' matches no mixture-of-experts layer in {type(model).__name__}; "
+            "only MoE models (e.g. qwen3_moe) have one. Remove 'experts' from peft.targets."
+        )
+    for _, parent, name, child in matches:
+        layer = LoRAGroupedExperts(child, targets=EXPERT_WEIGHTS, rank=rank, alpha=alpha, dropout=dropout)
+        setattr(parent, name, layer.train(child.training))
+    return [fqn for fqn, *_ in matches]
+
+
+def expert_adapter_params(model: nn.Module) -> list[nn.Parameter]:
+    """The A and B tensors of every expert adapter of `model`, in model order."""
+    return [p for m in model.modules() if isinstance(m, LoRAGroupedExperts) for p in m.lora.parameters()]
+
+
+def to_peft_experts(adapter: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """ftune expert-adapter keys -> PEFT's (a `ParamWrapper` per stacked weight of transformers 5).
+
+    PEFT nests one wrapper per targeted parameter, the first of `target_parameters` innermost:
+    with ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"] gate_up's adapter is saved under
+    `mlp.experts.base_layer.lora_A.weight` and down's under `mlp.experts.lora_A.weight`.
+
+    Args:
+        adapter: `layers.{L}.mlp.experts.lora.<weight>.lora_{a,b}.weight` tensors.
+
+    Returns:
+        `base_model.model.model.layers.{L}.mlp.experts[.base_layer].lora_{A,B}.weight` tensors.
+
+    Raises:
+        KeyError: a key that is not an expert-adapter key.
+    """
+    out = {}
+    for key, tensor in adapter.items():
+        module, sep, rest = key.partition(".mlp.experts.lora.")
+        weight, _, suffix = rest.partition(".")
+        if not sep or weight not in EXPERT_WEIGHTS or suffix not in ("lora_a.weight", "lora_b.weight"):
+            raise KeyError(
+                f"{key!r} is not an expert-adapter key; expected layers.<L>.mlp.experts.lora."
+                f"<{'|'.join(EXPERT_WEIGHTS)}>.lora_a.weight or .lora_b.weight."
+            )
+        wrapper = "base_layer." if weight == "gate_up_proj" else ""
+        prefix = f"base_model.model.model.{module}.mlp.experts.{wrapper}"
+        if suffix == "lora_a.weight":
+            out[prefix + "lora_A.weight"] = tensor.reshape(-1, tensor.shape[-1])  # (E * rank, in)
+        else:
+            experts, out_features, rank = tensor.shape
+            out[prefix + "lora_B.weight"] = tensor.permute(1, 2, 0).reshape(out_features, rank * experts)
+    return out
