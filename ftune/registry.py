@@ -29,6 +29,8 @@ from ftune.registry_cells import (
     DIST,
     DPO_COMMON,
     DPO_UNCHECKED,
+    GRPO_COMMON,
+    GRPO_UNCHECKED,
     KD,
     LORA,
     NO_OPT_BWD_DIST,
@@ -208,6 +210,59 @@ _RECIPES = [
         ("full_dpo",),
         {**DPO_COMMON, **NOT_LORA, **DIST, **NO_OPT_BWD_DIST},
         tags=frozenset({"full", "dpo", "dist"}),
+    ),
+    Recipe(
+        "lora_grpo_single_device",
+        "LoRA GRPO (online RL): G sampled completions per prompt on the KV cache, scored by reward components; "
+        "the reference is the same model with its adapters off.",
+        False,
+        "smollm2/135M_lora_grpo",
+        ("lora_grpo",),
+        {
+            **GRPO_COMMON,
+            "lora": YES,
+            "qlora": unchecked(GRPO_UNCHECKED),
+            "dora": unchecked(GRPO_UNCHECKED),
+            **SINGLE,
+        },
+        tags=frozenset({"lora", "grpo"}),  # online RL replaces the supervised # [sft] lines
+    ),
+    Recipe(
+        "full_grpo_single_device",
+        "Full GRPO (online RL) on one device; the reference is a frozen copy of the starting weights.",
+        False,
+        "smollm2/135M_full_grpo",
+        ("full_grpo",),
+        {**GRPO_COMMON, **NOT_LORA, **SINGLE},
+        tags=frozenset({"full", "grpo"}),
+    ),
+    Recipe(
+        "lora_grpo_distributed",
+        "LoRA GRPO sharded with FSDP2 over torchrun processes; each rank samples its share of the prompts.",
+        True,
+        "smollm2/135M_lora_grpo",
+        ("lora_grpo",),
+        {
+            **GRPO_COMMON,
+            "lora": YES,
+            "qlora": na(
+                "FSDP2 cannot shard NF4 base weights yet; run QLoRA GRPO with lora_grpo_single_device"
+            ),
+            "dora": unchecked(GRPO_UNCHECKED),
+            **DIST,
+        },
+        tags=frozenset({"lora", "grpo", "dist"}),
+        same_losses_as="lora_grpo_single_device",
+    ),
+    Recipe(
+        "full_grpo_distributed",
+        "Full GRPO sharded with FSDP2 over torchrun processes; the frozen reference is sharded like the policy.",
+        True,
+        "smollm2/135M_full_grpo",
+        ("full_grpo",),
+        {**GRPO_COMMON, **NOT_LORA, **DIST},
+        tags=frozenset({"full", "grpo", "dist"}),
+        same_losses_as="full_grpo_single_device",
     ),
     Recipe(
         "generate",

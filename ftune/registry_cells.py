@@ -107,3 +107,34 @@ KD = {
     "dora": na("the student's adapters are plain LoRA"),
     **NO_QAT,
 }
+# Online RL (GRPO). What a GRPO run is checked for is ✓; what runs but is not checked on a GRPO run
+# is `unchecked`; what cannot apply is n/a.
+GRPO_UNCHECKED = (
+    "runs in the GRPO recipes (the same lines as the SFT recipes), but is not checked on a GRPO run: "
+    "the GRPO runs in the test suite are kept to the features GRPO changes or must not break"
+)
+GRPO_COMMON = {
+    "knowledge_distillation": na("online RL has no teacher: distil with the knowledge_distillation recipes"),
+    "grad_accumulation": unchecked(GRPO_UNCHECKED),
+    "grad_clipping": unchecked(GRPO_UNCHECKED),
+    "compile": unchecked(GRPO_UNCHECKED),
+    "activation_checkpointing": unchecked(GRPO_UNCHECKED),
+    "activation_offloading": _OFFLOAD,
+    "chunked_loss": unchecked(
+        f"{GRPO_UNCHECKED}: GRPOLoss projects the completion tokens in loss.num_chunks blocks"
+    ),
+    "low_precision_optimizers": unchecked(GRPO_UNCHECKED),
+    "custom_collate": unchecked(f"{GRPO_UNCHECKED}; a collate_fn must return a ftune.data.PromptBatch"),
+    "packing": na("rollouts are made inside the loop, one row per completion; dataset.packed does not apply"),
+    "padding_free": na("a rollout's rows are prompt + completion, right-padded"),
+    "validation": unchecked(GRPO_UNCHECKED),
+    "step_checkpointing": unchecked(GRPO_UNCHECKED),
+    "resume": unchecked(GRPO_UNCHECKED),
+    "metric_logging": unchecked(GRPO_UNCHECKED),
+    "profiler": unchecked(GRPO_UNCHECKED),
+    "qat": na("no QAT RL recipe"),
+    "learned_ranges": na("no QAT RL recipe"),
+    "optimizer_in_backward": na(
+        "a reused rollout's clipped ratio needs the step to end before the weights change; refused with a message"
+    ),
+}

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the ftune beside it
 
 from ftune import registry  # noqa: E402 - pure Python, no torch
+from scripts.config_grpo import GRPO, grpo_data, grpo_loss, grpo_settings  # noqa: E402
 
 CONFIGS = ROOT / "recipes" / "configs"
 
@@ -89,6 +90,8 @@ TITLES = {
     "qat_lora": "QAT + LoRA (LoRA over an 8da4w fake-quantized base)",
     "lora_dpo": "LoRA DPO (preference tuning)",
     "full_dpo": "full DPO (preference tuning)",
+    "lora_grpo": "LoRA GRPO (online RL with rewards)",
+    "full_grpo": "full GRPO (online RL with rewards)",
 }
 DPO = ("lora_dpo", "full_dpo")
 # SFT batches: the samples end to end in one row (ftune/data/collate.py); DPO keeps its chosen/rejected rows.
@@ -214,7 +217,7 @@ def preference_dataset(m: Model, demo_pairs: bool) -> str:
 
 def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
-    lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora", "lora_dpo")
+    lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora", "lora_dpo", "lora_grpo")
     dpo = method in DPO
     lr = {
         "full": "2.0e-5",
@@ -222,6 +225,8 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
         "kd": "2.0e-5",
         "lora_dpo": "5.0e-5",
         "full_dpo": "1.0e-6",
+        "lora_grpo": "1.0e-5",
+        "full_grpo": "1.0e-6",
     }.get(method, "3.0e-4")
     if m.demo:
         lr = {
@@ -230,6 +235,8 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
             "kd": "5.0e-5",
             "lora_dpo": "1.0e-4",
             "full_dpo": "5.0e-6",
+            "lora_grpo": "1.0e-4",
+            "full_grpo": "5.0e-6",
         }.get(method, "1.0e-3")
     if demo_pairs:
         lr = "1.0e-4"  # at the quickstart's 1e-3, DPO degraded the answers (docs/recipes/lora_dpo_single_device.md)
@@ -261,6 +268,8 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
         f"activation_checkpointing: {'false' if m.demo else 'true'}\n"
         "log_every_n_steps: 1\n"
     )
+    if method in GRPO:
+        out.append(grpo_settings(m.demo))
     if method in ("qat_full", "qat_lora"):
         out.append("fake_quant_after_n_steps: null  # fake quantization from the start\n")
     out.append(
@@ -293,8 +302,13 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
         )
     if method in ("qat_full", "qat_lora"):
         out.append("quantizer:\n  _component_: ftune.quantization.Int8DynActInt4Weight\n  group_size: 32\n")
-    out.append("\n" + (preference_dataset(m, demo_pairs) if dpo else dataset(m, packed=False) + COLLATE))
-    if method.startswith("kd"):
+    if method in GRPO:
+        out.append("\n" + grpo_data(m.demo) + grpo_loss())
+    else:
+        out.append("\n" + (preference_dataset(m, demo_pairs) if dpo else dataset(m, packed=False) + COLLATE))
+    if method in GRPO:
+        pass  # its loss section came with its data
+    elif method.startswith("kd"):
         out.append(
             "loss:  # (1 - kd_ratio) * cross-entropy + kd_ratio * KL(teacher || student), in sequence chunks\n"
             "  _component_: ftune.training.KDLoss\n  kd_ratio: 0.5\n  num_chunks: 8\n"
@@ -327,7 +341,7 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
 def expected() -> dict[Path, str]:
     files = {}
     for m in MODELS:
-        for method in ("full", "lora", "qlora", "dora", *DPO):
+        for method in ("full", "lora", "qlora", "dora", *DPO, *GRPO):
             files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
         if m.name in QAT_MODELS:
             files[CONFIGS / f"{m.name}_qat_full.yaml"] = config(m, "qat_full")

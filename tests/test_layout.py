@@ -78,9 +78,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ftune.models",),  # families: builders, converters, HF config -> model
     ("ftune.peft",),
     ("ftune.checkpointing",),  # formats in and out (HF, Meta, native, quantized, GGUF, DCP), model build
-    ("ftune.quantization", "ftune.datasets"),  # torchao schemes; records to examples
-    ("ftune.training",),
-    ("ftune.generation",),
+    ("ftune.quantization", "ftune.datasets", "ftune.generation"),  # torchao; records to examples; decoding
+    ("ftune.training",),  # reads generation: GRPO samples its rollouts on the KV cache
     ("ftune.evaluation",),
     ("ftune.torchtune",),  # the torchtune config converter
     ("ftune.registry_docs", "ftune.cli"),  # the docs generator and the command line

@@ -12,6 +12,7 @@ from ftune.data.collate import (
 from ftune.data.loader import StatefulDataLoader, build_dataloader, validation_loader
 from ftune.data.messages import Message
 from ftune.data.packing import PackedDataset, pack_sequences
+from ftune.data.prompt_batch import PromptBatch, build_prompt_collate, collate_prompts
 from ftune.data.sampler import epoch_batches
 from ftune.data.transforms import (
     AlpacaToMessages,
@@ -29,11 +30,14 @@ __all__ = [
     "Message",
     "OpenAIToMessages",
     "PackedDataset",
+    "PromptBatch",
     "ShareGPTToMessages",
     "StatefulDataLoader",
     "build_collate",
     "build_dataloader",
     "build_preference_collate",
+    "build_prompt_collate",
+    "collate_prompts",
     "epoch_batches",
     "pack_sequences",
     "padded_collate_packed",

@@ -12,6 +12,7 @@ from ftune.datasets.demo import (
 )
 from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
 from ftune.datasets.preference import PreferenceDataset, preference_dataset
+from ftune.datasets.prompts import PromptDataset, demo_prompt_dataset, prompt_dataset, write_demo_prompts
 from ftune.datasets.sft import SFTDataset
 from ftune.datasets.source import HubUnreachableError, load_source
 from ftune.datasets.text_completion import TextCompletionDataset, text_completion_dataset
@@ -20,6 +21,7 @@ __all__ = [
     "ConcatDataset",
     "HubUnreachableError",
     "PreferenceDataset",
+    "PromptDataset",
     "SFTDataset",
     "TextCompletionDataset",
     "alpaca_dataset",
@@ -27,12 +29,15 @@ __all__ = [
     "concat_datasets",
     "demo_dataset",
     "demo_preference_dataset",
+    "demo_prompt_dataset",
     "exact_match",
     "instruct_dataset",
     "load_source",
     "preference_dataset",
+    "prompt_dataset",
     "read_demo_examples",
     "text_completion_dataset",
     "write_demo_data",
     "write_demo_preference_data",
+    "write_demo_prompts",
 ]

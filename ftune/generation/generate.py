@@ -101,7 +101,7 @@ def decode_rows(
     top_k: int | None,
     top_p: float | None,
     stop_tokens: Iterable[int],
-    generator: torch.Generator | None,
+    generator: torch.Generator | Sequence[torch.Generator] | None,
     pad_id: int,
     on_token: Callable[[int, int], None] | None = None,
     stop_when: Callable[[int, list[int]], bool] | None = None,
@@ -114,7 +114,8 @@ def decode_rows(
             as in `generate_batch`.
         ids: each row's prompt ids (non-empty lists).
         stop_tokens: ids that end a row (kept as its last token).
-        generator: the random source of every draw; None uses torch's global RNG.
+        generator: the random source of every draw (or one per row: see `sample`); None uses
+            torch's global RNG.
         on_step: called once per decoding step as on_step(logits, tokens) with the (b, vocab)
             logits the step sampled from and the (b,) tokens it drew, rows already finished included.
 

@@ -141,7 +141,7 @@ def rollout(
     top_p: float | None,
     stop_ids: Sequence[int],
     pad_id: int,
-    generator: torch.Generator | None,
+    generator: torch.Generator | Sequence[torch.Generator] | None,
     stop_when: Callable[[int, list[int]], bool] | None = None,
 ) -> Rollout:
     """Sample `group_size` completions of every prompt in one batched generation.
@@ -157,7 +157,10 @@ def rollout(
         stop_ids: token ids that end a completion (kept as its last token, inside the mask).
         pad_id: the id padding the prompts during prefill and the completions after their end.
         generator: the random source of every draw, on the model's device; pass it in (and save its
-            `get_state()`) to make a run resumable. None draws from torch's global RNG.
+            `get_state()`) to make a run resumable. A list of N generators (N = len(prompts) *
+            group_size, in row order) draws each row from its own, so a row's completion does not
+            depend on which other prompts share the batch (the same at any world size). None
+            draws from torch's global RNG.
         stop_when: called as stop_when(row, new_tokens) after each token of a running row (row i
             belongs to prompt i // group_size); True ends that row, e.g. at a stop string.
 
@@ -182,18 +185,22 @@ def rollout(
     if isinstance(pad_id, bool) or not isinstance(pad_id, int) or pad_id < 0:
         raise ValueError(f"rollout: pad_id must be an int token id >= 0; got {pad_id!r}.")
     device = next(model.parameters()).device
-    if generator is not None:
-        if not isinstance(generator, torch.Generator):
+    rows = [p for p in ids for _ in range(group_size)]  # each prompt G times, in prompt order
+    generators = generator if isinstance(generator, (list, tuple)) else [generator]
+    if isinstance(generator, (list, tuple)) and len(generator) != len(rows):
+        raise ValueError(
+            f"rollout: {len(generator)} generators for {len(rows)} rows ({len(ids)} prompts x group_size "
+            f"{group_size}); give one per row, or a single generator."
+        )
+    for g in generators:
+        if g is not None and not isinstance(g, torch.Generator):
+            raise ValueError(f"rollout: generator must be a torch.Generator or None; got {type(g).__name__}.")
+        if g is not None and g.device.type != device.type:
             raise ValueError(
-                f"rollout: generator must be a torch.Generator or None; got {type(generator).__name__}."
-            )
-        if generator.device.type != device.type:
-            raise ValueError(
-                f"rollout: the generator is on {generator.device} but the model on {device}; create it "
+                f"rollout: the generator is on {g.device} but the model on {device}; create it "
                 f"with torch.Generator(device={str(device)!r})."
             )
 
-    rows = [p for p in ids for _ in range(group_size)]  # each prompt G times, in prompt order
     logp_temperature = temperature if temperature > 0 else 1.0
     step_logps: list[torch.Tensor] = []
     stops = set(stop_ids)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -21,7 +23,7 @@ def sample(
     top_k: int | None = None,
     top_p: float | None = None,
     *,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
 ) -> torch.Tensor:
     """Pick one token id per row of `logits`.
 
@@ -32,7 +34,10 @@ def sample(
         top_k: keep only the k highest-scoring tokens (ties at the k-th score are kept).
         top_p: keep the smallest set of most likely tokens whose probability reaches top_p
             (always at least the most likely token).
-        generator: random source, for reproducible sampling; None uses torch's global RNG.
+        generator: random source, for reproducible sampling; None uses torch's global RNG. A list
+            of generators, one per row of a 2-D `logits`, draws each row from its own: a row's
+            token then depends on its logits and its generator only, not on the other rows of
+            the batch (online RL uses this to sample the same completions at any world size).
 
     Returns:
         (...) long tensor of token ids.
@@ -60,9 +65,16 @@ def sample(
     # argmax(p / E) with E ~ Exp(1) i.i.d. draws token i with probability p_i (the "exponential
     # race"); unlike torch.multinomial it needs no host sync and takes a generator on any device.
     # The clamp keeps a (rare) exact-zero draw from turning a zero-probability token into 0/0 = NaN.
-    race = (
-        torch.empty_like(probs)
-        .exponential_(1.0, generator=generator)
-        .clamp_(min=torch.finfo(probs.dtype).tiny)
-    )
+    if isinstance(generator, (list, tuple)):
+        if probs.dim() != 2 or len(generator) != probs.shape[0]:
+            raise ValueError(
+                f"sample: {len(generator)} generators for logits of shape {list(probs.shape)}; give one "
+                "generator per row of 2-D logits, or a single generator."
+            )
+        race = torch.stack(
+            [torch.empty_like(row).exponential_(1.0, generator=g) for row, g in zip(probs, generator)]
+        )
+    else:
+        race = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    race = race.clamp_(min=torch.finfo(probs.dtype).tiny)
     return (probs / race).argmax(dim=-1)

@@ -20,6 +20,7 @@ imports torch.
 """
 
 from ftune.rewards.builtins import ExactMatch, LengthPenalty, NumericAnswer, RegexMatch, final_number
+from ftune.rewards.reward_set import RewardSet
 from ftune.rewards.scoring import RewardError, check_rewards, reward_stats, score_rewards
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "NumericAnswer",
     "RegexMatch",
     "RewardError",
+    "RewardSet",
     "check_rewards",
     "final_number",
     "reward_stats",

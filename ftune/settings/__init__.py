@@ -9,6 +9,7 @@ check a config's keys, types and ranges against them before the recipe starts. T
 from ftune.settings.dist import DistCheckSettings, dist_timeout_problems
 from ftune.settings.eval import EvalSettings
 from ftune.settings.generate import GenerateSettings
+from ftune.settings.grpo import GRPOSettings, LoRAGRPOSettings
 from ftune.settings.inference import InferenceModelSettings
 from ftune.settings.quantize import QuantizeSettings
 from ftune.settings.training import (
@@ -24,9 +25,11 @@ __all__ = [
     "DistCheckSettings",
     "EvalSettings",
     "FullSettings",
+    "GRPOSettings",
     "GenerateSettings",
     "InferenceModelSettings",
     "KDSettings",
+    "LoRAGRPOSettings",
     "LoRASettings",
     "QATLoRASettings",
     "QATSettings",

@@ -22,12 +22,21 @@ namespace: device, dtype, seeding and the process group (`ftune.runtime`, shared
 from ftune.checkpointing.model_build import build_model
 from ftune.data.collate import build_collate, build_preference_collate
 from ftune.data.loader import validation_loader
+from ftune.data.prompt_batch import PromptBatch, build_prompt_collate
 from ftune.peft.apply import trainable_params
 from ftune.runtime.device import default_dtype, get_device, get_dtype
 from ftune.runtime.distributed import DistInfo, destroy_distributed, init_distributed
 from ftune.runtime.hardware import announce
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
-from ftune.settings import FullSettings, KDSettings, LoRASettings, QATLoRASettings, QATSettings
+from ftune.settings import (
+    FullSettings,
+    GRPOSettings,
+    KDSettings,
+    LoRAGRPOSettings,
+    LoRASettings,
+    QATLoRASettings,
+    QATSettings,
+)
 from ftune.training.features.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.features.activation_offloading import apply_activation_offloading
 from ftune.training.features.compile import compile_loss, compile_model
@@ -45,7 +54,17 @@ from ftune.training.methods.grpo_loss import (
 )
 from ftune.training.methods.kd_loss import KDLoss, distill_loss, teacher_hidden
 from ftune.training.methods.peft_setup import apply_peft
-from ftune.training.methods.preference_step import ReferenceModel, preference_loss
+from ftune.training.methods.preference_step import preference_loss
+from ftune.training.methods.reference import ReferenceModel
+from ftune.training.methods.rollout_batch import (
+    RolloutBatch,
+    Sampling,
+    grpo_loss,
+    rollout_batch,
+    sample_rollout,
+    score_rollout,
+)
+from ftune.training.methods.rollout_loader import RolloutLoader, rollout_means
 from ftune.training.methods.teacher import check_same_vocab, load_teacher
 from ftune.training.run.cadence import every, every_after, total_steps
 from ftune.training.run.memory import peak_memory_gib, reset_peak_memory
@@ -90,6 +109,18 @@ __all__ = [
     "grpo_token_means",
     "per_sequence",
     "zero_variance_share",
+    "GRPOSettings",
+    "LoRAGRPOSettings",
+    "PromptBatch",
+    "build_prompt_collate",
+    "RolloutBatch",
+    "RolloutLoader",
+    "Sampling",
+    "grpo_loss",
+    "rollout_batch",
+    "rollout_means",
+    "sample_rollout",
+    "score_rollout",
     "FullSettings",
     "KDLoss",
     "KDSettings",

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assets"))
 trust_packages(["recipe_test_components", "mutants"])
 
 from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
+from tiny_grpo import GRPO_TINY  # noqa: E402
 from tiny_preference import tiny_preference_overrides  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,9 +53,11 @@ def load_recipe(name: str):
 
 def overrides_for(config: str, checkpoint: Path, data_dir: Path, output_dir: Path) -> list[str]:
     """The tiny-model overrides of a shipped config: preference data for the DPO methods (but those on the
-    demo task's pairs, smollm2/135M_demo_lora_dpo), the demo data otherwise."""
+    demo task's pairs, smollm2/135M_demo_lora_dpo), the demo data otherwise (its prompts for GRPO)."""
     if registry.method_of(config) in ("lora_dpo", "full_dpo") and "_demo_" not in config:
         return tiny_preference_overrides(checkpoint, data_dir, output_dir)
+    if registry.method_of(config) in ("lora_grpo", "full_grpo"):  # the demo prompts, a varied reward
+        return [*tiny_overrides(checkpoint, data_dir, output_dir), *GRPO_TINY]
     return tiny_overrides(checkpoint, data_dir, output_dir)
 
 

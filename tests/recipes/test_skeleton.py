@@ -26,8 +26,10 @@ SIBLINGS = sorted(set(ALLOWED) - {PARENT})
 
 
 def skeleton(path: Path) -> list[str]:
+    """The untagged lines, blank lines left out: the formatter puts blank lines around a recipe-local
+    function a variant adds (GRPO's ``rollout_on``), and a blank line does nothing."""
     lines = body(path).splitlines()
-    return [line for line, is_tagged in zip(lines, tagged(lines)) if not is_tagged]
+    return [line for line, is_tagged in zip(lines, tagged(lines)) if not is_tagged and line.strip()]
 
 
 def sibling_diff(recipe: str) -> str:

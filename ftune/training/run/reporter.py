@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import torch
@@ -49,11 +50,14 @@ class Reporter:
         self.bar = ProgressBar(total, initial_step=initial, enabled=progress_bar)
         self.tokens = 0
         self.losses: list[float] = []
+        self.last = time.perf_counter()  # the end of the last step (or validation pass)
 
     def step(self, step: int, stats: Any, num_tokens: int) -> dict[str, float]:
         """Record one optimizer step (`num_tokens`: this rank's); returns what was logged (global figures)."""
         num_tokens *= world_size()  # every rank processes a batch of the same shape
         tps = self.throughput.update(num_tokens)
+        now = time.perf_counter()
+        seconds, self.last = now - self.last, now
         self.tokens += num_tokens
         self.losses.append(stats.loss)
         mem = peak_memory_gib(self.device)
@@ -64,6 +68,7 @@ class Reporter:
             "tokens_per_second": tps,
             "tokens": num_tokens,  # processed, padding included
             "tokens_trained": stats.num_tokens,  # with a label
+            "step_seconds": seconds,  # since the previous step or validation pass (saves included)
         }
         metrics.update(stats.metrics)
         if stats.grad_norm is not None:
@@ -82,6 +87,7 @@ class Reporter:
         if is_rank_zero():
             logger.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         self.throughput.reset()
+        self.last = time.perf_counter()
 
     def close(self) -> None:
         self.bar.close()

@@ -1,0 +1,47 @@
+"""The rewards of a run and their weights, as one component (the ``rewards`` section of a GRPO config)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ftune.rewards.scoring import Reward, check_rewards, score_rewards
+
+
+class RewardSet:
+    """Named rewards and their weights; calling it scores completions with every reward.
+
+    A GRPO config builds it as its ``rewards`` section::
+
+        rewards:
+          _component_: ftune.rewards.RewardSet
+          rewards:
+            correct: {_component_: ftune.rewards.ExactMatch, field: answer}
+            short: {_component_: ftune.rewards.LengthPenalty, max_chars: 40}
+          weights: {correct: 1.0, short: 0.1}
+
+    Args:
+        rewards: name -> reward callable ``(prompt, completion, sample) -> float``. The names name
+            the logged metrics ``rewards/<name>/mean`` and ``/std``.
+        weights: name -> weight, one per reward (1.0 each for a plain sum; negative: a penalty).
+
+    Raises:
+        ValueError: every problem :func:`ftune.rewards.check_rewards` finds, in one message.
+    """
+
+    def __init__(self, rewards: Mapping[str, Reward], weights: Mapping[str, float]) -> None:
+        check_rewards(rewards, weights)
+        self.rewards, self.weights = dict(rewards), dict(weights)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.rewards)
+
+    def __call__(
+        self, prompts: Sequence[str], completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[float], dict[str, list[float]]]:
+        """``(total, per_reward)`` of each completion: see :func:`ftune.rewards.score_rewards`."""
+        return score_rewards(self.rewards, self.weights, prompts, completions, samples)
+
+    def __repr__(self) -> str:
+        return f"RewardSet({', '.join(f'{n}={self.weights[n]}' for n in self.rewards)})"

@@ -1,0 +1,334 @@
+"""One GRPO micro-batch: sample G completions of each prompt, score them, and make what the loss reads.
+
+A GRPO recipe's ``rollout_on(prompts, epoch)`` calls, in order, :func:`sample_rollout` (the
+policy's completions on the KV cache, in eval mode, each prompt's rows seeded by the run's seed,
+the epoch and the prompt's dataset index, so that a completion does not depend on the batch or the
+rank it is sampled on), :func:`score_rollout` (the rewards) and :func:`rollout_batch`
+(group-relative advantages, the old and the reference log-probabilities): a :class:`RolloutBatch`,
+the micro-batch its ``loss_on`` hands to :func:`grpo_loss`.
+
+Every log-probability is taken at the sampling temperature (TRL's convention, see
+``ftune.generation.rollout``): logits / T, which is ``(hidden / T) @ W``, so the hidden states are
+divided before the chunked projection and no logits tensor is ever scaled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
+
+from ftune.data.prompt_batch import PromptBatch
+from ftune.generation.rollout import Rollout, rollout
+from ftune.rewards import RewardSet
+from ftune.training.methods.grpo_loss import GRPOLoss, group_advantages
+from ftune.training.step.batch_loss import Loss, MicroBatch, on_device
+from ftune.training.step.loss import IGNORE_INDEX
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a rollout samples: G completions per prompt, their length, temperature and filters, stops."""
+
+    group_size: int
+    max_new_tokens: int
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    stop_ids: tuple[int, ...]
+    pad_id: int
+    seed: int
+
+    @classmethod
+    def of(cls, settings: Any, tokenizer: Any) -> Sampling:
+        """From a GRPO recipe's settings and its tokenizer (whose ``stop_tokens`` end a completion)."""
+        return cls(
+            group_size=settings.group_size,
+            max_new_tokens=settings.max_new_tokens,
+            temperature=float(settings.temperature),
+            top_k=settings.top_k,
+            top_p=settings.top_p,
+            stop_ids=tuple(tokenizer.stop_tokens),
+            pad_id=tokenizer.pad_id,
+            seed=settings.seed,
+        )
+
+
+def row_generators(
+    seed: int, epoch: int, indices: Sequence[int], group_size: int, device: torch.device
+) -> list[torch.Generator]:
+    """One generator per completion row, seeded by (run seed, epoch, prompt index, g)."""
+    gens = []
+    for index in indices:
+        for g in range(group_size):
+            state = np.random.SeedSequence([seed, epoch, index, g]).generate_state(2, np.uint32)
+            gens.append(torch.Generator(device=device).manual_seed(int(state[0]) << 32 | int(state[1])))
+    return gens
+
+
+@contextmanager
+def gathered(model: nn.Module) -> Iterator[None]:
+    """An FSDP2-sharded model's weights gathered for the whole rollout (nothing for a plain model).
+
+    Decoding runs one forward per token, and rows stop at different steps: ranks would run different
+    numbers of forwards, and the all-gathers of a sharded forward would wait forever. Gathered once,
+    the forwards run no collective, as TRL does with ZeRO-3 (``ds3_gather_for_generation``).
+    """
+    modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if not modules:
+        yield
+        return
+    # Whether each module frees its gathered weights after forward (FSDP2 keeps no public getter).
+    reshards = [m._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None for m in modules]  # noqa: SLF001
+    for m in modules:
+        m.unshard()
+        m.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for m, reshard in zip(modules, reshards):
+            m.set_reshard_after_forward(reshard, recurse=False)
+            m.reshard()
+
+
+def sample_rollout(model: nn.Module, prompts: PromptBatch, sampling: Sampling, *, epoch: int) -> Rollout:
+    """``sampling.group_size`` completions of each prompt, sampled in one batch in eval mode (no dropout).
+
+    Args:
+        model: the policy (an ftune decoder).
+        prompts: the micro-batch's prompts.
+        sampling: see :class:`Sampling`.
+        epoch: the epoch the prompts are drawn in (it seeds the draws with the prompts' indices).
+    """
+    device = next(model.parameters()).device
+    gens = row_generators(sampling.seed, epoch, prompts.indices, sampling.group_size, device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), gathered(model):
+            return rollout(
+                model,
+                prompts.tokens,
+                group_size=sampling.group_size,
+                max_new_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature,
+                top_k=sampling.top_k,
+                top_p=sampling.top_p,
+                stop_ids=list(sampling.stop_ids),
+                pad_id=sampling.pad_id,
+                generator=gens,
+            )
+    finally:
+        model.train(was_training)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """The rewards of a rollout's completions (N = prompts x G, in row order)."""
+
+    total: list[float]
+    per_reward: dict[str, list[float]]
+    completions: list[str]
+
+
+def score_rollout(rewards: RewardSet, tokenizer: Any, prompts: PromptBatch, rollout: Rollout) -> Scores:
+    """Decode each completion (its stop token dropped) and score it with every reward.
+
+    Raises:
+        ftune.rewards.RewardError: a reward raised or returned a non-number (named, with the sample).
+    """
+    stops, g = set(rollout_stop_ids(tokenizer)), rollout.group_size
+    texts = []
+    for ids in rollout.completions():
+        texts.append(
+            tokenizer.decode(ids[:-1] if ids and ids[-1] in stops else ids, skip_special_tokens=True)
+        )
+    rows = range(len(texts))
+    total, per = rewards(
+        [prompts.prompts[i // g] for i in rows], texts, [prompts.samples[i // g] for i in rows]
+    )
+    return Scores(total, per, texts)
+
+
+def rollout_stop_ids(tokenizer: Any) -> list[int]:
+    return list(tokenizer.stop_tokens)
+
+
+@dataclass(frozen=True)
+class RolloutBatch(MicroBatch):
+    """A GRPO micro-batch: prompt + completion rows (only completion tokens labelled) and what the loss reads.
+
+    Attributes:
+        advantages: ``[b]`` fp32, each completion's group-relative advantage.
+        old_logps: ``[b, s]`` the sampling policy's log-probabilities at the labels' positions (a
+            forward on this batch right after sampling), or None: each rollout serves one step, so
+            the loss takes the current ones, detached (ratio 1).
+        ref_logps: ``[b, s]`` the reference's, or None when the loss has no KL term.
+        temperature: the temperature log-probabilities are taken at.
+        metrics: sums logged with the step (rewards, lengths, rollout time; see :func:`rollout_means`).
+    """
+
+    advantages: torch.Tensor = field(default=None)  # type: ignore[assignment]
+    old_logps: torch.Tensor | None = None
+    ref_logps: torch.Tensor | None = None
+    temperature: float = 1.0
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def state(self) -> dict[str, Any]:
+        """Plain tensors and numbers (a checkpoint of a rollout that later steps reuse)."""
+        return {
+            "tokens": self.tokens,
+            "labels": self.labels,
+            "advantages": self.advantages,
+            "old_logps": self.old_logps,
+            "ref_logps": self.ref_logps,
+            "temperature": self.temperature,
+            "metrics": dict(self.metrics),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], device: torch.device) -> RolloutBatch:
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
+        return cls(
+            move(state["tokens"]),
+            move(state["labels"]),
+            None,
+            None,
+            advantages=move(state["advantages"]),
+            old_logps=move(state["old_logps"]),
+            ref_logps=move(state["ref_logps"]),
+            temperature=float(state["temperature"]),
+            metrics={k: move(v) for k, v in state["metrics"].items()},
+        )
+
+
+def _policy_logps(
+    policy: nn.Module, loss_fn: GRPOLoss, batch: MicroBatch, temperature: float
+) -> torch.Tensor:
+    with torch.no_grad():
+        hidden = policy.hidden(batch.tokens, input_pos=None, mask=None)
+        return loss_fn.token_logps(policy.output_weight, hidden / temperature, batch.labels)
+
+
+def rollout_batch(
+    rollout: Rollout,
+    scores: Scores,
+    loss_fn: GRPOLoss,
+    *,
+    policy: nn.Module,
+    reference: Any,
+    device: torch.device,
+    scale_rewards: bool,
+    keep_old_logps: bool,
+) -> RolloutBatch:
+    """The micro-batch a GRPO ``loss_on`` reads: advantages, old and reference log-probabilities, sums to log.
+
+    Args:
+        rollout, scores: from :func:`sample_rollout` and :func:`score_rollout`.
+        loss_fn: the recipe's :class:`ftune.training.GRPOLoss` (it projects in chunks).
+        policy: the policy, for the old log-probabilities when ``keep_old_logps``.
+        reference: a ``ftune.training.ReferenceModel`` (run only when the loss has a KL term).
+        device: where the model lives.
+        scale_rewards: divide advantages by the group's std (False: Dr. GRPO).
+        keep_old_logps: the rollout serves several steps (``num_iterations > 1``): keep the
+            sampling policy's log-probabilities for the clipped ratio.
+    """
+    if not isinstance(loss_fn, GRPOLoss):
+        raise ValueError(
+            "loss: the GRPO recipes need loss._component_=ftune.training.GRPOLoss; got "
+            f"{type(loss_fn).__module__}.{type(loss_fn).__name__}."
+        )
+    parts = rollout.training_batch()
+    batch = on_device({"tokens": parts["tokens"], "labels": parts["labels"]}, device)
+    total = torch.tensor(scores.total, dtype=torch.float32, device=device)
+    g = rollout.group_size
+    advantages = group_advantages(total, g, scale_rewards=scale_rewards)
+    temperature = rollout.logp_temperature
+    old = _policy_logps(policy, loss_fn, batch, temperature) if keep_old_logps else None
+    ref = reference.token_logps(loss_fn, batch, temperature)
+    grouped = total.view(-1, g)
+    metrics = {
+        "sequences": torch.tensor(float(total.numel()), device=device),
+        "groups": torch.tensor(float(grouped.shape[0]), device=device),
+        "reward": total.sum(),
+        "reward_group_std": grouped.std(dim=1).sum(),
+        "zero_std_groups": torch.isclose(grouped.std(dim=1), torch.zeros(())).float().sum(),
+        "completions/clipped": (~rollout.finished).float().sum().to(device),
+        "completions/max_length": rollout.lengths.max().float().to(device) * total.numel(),
+    }
+    for name, values in scores.per_reward.items():
+        v = torch.tensor(values, dtype=torch.float32, device=device)
+        metrics[f"rewards/{name}/mean"] = v.sum()
+        metrics[f"rewards/{name}/sq"] = (v * v).sum()
+    return RolloutBatch(
+        batch.tokens,
+        batch.labels,
+        None,
+        None,
+        advantages=advantages,
+        old_logps=old,
+        ref_logps=ref,
+        temperature=temperature,
+        metrics=metrics,
+    )
+
+
+def grpo_loss(loss_fn: GRPOLoss, weight: torch.Tensor, hidden: torch.Tensor, batch: MicroBatch) -> Loss:
+    """A rollout micro-batch's GRPO loss sum, its count, and the sums logged with it.
+
+    Args:
+        loss_fn: the recipe's :class:`ftune.training.GRPOLoss`.
+        weight: the policy's output projection (``model.output_weight``).
+        hidden: the policy's final hidden states ``[b, s, dim]`` of ``batch``.
+        batch: a :class:`RolloutBatch` (``rollout_on``'s).
+
+    Raises:
+        ValueError: ``batch`` is not a RolloutBatch (a GRPO loader makes them).
+    """
+    if not isinstance(batch, RolloutBatch):
+        raise ValueError(
+            f"grpo_loss: got a {type(batch).__name__}; a GRPO recipe's batches come from "
+            "training.RolloutLoader (prompts in, scored rollouts out)."
+        )
+    scaled = hidden if batch.temperature == 1.0 else hidden / batch.temperature
+    logps = loss_fn.token_logps(weight, scaled, batch.labels)  # (b, s), 0 off the completions
+    mask = batch.labels != IGNORE_INDEX
+    old = batch.old_logps if batch.old_logps is not None else logps.detach()
+    losses = loss_fn(logps, old, batch.ref_logps, batch.advantages, mask)
+    return Loss(losses.sum, losses.count, {**losses.sums(), **batch.metrics})
+
+
+def _rollout_seconds(batch: RolloutBatch, seconds: float) -> RolloutBatch:
+    metrics = {**batch.metrics, "time/rollout_s": torch.tensor(seconds, device=batch.tokens.device)}
+    return RolloutBatch(
+        batch.tokens,
+        batch.labels,
+        batch.input_pos,
+        batch.document_ids,
+        advantages=batch.advantages,
+        old_logps=batch.old_logps,
+        ref_logps=batch.ref_logps,
+        temperature=batch.temperature,
+        metrics=metrics,
+    )
+
+
+def timed(make: Any, *args: Any) -> RolloutBatch:
+    """``make(*args)`` with its wall time recorded in the batch's metrics (``time/rollout_s``)."""
+    start = time.perf_counter()
+    batch = make(*args)
+    return _rollout_seconds(batch, time.perf_counter() - start)
+
+
+def reused(batch: RolloutBatch) -> RolloutBatch:
+    """The same batch served again (a later iteration): no rollout time is spent on it."""
+    return _rollout_seconds(batch, 0.0)

@@ -1,0 +1,61 @@
+"""The GRPO parts of the generated configs (scripts/make_configs.py): settings, prompts, rewards, loss.
+
+The demo models train on the demo task's prompts with an exact-match reward; the others on GSM8K's
+questions from the hub with a numeric-answer reward (the task GRPO users start with).
+"""
+
+from __future__ import annotations
+
+GRPO = ("lora_grpo", "full_grpo")
+
+
+def grpo_settings(demo: bool) -> str:
+    return (
+        f"group_size: 8  # completions sampled per prompt; batch_size counts prompts\n"
+        f"max_new_tokens: {16 if demo else 256}  # the most tokens of a completion\n"
+        "temperature: 1.0  # sampling; the loss reads log-probabilities at this temperature\n"
+        "top_k: null\n"
+        "top_p: null\n"
+        "num_iterations: 1  # optimizer steps per rollout (> 1: PPO-style, the ratio clipped by loss.epsilon)\n"
+        "scale_rewards: true  # divide advantages by the group's reward std (false: Dr. GRPO)\n"
+    )
+
+
+def grpo_data(demo: bool) -> str:
+    if demo:
+        section = "  _component_: ftune.datasets.demo_prompt_dataset\n  data_dir: ${ftune_home:}/data/demo\n"
+        return (
+            "dataset:  # the demo task's questions with their answers (field `answer`)\n"
+            f"{section}  split: train\n"
+            f"dataset_val:  # the 100 held-out questions\n{section}  split: heldout\n"
+            "rewards:\n  _component_: ftune.rewards.RewardSet\n  rewards:\n"
+            "    correct: {_component_: ftune.rewards.ExactMatch, field: answer}\n"
+            "  weights: {correct: 1.0}\n"
+        )
+    return (
+        "dataset:  # prompts from any hub id or local file (json, jsonl, csv, parquet): dataset.source=...\n"
+        "  _component_: ftune.datasets.prompt_dataset\n"
+        "  source: openai/gsm8k\n"
+        "  name: main\n"
+        "  column_map: {prompt: question}  # the other columns (answer) reach the rewards\n"
+        "  new_system_prompt: \"Solve the problem step by step. End with the final answer as '#### <number>'.\"\n"
+        "dataset_val: null\n"
+        "rewards:\n  _component_: ftune.rewards.RewardSet\n  rewards:\n"
+        "    correct: {_component_: ftune.rewards.NumericAnswer, field: answer}\n"
+        "    format: {_component_: ftune.rewards.RegexMatch, pattern: '####'}\n"
+        "  weights: {correct: 1.0, format: 0.1}\n"
+    )
+
+
+def grpo_loss() -> str:
+    return (
+        "loss:  # grpo (per-sequence mean), dapo (token mean; epsilon_high: 0.28), dr_grpo (set scale_rewards:\n"
+        "       # false and max_completion_length: ${max_new_tokens})\n"
+        "  _component_: ftune.training.GRPOLoss\n"
+        "  loss_type: grpo\n"
+        "  epsilon: 0.2  # the policy ratio is clipped to [1 - epsilon, 1 + epsilon_high]\n"
+        "  epsilon_high: null  # null: epsilon\n"
+        "  beta: 0.04  # KL to the reference; 0 runs no reference pass\n"
+        "  max_completion_length: null  # dr_grpo only\n"
+        "  num_chunks: 8  # completion tokens go to the vocabulary in blocks: never the full fp32 logits\n"
+    )
