@@ -58,6 +58,9 @@ _ARG = {
     "sliding_window": "sliding_window",
     "layer_types": "layer_types",
     "query_pre_attn_scalar": "query_pre_attn_scalar",
+    "moe_intermediate_size": "moe_intermediate_dim",
+    "num_experts_per_tok": "top_k",
+    "norm_topk_prob": "norm_topk_prob",
 }
 _WARN_ONLY = {"max_position_embeddings"}
 _ROPE_KEYS = ("rope_theta", "rope_type", "factor", "low_freq_factor", "high_freq_factor")
@@ -187,7 +190,6 @@ def _model_facts(model: nn.Module) -> dict[str, Any] | None:
         "num_hidden_layers": len(layers),
         "vocab_size": model.tok_embeddings.weight.shape[0],
         "hidden_size": model.tok_embeddings.weight.shape[1],
-        "intermediate_size": mlp.gate_proj.weight.shape[0],
         "num_attention_heads": attn.num_heads,
         "num_key_value_heads": attn.num_kv_heads,
         "head_dim": attn.head_dim,
@@ -198,6 +200,11 @@ def _model_facts(model: nn.Module) -> dict[str, Any] | None:
         "layer_types": [SLIDING if getattr(layer.attn, "sliding_window", None) else FULL for layer in layers],
         **_rope_fields((full or sliding)[0].rope),
     }
+    if (gate_proj := getattr(mlp, "gate_proj", None)) is not None:
+        facts["intermediate_size"] = gate_proj.weight.shape[0]
+    if (router := getattr(mlp, "gate", None)) is not None:  # a mixture of experts (qwen3_moe)
+        facts["moe_intermediate_size"] = mlp.experts.hidden_dim
+        facts.update(num_experts_per_tok=router.top_k, norm_topk_prob=router.norm_topk_prob)
     if full and sliding:
         facts.update(_rope_fields(sliding[0].rope, prefix="local "))
     if (multiplier := getattr(attn, "q_multiplier", None)) is not None:  # softmax_scale * head_dim ** 0.5

@@ -45,7 +45,7 @@ PUBLISHED = {
     "gemma3_12b": 11_766_034_176,
     "gemma3_27b": 27_009_346_304,
     # Qwen3-MoE (safetensors totals of Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B); the active counts
-    # (3,353,032,704 and 22,190,763,520) are checked in tests/models/test_qwen3_moe_builders.py.
+    # (3,353,032,704 and 22,190,763,520) are checked in tests/models/test_qwen3_moe_convert.py.
     "qwen3_moe_30b_a3b": 30_532_122_624,
     "qwen3_moe_235b_a22b": 235_093_634_560,
 }
