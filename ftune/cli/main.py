@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ftune.cli.run", "run a recipe (single process, or torchrun with --nproc_per_node etc.)"),
     "download": ("ftune.cli.download", "download a model from the Hugging Face hub"),
     "convert": ("ftune.cli.convert", "convert a checkpoint, e.g. `ftune convert gguf <file.gguf>`"),
-    "export": ("ftune.cli.export", "export a model, e.g. `ftune export gguf <folder> <out.gguf> --type q8_0`"),
+    "export": ("ftune.cli.export", "export a model, e.g. `ftune export gguf <folder> <out.gguf>`"),
     "plot": ("ftune.cli.plot", "plot loss, val loss, lr, tokens/s and peak memory of one or several runs"),
 }
 

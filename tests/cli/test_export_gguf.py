@@ -26,7 +26,9 @@ def test_export_writes_the_file_and_a_modelfile(model: Path, tmp_path: Path, cap
     out = tmp_path / "tiny.Q8_0.gguf"
     assert ftune_main(["export", "gguf", str(model), str(out), "--type", "Q8_0"]) == 0
     printed = capsys.readouterr().out
-    assert f"Wrote {out} (smollm2 as llama.cpp 'llama', q8_0" in printed and "tensors: 5 F32, 15 Q8_0" in printed
+    assert (
+        f"Wrote {out} (smollm2 as llama.cpp 'llama', q8_0" in printed and "tensors: 5 F32, 15 Q8_0" in printed
+    )
     assert f"ollama create my-model -f {tmp_path / 'tiny.Q8_0.Modelfile'}" in printed
     reader = gguf.GGUFReader(out)
     assert reader.fields["general.name"].contents() == "SmolLM2-tiny"
