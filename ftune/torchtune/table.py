@@ -233,6 +233,32 @@ COMPONENTS: dict[str, Component] = {
         "with the cross-entropy of torchtune's loss section; its KL adds the teacher's entropy, a constant "
         "torchtune leaves out (the same gradients)",
     ),
+    "torchtune.rlhf.loss.RSOLoss": Component(
+        "ftune.training.DPOLoss",
+        args={"gamma": "beta"},
+        set_args={"loss_type": "hinge", "beta": 0.1, "num_chunks": 8},
+        note="loss_type hinge: RSO's max(0, 1 - beta h) on DPO's log-ratio margin h; torchtune's gamma is "
+        "ftune's beta (default 0.1, written out); the labelled tokens go to the vocabulary in 8 chunks",
+    ),
+    "torchtune.modules.loss.ReverseKLWithChunkedOutputLoss": Component(
+        "ftune.training.KDLoss",
+        args={"num_output_chunks": "num_chunks", "ignore_index": "ignore_index"},
+        set_args={"num_chunks": 8, "kl": "reverse"},
+        note="the loss section with kl reverse: KL(student || teacher), mixed with the cross-entropy by "
+        "kd_ratio as the forward KL is",
+    ),
+    "torchtune.modules.loss.SymmetricKLWithChunkedOutputLoss": Component(
+        "ftune.training.KDLoss",
+        args={
+            "num_output_chunks": "num_chunks",
+            "ignore_index": "ignore_index",
+            "sym_kd_ratio": "sym_kd_ratio",
+        },
+        set_args={"num_chunks": 8, "kl": "symmetric", "sym_kd_ratio": 0.5},
+        note="the loss section with kl symmetric: sym_kd_ratio (torchtune's default 0.5, written out) of the "
+        "forward KL plus the rest of the reverse KL; the forward part adds the teacher's entropy, a constant "
+        "torchtune leaves out (the same gradients)",
+    ),
     "torch.optim.AdamW": Component(
         "torch.optim.AdamW",
         args={k: k for k in "lr betas eps weight_decay amsgrad fused foreach".split()},
@@ -320,11 +346,7 @@ COMPONENTS: dict[str, Component] = {
     ),
 }
 # torchtune components ftune has no counterpart for, with the reason.
-UNSUPPORTED_COMPONENTS: dict[str, str] = {
-    "torchtune.rlhf.loss.RSOLoss": "the hinge (RSO) loss: ftune.training.DPOLoss has sigmoid, ipo and simpo",
-    "torchtune.modules.loss.ReverseKLWithChunkedOutputLoss": "ftune.training.KDLoss distils with the forward KL only",
-    "torchtune.modules.loss.SymmetricKLWithChunkedOutputLoss": "ftune.training.KDLoss distils with the forward KL only",
-}
+UNSUPPORTED_COMPONENTS: dict[str, str] = {}
 
 # Tokenizer arguments, for every family's tokenizer builder.
 TOKENIZER_ARGS: dict[str, str] = {"path": "path", "max_seq_len": "max_seq_len"}

@@ -146,17 +146,32 @@ def test_dpo_loss_keeps_beta_and_label_smoothing_and_computes_torchtunes_loss():
     assert loss_fn(policy, reference).losses.item() == pytest.approx(expected, rel=1e-6)
 
 
-def test_dpo_loss_without_arguments_gets_torchtunes_defaults_and_rso_is_unsupported():
+def test_dpo_loss_without_arguments_gets_torchtunes_defaults():
     conv = convert(COMMON + LORA_MODEL + DPO.replace("  beta: 0.25\n  label_smoothing: 0.1\n", ""))
     assert conv.config["loss"]["beta"] == 0.1 and conv.config["loss"]["label_smoothing"] == 0.0
-    conv = convert(
-        COMMON + LORA_MODEL + DPO.replace("DPOLoss\n  beta: 0.25\n  label_smoothing: 0.1", "RSOLoss")
-    )
-    assert conv.recipe == "lora_dpo_single_device"
-    assert unsupported(conv) == {
-        "loss._component_": "torchtune.rlhf.loss.RSOLoss: the hinge (RSO) loss: ftune.training.DPOLoss has "
-        "sigmoid, ipo and simpo"
+
+
+@pytest.mark.parametrize("args, gamma", [("\n  gamma: 0.3", 0.3), ("", 0.1)])
+def test_rso_loss_becomes_dposs_hinge_with_gamma_as_beta(args, gamma):
+    text = DPO.replace("DPOLoss\n  beta: 0.25\n  label_smoothing: 0.1", "RSOLoss" + args)
+    conv = convert(COMMON + LORA_MODEL + text)
+    assert conv.recipe == "lora_dpo_single_device" and not conv.unsupported
+    assert conv.config["loss"] == {
+        "_component_": "ftune.training.DPOLoss",
+        "loss_type": "hinge",
+        "beta": gamma,  # torchtune's default 0.1 written out when absent
+        "num_chunks": 8,
     }
+    assert conversion_problems(conv) == []
+    # torchtune's RSOLoss: relu(1 - gamma h), h the log-ratio margin; one pair inside the margin, one past it
+    loss_fn = instantiate(conv.config["loss"])
+    counts = torch.tensor([3.0, 3.0])
+    policy = PairLogps(torch.tensor([-4.0, -1.0]), torch.tensor([-6.0, -30.0]), counts, counts)
+    reference = PairLogps(torch.tensor([-5.0, -5.0]), torch.tensor([-5.5, -5.5]), counts, counts)
+    h = [(-4.0 + 5.0) - (-6.0 + 5.5), (-1.0 + 5.0) - (-30.0 + 5.5)]
+    expected = [max(0.0, 1 - gamma * x) for x in h]
+    assert loss_fn(policy, reference).losses.tolist() == pytest.approx(expected, rel=1e-6)
+    assert expected[0] > 0 and expected[1] == 0
 
 
 def test_preference_datasets_become_preference_dataset_with_their_source_and_columns():
@@ -224,15 +239,41 @@ def test_kd_defaults_and_what_ftunes_kdloss_cannot_do():
     assert conv.recipe == "knowledge_distillation_distributed" and not conv.unsupported
     assert conv.config["loss"]["kd_ratio"] == 0.5  # torchtune's recipes: cfg.get("kd_ratio", 0.5)
     assert "peft" not in conv.config and conversion_problems(conv) == []
-    text = (
-        COMMON + FULL_MODEL + KD.replace("ForwardKLWithChunkedOutputLoss", "ReverseKLWithChunkedOutputLoss")
-    )
-    assert unsupported(convert(text))["kd_loss._component_"].endswith("distils with the forward KL only")
+    text = COMMON + FULL_MODEL + KD.replace("ForwardKLWithChunkedOutputLoss", "LogitsKLLoss")
+    assert unsupported(convert(text))["kd_loss._component_"].endswith("no ftune counterpart in the table")
     text = COMMON + FULL_MODEL + KD.replace("llama3_1.llama3_1_8b", "llama3_1.lora_llama3_1_8b")
     assert (
         "merge a trained adapter into it with teacher_adapter_dir"
         in unsupported(convert(text))["teacher_model._component_"]
     )
+
+
+@pytest.mark.parametrize(
+    "component, args, want",
+    [
+        ("ReverseKLWithChunkedOutputLoss", "", {"kl": "reverse"}),
+        ("SymmetricKLWithChunkedOutputLoss", "", {"kl": "symmetric", "sym_kd_ratio": 0.5}),
+        (
+            "SymmetricKLWithChunkedOutputLoss",
+            "\n  sym_kd_ratio: 0.8",
+            {"kl": "symmetric", "sym_kd_ratio": 0.8},
+        ),
+        ("ReverseKLWithChunkedOutputLoss", "\n  num_output_chunks: 4", {"kl": "reverse", "num_chunks": 4}),
+    ],
+)
+def test_reverse_and_symmetric_kl_become_kdloss_kl(component, args, want):
+    text = COMMON + FULL_MODEL + KD.replace("ForwardKLWithChunkedOutputLoss", component + args)
+    conv = convert(text)
+    assert conv.recipe == "knowledge_distillation_single_device" and not conv.unsupported
+    assert conv.config["loss"] == {
+        "_component_": "ftune.training.KDLoss",
+        "kd_ratio": 0.25,
+        "num_chunks": 8,
+        **want,
+    }
+    assert conversion_problems(conv) == []
+    loss_fn = instantiate(conv.config["loss"])
+    assert loss_fn.kl == want["kl"] and loss_fn.sym_kd_ratio == want.get("sym_kd_ratio")
 
 
 def test_qat_lora_config_gets_the_quantizer_and_the_peft_section():

@@ -122,7 +122,7 @@ def test_simpo_equals_trl():
 
 def test_arguments_are_checked():
     with pytest.raises(ValueError, match="loss_type must be one of"):
-        DPOLoss("hinge", beta=0.1)
+        DPOLoss("kto", beta=0.1)
     with pytest.raises(ValueError, match="gamma"):
         DPOLoss("simpo", beta=2.0)
     with pytest.raises(ValueError, match="gamma"):

@@ -1,17 +1,19 @@
-"""Preference losses on the log-probabilities of chosen and rejected answers: DPO, IPO, SimPO.
+"""Preference losses on the log-probabilities of chosen and rejected answers: DPO, RSO, IPO, SimPO.
 
-One component, three ``loss_type`` values (a pair's chosen answer c and rejected answer r; log π
+One component, four ``loss_type`` values (a pair's chosen answer c and rejected answer r; log π
 is the policy's summed log-probability of an answer's labelled tokens, log π_ref the reference
 model's, n its number of labelled tokens):
 
 - ``sigmoid`` (DPO, Rafailov et al. 2023): with ``h = (log π(c) - log π_ref(c)) - (log π(r) - log π_ref(r))``,
   loss = ``-(1 - ε)·log σ(β·h) - ε·log σ(-β·h)`` (``ε = label_smoothing``, 0 for plain DPO);
+- ``hinge`` (RSO, Liu et al. 2023; SLiC's hinge on DPO's log-ratios): the same ``h``,
+  loss = ``max(0, 1 - β·h)``: a pair stops contributing once its margin ``β·h`` reaches 1;
 - ``ipo`` (Azar et al. 2023), length-normalised as TRL does:
   ``h = (log π(c) - log π_ref(c)) / n_c - (log π(r) - log π_ref(r)) / n_r``, loss = ``(h - 1 / (2β))²``;
 - ``simpo`` (Meng et al. 2024), reference-free: ``h = β·(log π(c) / n_c - log π(r) / n_r) - γ``,
   loss = ``-(1 - ε)·log σ(h) - ε·log σ(-h)``.
 
-Rewards (logged, not trained on): ``β·(log π - log π_ref)`` of each answer for sigmoid and IPO,
+Rewards (logged, not trained on): ``β·(log π - log π_ref)`` of each answer for sigmoid, hinge and IPO,
 ``β·log π / n`` for SimPO. The loss is per pair: the training step averages it over the pairs of
 the step (``StepLoss(per=ftune.training.per_pair)``).
 """
@@ -28,7 +30,7 @@ from torch import nn
 from ftune.training.methods.sequence_logps import sequence_logps, token_logps
 from ftune.training.step.loss import IGNORE_INDEX
 
-LOSS_TYPES = ("sigmoid", "ipo", "simpo")
+LOSS_TYPES = ("sigmoid", "hinge", "ipo", "simpo")
 
 
 @dataclass(frozen=True)
@@ -77,14 +79,15 @@ class PairLosses:
 
 
 class DPOLoss(nn.Module):
-    """Preference loss of pairs of answers: ``sigmoid`` (DPO), ``ipo`` or ``simpo`` (reference-free).
+    """Preference loss of pairs of answers: ``sigmoid`` (DPO), ``hinge`` (RSO), ``ipo`` or ``simpo`` (reference-free).
 
     Args:
-        loss_type: "sigmoid", "ipo" or "simpo".
-        beta: the temperature β (> 0): DPO's KL strength, IPO's regulariser τ, SimPO's reward scale.
+        loss_type: "sigmoid", "hinge", "ipo" or "simpo".
+        beta: the temperature β (> 0): DPO's KL strength, the hinge's margin scale (torchtune's
+            RSOLoss calls it gamma), IPO's regulariser τ, SimPO's reward scale.
         gamma: SimPO's target margin γ; required for "simpo", refused for the others.
         label_smoothing: ε in [0, 0.5), the assumed share of flipped preference labels
-            (conservative DPO); "sigmoid" and "simpo" only.
+            (conservative DPO); "sigmoid" and "simpo" only (TRL's hinge and IPO ignore it: refused here).
         num_chunks: blocks the labelled tokens are projected to the vocabulary in.
 
     Raises:
@@ -96,7 +99,7 @@ class DPOLoss(nn.Module):
 
     def __init__(
         self,
-        loss_type: Literal["sigmoid", "ipo", "simpo"],
+        loss_type: Literal["sigmoid", "hinge", "ipo", "simpo"],
         *,
         beta: float,
         gamma: float | None = None,
@@ -113,9 +116,9 @@ class DPOLoss(nn.Module):
                 f"DPOLoss: gamma is SimPO's target margin: set it for loss_type 'simpo' (e.g. gamma: 0.5) and "
                 f"leave it null otherwise; got loss_type {loss_type!r}, gamma {gamma!r}."
             )
-        if not 0.0 <= label_smoothing < 0.5 or (label_smoothing and loss_type == "ipo"):
+        if not 0.0 <= label_smoothing < 0.5 or (label_smoothing and loss_type in ("hinge", "ipo")):
             raise ValueError(
-                f"DPOLoss: label_smoothing must be in [0, 0.5), and 0 for 'ipo'; got {label_smoothing!r} "
+                f"DPOLoss: label_smoothing must be in [0, 0.5), and 0 for 'hinge' and 'ipo'; got {label_smoothing!r} "
                 f"with loss_type {loss_type!r}."
             )
         if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
@@ -170,6 +173,8 @@ class DPOLoss(nn.Module):
         if self.loss_type == "sigmoid":
             h = self.beta * (chosen_ratio - rejected_ratio)
             losses = -(1 - eps) * F.logsigmoid(h) - eps * F.logsigmoid(-h)
+        elif self.loss_type == "hinge":
+            losses = torch.relu(1 - self.beta * (chosen_ratio - rejected_ratio))
         else:  # ipo: log-ratios per labelled token
             h = chosen_ratio / policy.chosen_tokens.clamp(
                 min=1

@@ -1,10 +1,15 @@
-"""Knowledge distillation: cross-entropy on the labels mixed with the forward KL to a frozen teacher.
+"""Knowledge distillation: cross-entropy on the labels mixed with a KL divergence to a frozen teacher.
 
 For every labelled position ``t`` (the positions cross-entropy trains on), with ``p`` the teacher's
 and ``q`` the student's next-token distributions over the shared vocabulary::
 
-    loss_t = (1 - kd_ratio) * (-log q(label_t)) + kd_ratio * KL(p || q)
-    KL(p || q) = sum_v p(v) * (log p(v) - log q(v))
+    loss_t = (1 - kd_ratio) * (-log q(label_t)) + kd_ratio * D(p, q)
+    D = KL(p || q) = sum_v p(v) * (log p(v) - log q(v))         kl: forward (the default of torchtune's configs)
+    D = KL(q || p) = sum_v q(v) * (log q(v) - log p(v))         kl: reverse
+    D = λ KL(p || q) + (1 - λ) KL(q || p), λ = sym_kd_ratio    kl: symmetric
+
+torchtune's forward KL leaves out the teacher's entropy ``-sum_v p log p`` (a constant: the same
+gradients); ftune's does not, so a teacher equal to the student gives 0 in all three.
 
 The loss returns the *sum* over labelled tokens and their count, exactly like
 ``ftune.training.ChunkedCrossEntropyLoss``, so ``StepLoss`` normalises it per labelled token of the
@@ -19,60 +24,74 @@ blocks, the size of the student's fp32 logits of the labelled tokens, as chunked
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftune.training.methods.kd_divergences import KL_KINDS, MixedDivergence, TargetCrossEntropy
 from ftune.training.step.batch_loss import Loss, MicroBatch, labelled_positions
 from ftune.training.step.loss import IGNORE_INDEX
 
 
-class _TargetCrossEntropy(torch.autograd.Function):
-    """``-sum(target * log_softmax(logits))`` for a fixed ``target``; backward keeps one tensor.
-
-    Autograd's own graph would keep the log-probabilities and the target of every chunk (twice
-    the size of the fp32 logits by the last chunk); this keeps only the gradient with respect to
-    the logits, ``softmax(logits) * sum(target) - target``, the size chunked cross-entropy keeps.
-    """
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        log_q = F.log_softmax(logits, dim=-1)  # (tokens, vocab)
-        loss = -(target * log_q).sum()
-        grad = log_q.exp_().mul_(target.sum(-1, keepdim=True)).sub_(target)
-        ctx.save_for_backward(grad)
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
-        (grad,) = ctx.saved_tensors
-        return grad * grad_output, None
-
-
 class KDLoss(nn.Module):
-    """``(1 - kd_ratio) * CE + kd_ratio * KL(teacher || student)``, summed over labelled tokens, in chunks.
+    """``(1 - kd_ratio) * CE + kd_ratio * KL``, summed over labelled tokens, in chunks.
 
     Args:
         kd_ratio: weight of the KL term, in [0, 1]; 0 is plain cross-entropy (SFT), 1 pure distillation.
         num_chunks: number of contiguous blocks the tokens are split into.
+        kl: "forward" ``KL(teacher || student)``, "reverse" ``KL(student || teacher)``, or
+            "symmetric" (their mix, weighted by ``sym_kd_ratio``).
+        sym_kd_ratio: λ in [0, 1], the forward KL's weight in "symmetric" (1 - λ is the reverse's);
+            required for "symmetric", refused for the others.
         ignore_index: label value of positions that contribute neither loss nor a token.
 
-
     Raises:
-        ValueError: ``kd_ratio`` outside [0, 1], or ``num_chunks`` not a positive int.
+        ValueError: ``kd_ratio`` outside [0, 1], an unknown ``kl``, ``sym_kd_ratio`` missing, out of
+            [0, 1] or set without "symmetric".
     """
 
     #: A token's loss depends on its own position only: callers may drop ignored positions first.
     token_wise: bool = True
 
-    def __init__(self, kd_ratio: float, num_chunks: int = 8, *, ignore_index: int = IGNORE_INDEX) -> None:
+    def __init__(
+        self,
+        kd_ratio: float,
+        num_chunks: int = 8,
+        *,
+        kl: Literal["forward", "reverse", "symmetric"] = "forward",
+        sym_kd_ratio: float | None = None,
+        ignore_index: int = IGNORE_INDEX,
+    ) -> None:
         super().__init__()
         if isinstance(kd_ratio, bool) or not isinstance(kd_ratio, (int, float)) or not 0 <= kd_ratio <= 1:
             raise ValueError(
                 f"KDLoss: kd_ratio must be a number in [0, 1] (0: cross-entropy only, 1: KL only), "
                 f"got {kd_ratio!r}. Set loss.kd_ratio, e.g. loss.kd_ratio=0.5."
             )
+        if kl not in KL_KINDS:
+            raise ValueError(
+                f"KDLoss: kl must be one of {list(KL_KINDS)}, got {kl!r}. Set loss.kl, e.g. loss.kl=reverse."
+            )
+        if (sym_kd_ratio is None) == (kl == "symmetric"):
+            raise ValueError(
+                "KDLoss: sym_kd_ratio is the forward KL's share of kl 'symmetric': set it for 'symmetric' "
+                f"(e.g. loss.sym_kd_ratio=0.5) and leave it null otherwise; got kl {kl!r}, "
+                f"sym_kd_ratio {sym_kd_ratio!r}."
+            )
+        if kl == "symmetric" and (
+            isinstance(sym_kd_ratio, bool)
+            or not isinstance(sym_kd_ratio, (int, float))
+            or not 0 <= sym_kd_ratio <= 1
+        ):
+            raise ValueError(
+                f"KDLoss: sym_kd_ratio must be a number in [0, 1] (1: forward KL only, 0: reverse KL only), "
+                f"got {sym_kd_ratio!r}. Set loss.sym_kd_ratio, e.g. loss.sym_kd_ratio=0.5."
+            )
         self.kd_ratio = float(kd_ratio)
+        self.kl = kl
+        self.sym_kd_ratio = None if sym_kd_ratio is None else float(sym_kd_ratio)
         self.num_chunks = num_chunks
         self.ignore_index = ignore_index
 
@@ -92,6 +111,16 @@ class KDLoss(nn.Module):
             labels: ``[tokens]``; ``ignore_index`` rows add nothing.
         """
         logits = F.linear(hidden, weight).float()  # (tokens, vocab)
+        if self.kl != "forward":
+            with torch.no_grad():
+                log_p = F.log_softmax(F.linear(teacher_hidden, teacher_weight).float(), dim=-1)
+            forward_share = 0.0 if self.kl == "reverse" else self.sym_kd_ratio
+            weights = (
+                1.0 - self.kd_ratio,
+                self.kd_ratio * forward_share,
+                self.kd_ratio * (1.0 - forward_share),
+            )
+            return MixedDivergence.apply(logits, log_p, labels, labels != self.ignore_index, weights)
         keep = (labels != self.ignore_index)[:, None]  # (tokens, 1)
         with torch.no_grad():
             log_p = F.log_softmax(F.linear(teacher_hidden, teacher_weight).float(), dim=-1)  # (tokens, vocab)
@@ -103,7 +132,7 @@ class KDLoss(nn.Module):
             target = p.mul_(self.kd_ratio * keep)
             onehot = (1.0 - self.kd_ratio) * keep.to(target.dtype)
             target.scatter_add_(1, labels.clamp(min=0)[:, None], onehot)
-        return _TargetCrossEntropy.apply(logits, target) + neg_entropy
+        return TargetCrossEntropy.apply(logits, target) + neg_entropy
 
     def forward(
         self,
