@@ -16,6 +16,7 @@ and tensor layout (lora_A (E * rank, in) expert-major; lora_B (out, rank * E) ex
 """
 
 import math
+import re
 
 import torch
 from torch import nn
@@ -166,4 +167,42 @@ def to_peft_experts(adapter: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
         else:
             experts, out_features, rank = tensor.shape
             out[prefix + "lora_B.weight"] = tensor.permute(1, 2, 0).reshape(out_features, rank * experts)
+    return out
+
+
+def expert_adapter_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The expert adapters' tensors (detached) under ftune keys, `layers.{L}.mlp.experts.lora.*`."""
+    return {k: v.detach() for k, v in model.state_dict().items() if ".experts.lora." in k}
+
+
+_PEFT_EXPERTS = re.compile(
+    r"^base_model\.model\.model\.(layers\.\d+)\.mlp\.experts\.(base_layer\.)?lora_([AB])\.weight$"
+)
+
+
+def from_peft_experts(peft_sd: dict[str, torch.Tensor], *, num_experts: int) -> dict[str, torch.Tensor]:
+    """The inverse of `to_peft_experts`: PEFT's expert-adapter tensors -> ftune keys and layouts.
+
+    Args:
+        peft_sd: `base_model.model.model.layers.{L}.mlp.experts[.base_layer].lora_{A,B}.weight` tensors.
+        num_experts: experts per layer (PEFT's tensors fold them into one dimension).
+
+    Raises:
+        KeyError: a key that is not a PEFT expert-adapter key.
+    """
+    out = {}
+    for key, tensor in peft_sd.items():
+        match = _PEFT_EXPERTS.match(key)
+        if match is None:
+            raise KeyError(
+                f"{key!r} is not a PEFT expert-adapter key; expected base_model.model.model.layers.<L>.mlp."
+                "experts[.base_layer].lora_A.weight or lora_B.weight (target_parameters on the experts)."
+            )
+        layer, inner, which = match.groups()
+        prefix = f"{layer}.mlp.experts.lora.{'gate_up_proj' if inner else 'down_proj'}."
+        if which == "A":
+            out[prefix + "lora_a.weight"] = tensor.reshape(num_experts, -1, tensor.shape[-1])  # (E, r, in)
+        else:
+            out_features = tensor.shape[0]
+            out[prefix + "lora_b.weight"] = tensor.reshape(out_features, -1, num_experts).permute(2, 0, 1)
     return out

@@ -13,7 +13,12 @@ from ftune.checkpointing import load_hf
 from ftune.models.qwen3_moe import qwen3_moe_tiny
 from ftune.models.smollm2 import smollm2
 from ftune.peft import adapter_state_dict, apply_lora, peft_adapter_config, to_peft, trainable_params
-from ftune.peft.moe_lora import LoRAGroupedExperts, to_peft_experts
+from ftune.peft.moe_lora import (
+    LoRAGroupedExperts,
+    expert_adapter_state_dict,
+    from_peft_experts,
+    to_peft_experts,
+)
 from ftune.training import apply_activation_checkpointing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -113,7 +118,11 @@ def test_peft_loads_the_adapters_onto_transformers(tmp_path: Path) -> None:
     _randomise_adapters(model)
     state = model.state_dict()
     tensors = to_peft(adapter_state_dict(model), "qwen3_moe")
-    tensors.update(to_peft_experts({k: v for k, v in state.items() if ".experts.lora." in k}))
+    experts = expert_adapter_state_dict(model)
+    assert experts.keys() == {k for k in state if ".experts.lora." in k} and len(experts) == 2 * 2 * 2
+    tensors.update(to_peft_experts(experts))
+    back = from_peft_experts({k: v for k, v in tensors.items() if ".mlp.experts." in k}, num_experts=8)
+    assert back.keys() == experts.keys() and all(torch.equal(back[k], experts[k]) for k in back)
     config = peft_adapter_config(to_peft(adapter_state_dict(model), "qwen3_moe"), rank=4, alpha=8.0)
     config["target_parameters"] = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
     (tmp_path / "adapter").mkdir()
@@ -154,3 +163,7 @@ def test_experts_target_errors() -> None:
     model = qwen3_moe_tiny()
     apply_lora(model, targets=["experts"], rank=2, alpha=4.0)
     assert isinstance(model.layers[0].mlp.experts, LoRAGroupedExperts)
+    with pytest.raises(KeyError, match="is not a PEFT expert-adapter key"):
+        from_peft_experts({"base_model.model.lm_head.lora_A.weight": torch.zeros(1)}, num_experts=8)
+    with pytest.raises(KeyError, match="is not an expert-adapter key"):
+        to_peft_experts({"layers.0.attn.q_proj.lora_a.weight": torch.zeros(1)})
