@@ -58,6 +58,9 @@ MODELS = [
           "original/tokenizer.model", note="gated"),
     Model("qwen2_5/0.5B", "qwen2_5_0_5b", "qwen2_5_tokenizer", "Qwen/Qwen2.5-0.5B-Instruct"),
     Model("qwen2_5/1.5B", "qwen2_5_1_5b", "qwen2_5_tokenizer", "Qwen/Qwen2.5-1.5B-Instruct"),
+    Model("qwen2/0.5B", "qwen2_0_5b", "qwen2_tokenizer", "Qwen/Qwen2-0.5B-Instruct"),
+    Model("qwen2/1.5B", "qwen2_1_5b", "qwen2_tokenizer", "Qwen/Qwen2-1.5B-Instruct"),
+    Model("qwen2/7B", "qwen2_7b", "qwen2_tokenizer", "Qwen/Qwen2-7B-Instruct"),
     Model("mistral/7B", "mistral_7b", "mistral_tokenizer", "mistralai/Mistral-7B-v0.1", "tokenizer.model"),
     Model("smollm2/135M", "smollm2_135m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct",
           demo=True),
@@ -106,6 +109,7 @@ KD_PAIRS = [
     ("qwen2_5/1.5B", "qwen2_5/0.5B"),
     ("llama3_2/3B", "llama3_2/1B"),
     ("qwen3/1.7B", "qwen3/0.6B"),
+    ("qwen2/1.5B", "qwen2/0.5B"),
 ]
 
 

@@ -16,6 +16,7 @@ from ftune.models import (
     llama3_1,
     llama3_2,
     mistral,
+    qwen2,
     qwen2_5,
     qwen3,
     qwen3_moe,
@@ -44,6 +45,7 @@ FAMILIES: tuple[str, ...] = (
     "qwen3",
     "gemma3",
     "qwen3_moe",
+    "qwen2",
 )
 
 CONVERTERS: dict[str, Converter] = {
@@ -57,13 +59,20 @@ CONVERTERS: dict[str, Converter] = {
     "qwen3": qwen3.CONVERTER,
     "gemma3": gemma3.CONVERTER,
     "qwen3_moe": qwen3_moe.CONVERTER,
+    "qwen2": qwen2.CONVERTER,
 }
+
+# Families whose HF config.json cannot be told from another family's (same architecture class, same
+# fields): a folder of one loads as the other, with the same modules and keys, unless the
+# checkpointer is given model_type. Qwen2 and Qwen2.5 are both Qwen2ForCausalLM.
+SAME_ARCHITECTURE: dict[str, str] = {"qwen2": "qwen2_5"}
 
 __all__ = [
     "COMPONENT_BUILDERS",
     "CONVERTERS",
     "FAMILIES",
     "IMAGE_TEXT",
+    "SAME_ARCHITECTURE",
     "SUPPORTED_ARCHITECTURES",
     "Converter",
     "builder_kwargs",

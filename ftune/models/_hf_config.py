@@ -15,6 +15,7 @@ from ftune.models.llama3 import llama3
 from ftune.models.llama3_1 import llama3_1
 from ftune.models.llama3_2 import llama3_2
 from ftune.models.mistral import mistral
+from ftune.models.qwen2 import qwen2
 from ftune.models.qwen2_5 import qwen2_5
 from ftune.models.qwen3 import qwen3
 from ftune.models.qwen3_moe import qwen3_moe
@@ -35,6 +36,7 @@ COMPONENT_BUILDERS: dict[str, Callable[..., TransformerDecoder]] = {
     "qwen3": qwen3,
     "gemma3": gemma3,
     "qwen3_moe": qwen3_moe,
+    "qwen2": qwen2,
 }
 _SCALED = {"llama3_1", "llama3_2"}
 

@@ -50,6 +50,7 @@ FAMILIES: dict[str, str] = {
     "llama3_3": "llama3_1",  # Llama 3.3 70B is Llama 3.1 70B's architecture and tokenizer
     "qwen2_5": "qwen2_5",
     "mistral": "mistral",
+    "qwen2": "qwen2",
 }
 # Builder names that differ beyond the family prefix (after lora_/qlora_ and _base/_instruct are removed).
 BUILDER_RENAMES: dict[str, str] = {"llama3_3_70b": "llama3_1_70b"}

@@ -56,6 +56,8 @@ TINY_HF: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),
     "qwen2_5": ("qwen2", dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
+    # Qwen2: Qwen2.5's architecture (the same config.json class); untied like Qwen2-7B and 72B.
+    "qwen2": ("qwen2", dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=False)),
     "mistral": ("mistral", dict(rope_theta=10_000.0, rms_norm_eps=1e-5, sliding_window=None)),
     "smollm2": ("llama", dict(rope_theta=100_000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)),
     # head_dim 32 != hidden_size / heads (16), as in Qwen3-0.6B; untied like the 8B and larger.

@@ -24,6 +24,11 @@ PUBLISHED = {
     "qwen2_5_14b": 14_770_033_664,
     "qwen2_5_32b": 32_763_876_352,
     "qwen2_5_72b": 72_706_203_648,
+    # Qwen2 (safetensors totals of Qwen/Qwen2-0.5B, -1.5B, -7B, -72B): Qwen2.5 kept these four sizes.
+    "qwen2_0_5b": 494_032_768,
+    "qwen2_1_5b": 1_543_714_304,
+    "qwen2_7b": 7_615_616_512,
+    "qwen2_72b": 72_706_203_648,
     "mistral_7b": 7_241_732_096,
     "smollm2_135m": 134_515_008,
     "smollm2_360m": 361_821_120,
