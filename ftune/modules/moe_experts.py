@@ -51,8 +51,7 @@ def grouped_matmul(
         backend: one of `BACKENDS`.
     """
     if backend == "grouped_mm":
-        # Its CPU backward needs a dense incoming gradient (an expanded one raises "Invalid strides").
-        return _DenseGradGroupedMM.apply(x, weight, offsets)
+        return _grouped_linear(x, weight, offsets)
     out = x.new_empty(x.shape[0], weight.shape[1])  # (N, out)
     start = 0
     for e, end in enumerate(offsets.tolist()):
@@ -62,25 +61,50 @@ def grouped_matmul(
     return out
 
 
-class _DenseGradGroupedMM(torch.autograd.Function):
-    """`torch._grouped_mm(x, weightᵀ)` whose backward is handed a contiguous gradient."""
+# `torch._grouped_mm` wrapped as custom ops: its own fake (meta) kernel accepts bf16 only, so
+# torch.compile could not trace it in fp32; and its CPU backward needs a dense incoming gradient
+# (an expanded one, as from `.sum()`, raises "Invalid strides").
+@torch.library.custom_op("ftune::grouped_mm", mutates_args=())
+def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """(N, K) x (E, K, M) -> (N, M), or (M, N) x (N, K) -> (E, M, K): groups along N."""
+    return torch._grouped_mm(a, b, offs=offsets)
 
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x, weight, offsets)
-        return torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)  # (N, out)
 
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
-        x, weight, offsets = ctx.saved_tensors
-        grad = grad.contiguous()
-        grad_x = grad_w = None
-        if ctx.needs_input_grad[0]:
-            grad_x = torch._grouped_mm(grad, weight, offs=offsets)  # (N, out) x (E, out, in) -> (N, in)
-        if ctx.needs_input_grad[1]:
-            # (out, N) x (N, in) per group -> (E, out, in); an expert with no rows gets zeros.
-            grad_w = torch._grouped_mm(grad.t(), x, offs=offsets)
-        return grad_x, grad_w, None
+@_grouped_mm.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    if b.dim() == 3:
+        return a.new_empty(a.shape[0], b.shape[2])  # (N, M)
+    return a.new_empty(offsets.shape[0], a.shape[0], b.shape[1])  # (E, M, K)
+
+
+@torch.library.custom_op("ftune::grouped_linear", mutates_args=())
+def _grouped_linear(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """(N, in) x (E, out, in)ᵀ -> (N, out)."""
+    return torch._grouped_mm(x, weight.transpose(-2, -1), offs=offsets)
+
+
+@_grouped_linear.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.shape[0], weight.shape[1])
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+    x, weight, offsets = ctx.saved_tensors
+    grad = grad.contiguous()
+    grad_x = grad_w = None
+    if ctx.needs_input_grad[0]:
+        grad_x = _grouped_mm(grad, weight, offsets)  # (N, out) x (E, out, in) -> (N, in)
+    if ctx.needs_input_grad[1]:
+        # (out, N) x (N, in) per group -> (E, out, in); an expert with no rows gets zeros.
+        grad_w = _grouped_mm(grad.t(), x, offsets)
+    return grad_x, grad_w, None
+
+
+_grouped_linear.register_autograd(_backward, setup_context=_setup_context)
 
 
 class GroupedExperts(nn.Module):

@@ -117,3 +117,21 @@ def test_errors_say_what_to_fix() -> None:
     model(torch.tensor([[1, 2, 3]]))
     assert [t.shape for t in model.router_logits()] == [(3, 8), (3, 8)]
     assert isinstance(model.layers[0].mlp, MoEFeedForward) and model.aux_loss_coef == 0.001
+
+
+def test_compiled_layers_trace_the_grouped_products() -> None:
+    # torch._grouped_mm's own fake kernel takes bf16 only; ftune's custom ops let torch.compile trace
+    # the fp32 model (aot_eager: the traced graphs run as eager ops, no C++ compile in the test).
+    tokens = torch.randint(0, 128, (2, 40), generator=torch.Generator().manual_seed(3))
+    grads = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = qwen3_moe_tiny()
+        if compiled:
+            for layer in model.layers:
+                layer.compile(backend="aot_eager", fullgraph=True)
+        logits = model(tokens)
+        (logits.square().mean() + model.aux_loss()).backward()
+        grads.append((logits.detach(), model.layers[0].mlp.experts.gate_up_proj.grad))
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-6)
+    assert torch.allclose(grads[0][1], grads[1][1], atol=1e-7)
