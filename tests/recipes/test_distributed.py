@@ -166,7 +166,11 @@ def test_losses_equal_single_device(recipe, launched):
 
     got = [r["loss"] for r in read_log(workdir / "losses") if "loss" in r]
     single = GOLDENS[RECIPES[recipe][1]]
-    if recipe not in QAT:
+    if isinstance(single, dict):  # GRPO: its loss is ~0 at ratio 1; the gradients and rewards say more
+        from test_grpo import assert_same_figures, figures
+
+        assert_same_figures(figures(read_log(workdir / "losses")), single)
+    elif recipe not in QAT:
         assert got == pytest.approx(single, rel=1e-5)
     else:
         assert got[0] != pytest.approx(single[0], rel=1e-6)  # fake quantization is on
