@@ -16,6 +16,8 @@ from ftune.models import (
     llama3_1,
     llama3_2,
     mistral,
+    phi3,
+    phi4,
     qwen2,
     qwen2_5,
     qwen3,
@@ -46,6 +48,8 @@ FAMILIES: tuple[str, ...] = (
     "gemma3",
     "qwen3_moe",
     "qwen2",
+    "phi3",
+    "phi4",
 )
 
 CONVERTERS: dict[str, Converter] = {
@@ -60,6 +64,8 @@ CONVERTERS: dict[str, Converter] = {
     "gemma3": gemma3.CONVERTER,
     "qwen3_moe": qwen3_moe.CONVERTER,
     "qwen2": qwen2.CONVERTER,
+    "phi3": phi3.CONVERTER,
+    "phi4": phi4.CONVERTER,
 }
 
 # Families whose HF config.json cannot be told from another family's (same architecture class, same

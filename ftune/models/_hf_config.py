@@ -15,6 +15,7 @@ from ftune.models.llama3 import llama3
 from ftune.models.llama3_1 import llama3_1
 from ftune.models.llama3_2 import llama3_2
 from ftune.models.mistral import mistral
+from ftune.models.phi3 import phi3
 from ftune.models.qwen2 import qwen2
 from ftune.models.qwen2_5 import qwen2_5
 from ftune.models.qwen3 import qwen3
@@ -37,6 +38,8 @@ COMPONENT_BUILDERS: dict[str, Callable[..., TransformerDecoder]] = {
     "gemma3": gemma3,
     "qwen3_moe": qwen3_moe,
     "qwen2": qwen2,
+    "phi3": phi3,
+    "phi4": phi3,  # Phi-4 is a Phi3ForCausalLM
 }
 _SCALED = {"llama3_1", "llama3_2"}
 
@@ -48,6 +51,7 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "qwen3": "Qwen3ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "phi3": "Phi3ForCausalLM",
 }
 # model_type -> family, for the architectures that map to one family each.
 _ONE_FAMILY = {
@@ -61,7 +65,8 @@ _SUPPORTED_TEXT = (
     "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2), "
     "Qwen2ForCausalLM ('qwen2': qwen2_5), MistralForCausalLM ('mistral': mistral), "
     "Qwen3ForCausalLM ('qwen3': qwen3), Qwen3MoeForCausalLM ('qwen3_moe': qwen3_moe), Gemma3ForCausalLM ('gemma3_text': gemma3), "
-    "Gemma3ForConditionalGeneration ('gemma3': the gemma3 text decoder of Gemma 3 4B/12B/27B)"
+    "Gemma3ForConditionalGeneration ('gemma3': the gemma3 text decoder of Gemma 3 4B/12B/27B), "
+    "Phi3ForCausalLM ('phi3': phi3, or phi4 for rope_theta 250000)"
 )
 # Image-text checkpoints whose text decoder ftune builds: model_type -> the module that turns their
 # config.json and weights into those of the text-only model (text_only_config, split_text_decoder,
@@ -120,6 +125,8 @@ def family_from_hf_config(config: dict[str, Any]) -> str:
     model_type = _model_type(config)
     if model_type in _ONE_FAMILY:
         return _ONE_FAMILY[model_type]
+    if model_type == "phi3":
+        return _phi_family(config)
     theta, rope_type, _ = _rope(config)
     tied = bool(config.get("tie_word_embeddings", False))
     if rope_type == "llama3":
@@ -132,6 +139,19 @@ def family_from_hf_config(config: dict[str, Any]) -> str:
     if tied:
         return "smollm2"
     return "llama3" if theta == 500_000 else "llama2"
+
+
+def _phi_family(config: dict[str, Any]) -> str:
+    """phi4 for Phi-4's RoPE base 250,000 (Phi-3's 4k releases have 10,000); both are Phi3ForCausalLM.
+    Only the default RoPE is built: the 128k releases' LongRoPE is refused."""
+    theta, rope_type, _ = _rope(config)
+    if rope_type != "default":
+        raise ValueError(
+            f"Unsupported RoPE scaling for Phi3ForCausalLM: config.json has rope_type={rope_type!r} (the 128k "
+            "releases of Phi-3 and Phi-3.5 use LongRoPE); ftune builds the default RoPE only: use a 4k release "
+            "(microsoft/Phi-3-mini-4k-instruct, Phi-3-medium-4k-instruct) or Phi-4."
+        )
+    return "phi4" if theta == 250_000 else "phi3"
 
 
 def _require(config: dict[str, Any], key: str) -> Any:
@@ -156,7 +176,11 @@ def _check_supported_options(config: dict[str, Any], model_type: str) -> None:
             "whole head (1.0)."
         )
     window = _sliding_window(config)
-    if model_type != "mistral" and window is not None and window < config.get("max_position_embeddings", 0):
+    if (
+        model_type not in ("mistral", "phi3")
+        and window is not None
+        and window < config.get("max_position_embeddings", 0)
+    ):
         logger.warning(
             "config.json sets sliding_window=%s; ftune attends over the full causal context, which matches "
             "only for sequences of at most %s tokens.",
@@ -167,7 +191,7 @@ def _check_supported_options(config: dict[str, Any], model_type: str) -> None:
 
 def _sliding_window(config: dict[str, Any]) -> int | None:
     """The attention window config.json sets (Mistral: on unless use_sliding_window is false)."""
-    uses_window = config.get("use_sliding_window", config.get("model_type") == "mistral")
+    uses_window = config.get("use_sliding_window", config.get("model_type") in ("mistral", "phi3"))
     return config.get("sliding_window") if uses_window else None
 
 
@@ -195,7 +219,7 @@ def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
         kwargs["norm_eps"] = float(config["rms_norm_eps"])
     if family == "qwen3_moe":
         kwargs.update(qwen3_moe_builder_kwargs(config))
-    if family == "mistral":
+    if family in ("mistral", "phi3", "phi4"):
         kwargs["sliding_window"] = _sliding_window(config)
     if family in _SCALED:
         for arg, key in (

@@ -58,6 +58,28 @@ TINY_HF: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2_5": ("qwen2", dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
     # Qwen2: Qwen2.5's architecture (the same config.json class); untied like Qwen2-7B and 72B.
     "qwen2": ("qwen2", dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=False)),
+    # Phi-3 / Phi-4 (Phi3ForCausalLM): fused qkv_proj and gate_up_proj; Phi-3's sliding window (2047 in
+    # the 4k releases) shorter than the test sequences; Phi-4's RoPE base, no window.
+    "phi3": (
+        "phi3",
+        dict(
+            rope_theta=10_000.0,
+            rms_norm_eps=1e-5,
+            sliding_window=24,
+            tie_word_embeddings=False,
+            pad_token_id=None,
+        ),
+    ),
+    "phi4": (
+        "phi3",
+        dict(
+            rope_theta=250_000.0,
+            rms_norm_eps=1e-5,
+            sliding_window=None,
+            tie_word_embeddings=False,
+            pad_token_id=None,
+        ),
+    ),
     "mistral": ("mistral", dict(rope_theta=10_000.0, rms_norm_eps=1e-5, sliding_window=None)),
     "smollm2": ("llama", dict(rope_theta=100_000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)),
     # head_dim 32 != hidden_size / heads (16), as in Qwen3-0.6B; untied like the 8B and larger.
@@ -99,6 +121,7 @@ def build_tiny_hf(family: str, seed: int = 0, **overrides: Any) -> torch.nn.Modu
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         "gemma3_text": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
         "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
+        "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
     }[model_type]
     config = config_cls(**{**_COMMON, **options, **overrides})
     torch.manual_seed(seed)

@@ -55,7 +55,10 @@ def test_ftune_to_hf_gives_back_the_saved_state_dict(family: str, tmp_path: Path
     expected_keys = live.keys() - ({"lm_head.weight"} if hf.config.tie_word_embeddings else set())
     assert again.keys() == expected_keys
     for key in expected_keys:
-        assert again[key] is live[key], key  # pure rename: the very same tensors
+        if key.endswith(("qkv_proj.weight", "gate_up_proj.weight")):  # phi3/phi4: split, then fused again
+            assert torch.equal(again[key], live[key]), key
+        else:
+            assert again[key] is live[key], key  # pure rename: the very same tensors
 
 
 def test_rope_scaling_is_active_in_llama3_1(tmp_path: Path) -> None:

@@ -29,6 +29,11 @@ PUBLISHED = {
     "qwen2_1_5b": 1_543_714_304,
     "qwen2_7b": 7_615_616_512,
     "qwen2_72b": 72_706_203_648,
+    # Phi-3-mini-4k, Phi-3-medium-4k and Phi-4 (Phi3ForCausalLM, untied): the sizes of their config.json
+    # counted out (the hub rounds them to 3.82B, 14B and 14.7B).
+    "phi3_3_8b": 3_821_079_552,
+    "phi3_14b": 13_960_238_080,
+    "phi4_14b": 14_659_507_200,
     "mistral_7b": 7_241_732_096,
     "smollm2_135m": 134_515_008,
     "smollm2_360m": 361_821_120,
