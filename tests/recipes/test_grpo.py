@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_logs import _weights, read_log
+from run_logs import _weights
 from spies import models_run
 
 import ftune.training.methods.reference as reference_module
