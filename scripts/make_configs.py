@@ -61,6 +61,8 @@ MODELS = [
     Model("qwen2/0.5B", "qwen2_0_5b", "qwen2_tokenizer", "Qwen/Qwen2-0.5B-Instruct"),
     Model("qwen2/1.5B", "qwen2_1_5b", "qwen2_tokenizer", "Qwen/Qwen2-1.5B-Instruct"),
     Model("qwen2/7B", "qwen2_7b", "qwen2_tokenizer", "Qwen/Qwen2-7B-Instruct"),
+    Model("gemma/2B", "gemma_2b", "gemma_tokenizer", "google/gemma-2b-it", note="gated"),
+    Model("gemma/7B", "gemma_7b", "gemma_tokenizer", "google/gemma-7b-it", note="gated"),
     Model("mistral/7B", "mistral_7b", "mistral_tokenizer", "mistralai/Mistral-7B-v0.1", "tokenizer.model"),
     Model("smollm2/135M", "smollm2_135m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct",
           demo=True),

@@ -10,6 +10,7 @@ Importing this package imports torch and the model code only (never `transformer
 """
 
 from ftune.models import (
+    gemma,
     gemma3,
     llama2,
     llama3,
@@ -50,6 +51,7 @@ FAMILIES: tuple[str, ...] = (
     "qwen2",
     "phi3",
     "phi4",
+    "gemma",
 )
 
 CONVERTERS: dict[str, Converter] = {
@@ -66,6 +68,7 @@ CONVERTERS: dict[str, Converter] = {
     "qwen2": qwen2.CONVERTER,
     "phi3": phi3.CONVERTER,
     "phi4": phi4.CONVERTER,
+    "gemma": gemma.CONVERTER,
 }
 
 # Families whose HF config.json cannot be told from another family's (same architecture class, same

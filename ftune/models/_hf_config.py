@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ftune.models.gemma import gemma
 from ftune.models.gemma3 import _image_text as gemma3_image_text
 from ftune.models.gemma3 import gemma3
 from ftune.models.gemma3._hf_config import gemma3_builder_kwargs
@@ -40,6 +41,7 @@ COMPONENT_BUILDERS: dict[str, Callable[..., TransformerDecoder]] = {
     "qwen2": qwen2,
     "phi3": phi3,
     "phi4": phi3,  # Phi-4 is a Phi3ForCausalLM
+    "gemma": gemma,
 }
 _SCALED = {"llama3_1", "llama3_2"}
 
@@ -52,6 +54,7 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "gemma3_text": "Gemma3ForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "phi3": "Phi3ForCausalLM",
+    "gemma": "GemmaForCausalLM",
 }
 # model_type -> family, for the architectures that map to one family each.
 _ONE_FAMILY = {
@@ -60,13 +63,14 @@ _ONE_FAMILY = {
     "qwen3": "qwen3",
     "gemma3_text": "gemma3",
     "qwen3_moe": "qwen3_moe",
+    "gemma": "gemma",
 }
 _SUPPORTED_TEXT = (
     "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2), "
     "Qwen2ForCausalLM ('qwen2': qwen2_5), MistralForCausalLM ('mistral': mistral), "
     "Qwen3ForCausalLM ('qwen3': qwen3), Qwen3MoeForCausalLM ('qwen3_moe': qwen3_moe), Gemma3ForCausalLM ('gemma3_text': gemma3), "
     "Gemma3ForConditionalGeneration ('gemma3': the gemma3 text decoder of Gemma 3 4B/12B/27B), "
-    "Phi3ForCausalLM ('phi3': phi3, or phi4 for rope_theta 250000)"
+    "Phi3ForCausalLM ('phi3': phi3, or phi4 for rope_theta 250000), GemmaForCausalLM ('gemma': gemma)"
 )
 # Image-text checkpoints whose text decoder ftune builds: model_type -> the module that turns their
 # config.json and weights into those of the text-only model (text_only_config, split_text_decoder,
@@ -162,7 +166,16 @@ def _require(config: dict[str, Any], key: str) -> Any:
 
 def _check_supported_options(config: dict[str, Any], model_type: str) -> None:
     act = config.get("hidden_act", "silu")
-    if act != "silu":
+    if model_type == "gemma":  # GeGLU; transformers reads the releases' legacy "gelu" as the tanh GELU
+        if act not in ("gelu", "gelu_pytorch_tanh") or config.get("hidden_activation") not in (
+            None,
+            "gelu_pytorch_tanh",
+        ):
+            raise ValueError(
+                f"Unsupported Gemma config.json hidden_act={act!r} / hidden_activation="
+                f"{config.get('hidden_activation')!r}: ftune's GeGLU uses 'gelu_pytorch_tanh'."
+            )
+    elif act != "silu":
         raise ValueError(f"Unsupported config.json hidden_act={act!r}: ftune's SwiGLU uses 'silu'.")
     for key in ("attention_bias", "mlp_bias"):
         if model_type != "qwen2" and config.get(key):
@@ -210,7 +223,8 @@ def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
         "intermediate_dim": _require(config, "intermediate_size"),
         "max_seq_len": config.get("max_position_embeddings", 2048),
         "head_dim": config.get("head_dim"),
-        "tie_word_embeddings": bool(config.get("tie_word_embeddings", False)),
+        # transformers' default when config.json omits it: tied for Gemma (whose releases omit it).
+        "tie_word_embeddings": bool(config.get("tie_word_embeddings", family == "gemma")),
     }
     theta, _, params = _rope(config)
     if theta is not None:

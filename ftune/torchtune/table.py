@@ -51,6 +51,7 @@ FAMILIES: dict[str, str] = {
     "qwen2_5": "qwen2_5",
     "mistral": "mistral",
     "qwen2": "qwen2",
+    "gemma": "gemma",
 }
 # Builder names that differ beyond the family prefix (after lora_/qlora_ and _base/_instruct are removed).
 BUILDER_RENAMES: dict[str, str] = {"llama3_3_70b": "llama3_1_70b"}

@@ -58,6 +58,19 @@ TINY_HF: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2_5": ("qwen2", dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)),
     # Qwen2: Qwen2.5's architecture (the same config.json class); untied like Qwen2-7B and 72B.
     "qwen2": ("qwen2", dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=False)),
+    # Gemma: head_dim 32 != hidden_size / heads (16), as in 7B; multi-query like 2B; tied; the releases'
+    # legacy hidden_act "gelu" (read as the tanh GELU).
+    "gemma": (
+        "gemma",
+        dict(
+            rope_theta=10_000.0,
+            rms_norm_eps=1e-6,
+            head_dim=32,
+            num_key_value_heads=1,
+            hidden_act="gelu",
+            tie_word_embeddings=True,
+        ),
+    ),
     # Phi-3 / Phi-4 (Phi3ForCausalLM): fused qkv_proj and gate_up_proj; Phi-3's sliding window (2047 in
     # the 4k releases) shorter than the test sequences; Phi-4's RoPE base, no window.
     "phi3": (
@@ -122,6 +135,7 @@ def build_tiny_hf(family: str, seed: int = 0, **overrides: Any) -> torch.nn.Modu
         "gemma3_text": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
         "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
         "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
+        "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM),
     }[model_type]
     config = config_cls(**{**_COMMON, **options, **overrides})
     torch.manual_seed(seed)

@@ -21,6 +21,7 @@ TINY = dict(
 TINY_EXTRA = {
     "gemma3": dict(head_dim=8, sliding_window=4, query_pre_attn_scalar=8),
     "qwen3_moe": dict(moe_intermediate_dim=16, num_experts=4, top_k=2),
+    "gemma": dict(head_dim=8),
 }
 
 

@@ -34,6 +34,9 @@ PUBLISHED = {
     "phi3_3_8b": 3_821_079_552,
     "phi3_14b": 13_960_238_080,
     "phi4_14b": 14_659_507_200,
+    # Gemma (first generation; safetensors totals of google/gemma-2b and gemma-7b, tied embeddings).
+    "gemma_2b": 2_506_172_416,
+    "gemma_7b": 8_537_680_896,
     "mistral_7b": 7_241_732_096,
     "smollm2_135m": 134_515_008,
     "smollm2_360m": 361_821_120,
