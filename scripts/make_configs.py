@@ -63,6 +63,8 @@ MODELS = [
     Model("qwen2/7B", "qwen2_7b", "qwen2_tokenizer", "Qwen/Qwen2-7B-Instruct"),
     Model("gemma/2B", "gemma_2b", "gemma_tokenizer", "google/gemma-2b-it", note="gated"),
     Model("gemma/7B", "gemma_7b", "gemma_tokenizer", "google/gemma-7b-it", note="gated"),
+    Model("code_llama2/7B", "code_llama2_7b", "code_llama2_tokenizer", "codellama/CodeLlama-7b-Instruct-hf",
+          "tokenizer.model"),
     Model("mistral/7B", "mistral_7b", "mistral_tokenizer", "mistralai/Mistral-7B-v0.1", "tokenizer.model"),
     Model("smollm2/135M", "smollm2_135m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct",
           demo=True),

@@ -10,6 +10,7 @@ Importing this package imports torch and the model code only (never `transformer
 """
 
 from ftune.models import (
+    code_llama2,
     gemma,
     gemma3,
     llama2,
@@ -52,6 +53,7 @@ FAMILIES: tuple[str, ...] = (
     "phi3",
     "phi4",
     "gemma",
+    "code_llama2",
 )
 
 CONVERTERS: dict[str, Converter] = {
@@ -69,6 +71,7 @@ CONVERTERS: dict[str, Converter] = {
     "phi3": phi3.CONVERTER,
     "phi4": phi4.CONVERTER,
     "gemma": gemma.CONVERTER,
+    "code_llama2": code_llama2.CONVERTER,
 }
 
 # Families whose HF config.json cannot be told from another family's (same architecture class, same

@@ -42,6 +42,7 @@ COMPONENT_BUILDERS: dict[str, Callable[..., TransformerDecoder]] = {
     "phi3": phi3,
     "phi4": phi3,  # Phi-4 is a Phi3ForCausalLM
     "gemma": gemma,
+    "code_llama2": llama2,  # Code Llama is Llama 2 with another RoPE base
 }
 _SCALED = {"llama3_1", "llama3_2"}
 
@@ -66,7 +67,7 @@ _ONE_FAMILY = {
     "gemma": "gemma",
 }
 _SUPPORTED_TEXT = (
-    "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2), "
+    "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2, code_llama2), "
     "Qwen2ForCausalLM ('qwen2': qwen2_5), MistralForCausalLM ('mistral': mistral), "
     "Qwen3ForCausalLM ('qwen3': qwen3), Qwen3MoeForCausalLM ('qwen3_moe': qwen3_moe), Gemma3ForCausalLM ('gemma3_text': gemma3), "
     "Gemma3ForConditionalGeneration ('gemma3': the gemma3 text decoder of Gemma 3 4B/12B/27B), "
@@ -118,7 +119,8 @@ def family_from_hf_config(config: dict[str, Any]) -> str:
     """The ftune family whose builder and converter fit an HF config.json.
 
     llama + "llama3" RoPE scaling -> llama3_1 (llama3_2 if the embeddings are tied); llama without
-    scaling -> smollm2 if tied, llama3 if rope_theta is 500000, else llama2; qwen2 -> qwen2_5;
+    scaling -> smollm2 if tied, llama3 if rope_theta is 500000, code_llama2 if 1000000, else llama2;
+    qwen2 -> qwen2_5;
     mistral -> mistral; qwen3 -> qwen3; gemma3_text -> gemma3, and gemma3 (image-text) -> gemma3 for
     its text decoder.
 
@@ -142,6 +144,8 @@ def family_from_hf_config(config: dict[str, Any]) -> str:
         )
     if tied:
         return "smollm2"
+    if theta == 1_000_000:  # Code Llama: Llama 2's architecture, RoPE base 1M
+        return "code_llama2"
     return "llama3" if theta == 500_000 else "llama2"
 
 

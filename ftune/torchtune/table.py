@@ -52,6 +52,7 @@ FAMILIES: dict[str, str] = {
     "mistral": "mistral",
     "qwen2": "qwen2",
     "gemma": "gemma",
+    "code_llama2": "code_llama2",
 }
 # Builder names that differ beyond the family prefix (after lora_/qlora_ and _base/_instruct are removed).
 BUILDER_RENAMES: dict[str, str] = {"llama3_3_70b": "llama3_1_70b"}

@@ -95,6 +95,8 @@ TINY_HF: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "mistral": ("mistral", dict(rope_theta=10_000.0, rms_norm_eps=1e-5, sliding_window=None)),
     "smollm2": ("llama", dict(rope_theta=100_000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)),
+    # Code Llama: Llama 2 with RoPE base 1M.
+    "code_llama2": ("llama", dict(rope_theta=1_000_000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)),
     # head_dim 32 != hidden_size / heads (16), as in Qwen3-0.6B; untied like the 8B and larger.
     "qwen3": (
         "qwen3",

@@ -6,7 +6,7 @@ import torch
 from ftune.models import COMPONENT_BUILDERS, CONVERTERS, FAMILIES
 from ftune.models._meta_keys import from_meta_qk, to_meta_qk
 
-META_FAMILIES = ["llama2", "llama3", "llama3_1", "llama3_2"]
+META_FAMILIES = ["llama2", "llama3", "llama3_1", "llama3_2", "code_llama2"]
 TINY = dict(
     vocab_size=64,
     num_layers=2,

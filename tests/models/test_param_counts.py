@@ -37,6 +37,12 @@ PUBLISHED = {
     # Gemma (first generation; safetensors totals of google/gemma-2b and gemma-7b, tied embeddings).
     "gemma_2b": 2_506_172_416,
     "gemma_7b": 8_537_680_896,
+    # Code Llama (safetensors totals of codellama/CodeLlama-{7,13,34,70}b-hf): Llama 2 + 16 infilling tokens
+    # (34B: none, and GQA).
+    "code_llama2_7b": 6_738_546_688,
+    "code_llama2_13b": 13_016_028_160,
+    "code_llama2_34b": 33_743_970_304,
+    "code_llama2_70b": 68_976_910_336,
     "mistral_7b": 7_241_732_096,
     "smollm2_135m": 134_515_008,
     "smollm2_360m": 361_821_120,
