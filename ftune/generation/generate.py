@@ -106,6 +106,7 @@ def decode_rows(
     on_token: Callable[[int, int], None] | None = None,
     stop_when: Callable[[int, list[int]], bool] | None = None,
     on_step: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+    group_size: int = 1,
 ) -> list[list[int]]:
     """The decoding loop `generate_batch` and `ftune.generation.rollout` share (their callers check the arguments).
 
@@ -118,6 +119,8 @@ def decode_rows(
             torch's global RNG.
         on_step: called once per decoding step as on_step(logits, tokens) with the (b, vocab)
             logits the step sampled from and the (b,) tokens it drew, rows already finished included.
+        group_size: rows come in groups of this many copies of one prompt (a rollout's G
+            completions): each distinct prompt is prefilled once and its cache copied to its rows.
 
     Returns:
         The new tokens of each row.
@@ -138,18 +141,27 @@ def decode_rows(
     lengths = torch.tensor([len(p) for p in ids], dtype=torch.long, device=device)
     stops = set(stop_tokens)
     slots = torch.arange(total, device=device)
+    if not callable(getattr(model, "repeat_caches", None)):
+        group_size = 1  # a model that cannot copy its caches prefills every row
+    distinct = ids[::group_size]  # the prompts the prefill computes
+    if group_size > 1 and (batch % group_size or any(ids[i] != distinct[i // group_size] for i in range(batch))):
+        raise ValueError(f"decode_rows: the rows are not groups of {group_size} copies of one prompt.")
+    prefill = len(distinct)
 
     try:
-        shared = _fill_shared_prefix(model, ids, total, slots) if batch > 1 else 0
+        shared = _fill_shared_prefix(model, distinct, total, slots) if prefill > 1 else 0
         if not shared:
-            model.setup_caches(batch, total)
+            model.setup_caches(prefill, total)
         # Prefill the rest of each prompt: row i's token t sits at position t, cache slot t.
-        tokens = torch.full((batch, longest - shared), pad_id, dtype=torch.long, device=device)
-        for i, p in enumerate(ids):
+        tokens = torch.full((prefill, longest - shared), pad_id, dtype=torch.long, device=device)
+        for i, p in enumerate(distinct):
             tokens[i, : len(p) - shared] = torch.tensor(p[shared:], dtype=torch.long)
-        positions = shared + torch.arange(longest - shared, device=device).expand(batch, -1)  # (b, s)
-        mask = slots[None, None, :] <= positions[:, :, None]  # (b, s, total)
-        last = _prefill_last_logits(model, tokens, positions, mask, lengths - shared - 1)  # (b, vocab)
+        positions = shared + torch.arange(longest - shared, device=device).expand(prefill, -1)  # (p, s)
+        mask = slots[None, None, :] <= positions[:, :, None]  # (p, s, total)
+        last = _prefill_last_logits(model, tokens, positions, mask, lengths[::group_size] - shared - 1)
+        if group_size > 1:  # each prompt's cache and last logits copied to its G rows
+            model.repeat_caches(batch)
+            last = last.repeat_interleave(group_size, dim=0)  # (b, vocab)
         position = lengths.clone()  # (b,) where each row's next fed token goes
         out: list[list[int]] = [[] for _ in ids]
         done = [False] * batch

@@ -1,8 +1,8 @@
 """Rollouts for online RL (GRPO): G sampled completions per prompt, with the log-probabilities of their tokens.
 
 All prompts, each repeated G times, are decoded in one batch on the model's KV cache by the loop
-`generate_batch` uses (`decode_rows`), so a prompt prefix every row shares (a system prompt, or
-the whole prompt when there is a single prompt) is prefilled once.
+`generate_batch` uses (`decode_rows`). Each distinct prompt is prefilled once and its cache copied to
+its G rows, and a prefix every prompt shares (a system prompt) is prefilled once for all of them.
 
 Log-probability convention (the same as TRL's GRPOTrainer, trl 1.16): the log-probability of a
 sampled token is ``log_softmax(logits / temperature)`` at that token, over the whole vocabulary:
@@ -228,6 +228,7 @@ def rollout(
         pad_id=pad_id,
         stop_when=ends_row,
         on_step=keep_logps,
+        group_size=group_size,  # each prompt prefilled once for its G rows
     )
     lengths = torch.tensor([len(c) for c in new], dtype=torch.long, device=device)  # (N,)
     width = int(lengths.max())

@@ -41,17 +41,25 @@ class KVCache(nn.Module):
         self.v_cache.zero_()
 
     def repeat_rows(self, batch_size: int) -> None:
-        """Turn a one-row cache into `batch_size` copies of that row (a shared prompt prefix).
+        """Repeat each row of the cache in place of itself, to `batch_size` rows: one row into
+        `batch_size` copies (a shared prompt prefix), or b rows into `batch_size / b` consecutive
+        copies of each (a prompt's G sampled completions, ``repeat_interleave``).
 
         Raises:
-            ValueError: if the cache does not hold exactly one row.
+            ValueError: if `batch_size` is not a multiple of the cache's rows.
         """
-        if self.batch_size != 1:
+        if batch_size % self.batch_size:
             raise ValueError(
-                f"KVCache.repeat_rows: the cache holds {self.batch_size} rows; it needs exactly 1."
+                f"KVCache.repeat_rows: the cache holds {self.batch_size} rows, which do not repeat to "
+                f"{batch_size}; give a multiple of {self.batch_size}."
             )
-        self.k_cache = self.k_cache.expand(batch_size, -1, -1, -1).clone()
-        self.v_cache = self.v_cache.expand(batch_size, -1, -1, -1).clone()
+        times = batch_size // self.batch_size
+        if self.batch_size == 1:
+            self.k_cache = self.k_cache.expand(batch_size, -1, -1, -1).clone()
+            self.v_cache = self.v_cache.expand(batch_size, -1, -1, -1).clone()
+        else:
+            self.k_cache = self.k_cache.repeat_interleave(times, dim=0)
+            self.v_cache = self.v_cache.repeat_interleave(times, dim=0)
         self.batch_size = batch_size
 
     def update(

@@ -148,7 +148,7 @@ class TransformerDecoder(nn.Module):
             )
 
     def repeat_caches(self, batch_size: int) -> None:
-        """Copy the single row of every layer's cache to `batch_size` rows (see `KVCache.repeat_rows`)."""
+        """Repeat the rows of every layer's cache to `batch_size` rows (see `KVCache.repeat_rows`)."""
         for layer in self.layers:
             layer.attn.kv_cache.repeat_rows(batch_size)
 
