@@ -29,6 +29,7 @@ from ftune.checkpointing.adapter import has_adapter
 from ftune.checkpointing.atomic import atomic_path
 from ftune.checkpointing.families import converter
 from ftune.checkpointing.gguf_export_meta import architecture, write_hparams
+from ftune.checkpointing.gguf_export_ollama import modelfile_text
 from ftune.checkpointing.gguf_export_tensors import (
     FileType,
     GGMLType,
@@ -190,23 +191,14 @@ def _add_tensor_infos(
 
 
 def write_modelfile(gguf_path: Path, info: TokenizerInfo) -> Path:
-    """Write the Ollama Modelfile beside `gguf_path`: FROM the file, a stop parameter per stop token.
+    """Write the Ollama Modelfile beside `gguf_path` (`gguf_export_ollama.modelfile_text`).
 
-    Ollama takes the chat template from the file's `tokenizer.chat_template` (it recognises the
-    common Jinja templates and converts them itself), so the Modelfile does not restate it.
+    FROM the file, a stop parameter per stop token, and for a ChatML chat template the TEMPLATE in
+    Ollama's syntax and its default SYSTEM prompt; other templates are left to Ollama, which reads
+    the file's `tokenizer.chat_template`.
     """
-    lines = [
-        f"# Ollama: ollama create <name> -f {modelfile_path(gguf_path).name}",
-        "# The chat template comes from the GGUF file (tokenizer.chat_template)"
-        + ("." if info.chat_template else "; this model has none, so use it for plain completion."),
-        f"FROM ./{gguf_path.name}",
-        *(f'PARAMETER stop "{_quote(stop)}"' for stop in info.stops),
-    ]
+    text = modelfile_text(gguf_path.name, chat_template=info.chat_template, stops=info.stops)
     path = modelfile_path(gguf_path)
     with atomic_path(path) as tmp:
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
     return path
-
-
-def _quote(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
