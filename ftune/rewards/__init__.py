@@ -5,15 +5,17 @@ record the prompt came from (its reference fields: an answer, a label). The buil
 configured as components, so a config lists them like any other::
 
     rewards:
-      correct: {_component_: ftune.rewards.NumericAnswer, field: answer}
-      format: {_component_: ftune.rewards.RegexMatch, pattern: "####"}
-    reward_weights: {correct: 1.0, format: 0.2}
+      _component_: ftune.rewards.RewardSet
+      rewards:
+        correct: {_component_: ftune.rewards.NumericAnswer, field: answer}
+        format: {_component_: ftune.rewards.RegexMatch, pattern: "####"}
+      weights: {correct: 1.0, format: 0.2}
 
 A reward of your own that is a plain function is given with ``_partial_: true`` (so building the
 config returns the function instead of calling it): ``{_component_: my_rewards.has_json, _partial_:
 true}``; its package must be trusted like any component's (``ftune.config.trust``).
 
-:func:`check_rewards` checks the names and weights when the config is read; :func:`score_rewards`
+:func:`check_rewards` checks the names and weights when the RewardSet is built; :func:`score_rewards`
 calls each reward on each sample and refuses a reward that raises or returns
 something that is not a finite number, naming the reward, the sample and the value. Nothing here
 imports torch.

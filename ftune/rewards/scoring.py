@@ -53,13 +53,13 @@ def check_rewards(rewards: Mapping[str, Any], weights: Mapping[str, Any]) -> Non
             "ftune.rewards.ExactMatch, field: answer}}."
         )
     problems = [
-        f"rewards.{name}: the name must be letters, digits, '_', '.' or '-' (it names the logged metrics "
+        f"rewards.rewards.{name}: the name must be letters, digits, '_', '.' or '-' (it names the logged metrics "
         "rewards/<name>/mean and /std); rename it."
         for name in rewards
         if not isinstance(name, str) or not _NAME.fullmatch(name)
     ]
     problems += [
-        f"rewards.{name}: {type(r).__name__} {r!r} is not callable; give a reward component "
+        f"rewards.rewards.{name}: {type(r).__name__} {r!r} is not callable; give a reward component "
         "(prompt, completion, sample) -> float, e.g. {_component_: ftune.rewards.ExactMatch, field: answer}."
         for name, r in rewards.items()
         if not callable(r)
@@ -70,18 +70,18 @@ def check_rewards(rewards: Mapping[str, Any], weights: Mapping[str, Any]) -> Non
             sorted(set(weights) - set(rewards), key=str),
         )
         problems.append(
-            f"reward_weights: give one weight per reward, named as in rewards {sorted(rewards, key=str)}; missing: "
+            f"rewards.weights: give one weight per reward, named as in rewards {sorted(rewards, key=str)}; missing: "
             f"{missing}, not a reward: {extra} (1.0 each for an unweighted sum)."
         )
     bad = {k: w for k, w in weights.items() if not _is_number(w) or not math.isfinite(w)}
     if bad:
         problems.append(
-            f"reward_weights: {bad} are not finite numbers; give a number per reward (a negative weight "
+            f"rewards.weights: {bad} are not finite numbers; give a number per reward (a negative weight "
             "makes the reward a penalty)."
         )
     elif weights and all(w == 0 for w in weights.values()):
         problems.append(
-            f"reward_weights: all zero ({dict(weights)}): every total reward would be 0 and GRPO would "
+            f"rewards.weights: all zero ({dict(weights)}): every total reward would be 0 and GRPO would "
             "learn nothing; give at least one reward a non-zero weight."
         )
     if problems:

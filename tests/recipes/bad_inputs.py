@@ -32,6 +32,7 @@ class Case:
 LORA = ("run", "lora_finetune_single_device", "{tiny}")
 FULL = ("run", "full_finetune_single_device", "{tiny}")
 V = ("validate", "smollm2/135M_lora")
+GRPO = ("run", "lora_grpo_single_device", "{tiny}", "group_size=2", "max_new_tokens=4", "max_steps=1")
 DATA = ("~dataset", "dataset._component_=ftune.datasets.instruct_dataset")  # replaces the demo dataset
 
 
@@ -135,6 +136,12 @@ CASES: list[Case] = [
     _c('pref-missing-rejected', 'data', ('run', 'lora_dpo_single_device', 'dataset.source={tmp}/pairs.jsonl'), "no 'rejected'", 'pairs.jsonl:2', "the record's keys: ['chosen', 'prompt']", "dataset.column_map={'rejected': '<your column>'}", 'pref_no_rejected'),
     _c('pref-empty-answer', 'data', ('run', 'lora_dpo_single_device', 'dataset.source={tmp}/pairs.jsonl'), "'chosen' is empty", 'pairs.jsonl:3', '1 record(s) cannot train', 'write the answer or delete the record', 'pref_empty'),
     _c('pref-val-no-prompt', 'data', ('run', 'lora_dpo_single_device', 'dataset_val.source={tmp}/val.jsonl', 'dataset_val.split=train'), "the prompt 'prompt' is needed", 'val.jsonl:1', 'but it is missing', "dataset.column_map={'prompt': '<your column>'}", 'pref_no_prompt'),
+    # online RL (GRPO)
+    _c('grpo-group-size-one', 'online RL', ('validate', 'smollm2/135M_lora_grpo', 'group_size=1'), 'group_size: must be >= 2', 'group_size', 'got 1', 'Typical: 4 to 16'),
+    _c('grpo-greedy', 'online RL', ('validate', 'smollm2/135M_lora_grpo', 'temperature=0.0'), 'temperature: must be a finite number > 0', 'temperature', 'got 0.0', 'Typical: 0.7 to 1.0'),
+    _c('grpo-reward-weights', 'online RL', (*GRPO, 'rewards.weights={right: 1.0}'), 'give one weight per reward', 'rewards.weights', "not a reward: ['right']", "missing: ['correct']"),
+    _c('grpo-reward-raises', 'online RL', (*GRPO, 'rewards.rewards.correct.field=reference'), "reward 'correct' on completion 1", 'completion 1 of', 'raised KeyError', 'Fix the reward or the data it reads'),
+    _c('grpo-dr-grpo-length', 'online RL', ('validate', 'smollm2/135M_lora_grpo', 'loss.loss_type=dr_grpo', 'loss.max_completion_length=7'), "Dr. GRPO's constant", 'loss.max_completion_length', 'got 7', 'loss.max_completion_length: ${max_new_tokens}'),
     _c('config-of-other-recipe', 'data', ('run', 'full_finetune_single_device', '--config', 'smollm2/135M_full_dpo'), 'is a full_dpo config', '--config', 'smollm2/135M_full_dpo', 'Run `ftune run full_dpo_distributed --config smollm2/135M_full_dpo`'),
     _c('dataset-of-other-kind', 'data', ('run', 'lora_dpo_single_device', '~dataset', 'dataset._component_=ftune.datasets.alpaca_dataset'), 'gives supervised examples', 'dataset._component_', 'ftune.datasets.alpaca_dataset', 'Use ftune.datasets.preference_dataset'),
     _c('resume-lora-folder-full-run', 'data', ('run', 'full_finetune_single_device', 'checkpointer.resume_from_checkpoint={tmp}/lora/step_2'), 'is a step folder of a LoRA run', 'checkpointer.resume_from_checkpoint', '{tmp}/lora/step_2', 'point checkpointer.checkpoint_dir at {tmp}/lora/step_2/merged', 'lora_step_folder'),

@@ -202,15 +202,15 @@ def test_weights_must_match_the_rewards_and_be_finite():
     rewards = {"a": RegexMatch("x")}
     with pytest.raises(
         ValueError,
-        match=r"reward_weights: give one weight per reward, named as in rewards \['a'\]; missing: \['a'\], "
+        match=r"rewards.weights: give one weight per reward, named as in rewards \['a'\]; missing: \['a'\], "
         r"not a reward: \['b'\]",
     ):
         score_rewards(rewards, {"b": 1.0}, [], [], [])
-    with pytest.raises(ValueError, match=r"reward_weights: \{'a': inf\} are not finite numbers"):
+    with pytest.raises(ValueError, match=r"rewards.weights: \{'a': inf\} are not finite numbers"):
         check_rewards(rewards, {"a": math.inf})
-    with pytest.raises(ValueError, match=r"reward_weights: \{'a': '1'\} are not finite numbers"):
+    with pytest.raises(ValueError, match=r"rewards.weights: \{'a': '1'\} are not finite numbers"):
         check_rewards(rewards, {"a": "1"})
-    with pytest.raises(ValueError, match=r"reward_weights: all zero \(\{'a': 0.0\}\)"):
+    with pytest.raises(ValueError, match=r"rewards.weights: all zero \(\{'a': 0.0\}\)"):
         check_rewards(rewards, {"a": 0.0})
     total, _ = score_rewards(rewards, {"a": -2.0}, ["p"], ["x"], [{}])  # a penalty: allowed
     assert total == [-2.0]
@@ -221,7 +221,7 @@ def test_reward_names_and_callables_are_checked():
         check_rewards({}, {})
     with pytest.raises(
         ValueError,
-        match=r"rewards.a/b: the name must be letters, digits.* rewards.c: str 'x' is not callable",
+        match=r"rewards.rewards.a/b: the name must be letters, digits.* rewards.rewards.c: str 'x' is not callable",
     ):
         check_rewards({"a/b": RegexMatch("x"), "c": "x"}, {"a/b": 1.0, "c": 1.0})
     with pytest.raises(ValueError, match="score_rewards: 1 prompts, 2 completions and 1 samples"):
