@@ -16,6 +16,7 @@ def grpo_settings(demo: bool) -> str:
         "temperature: 1.0  # sampling; the loss reads log-probabilities at this temperature\n"
         "top_k: null\n"
         "top_p: null\n"
+        "stop_strings: []  # strings that end a completion (e.g. ['</answer>']), besides the stop tokens\n"
         "num_iterations: 1  # optimizer steps per rollout (> 1: PPO-style, the ratio clipped by loss.epsilon)\n"
         "scale_rewards: true  # divide advantages by the group's reward std (false: Dr. GRPO)\n"
     )

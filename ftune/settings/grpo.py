@@ -27,6 +27,9 @@ class GRPOSettings(FullSettings):
     temperature: float = setting(1.0, "sampling temperature (> 0); the loss reads log-probabilities at it")
     top_k: int | None = setting(None, "sample among the k most likely tokens (null: no filter)")
     top_p: float | None = setting(None, "sample within the nucleus of this probability (null: no filter)")
+    stop_strings: list[str] = setting(
+        [], "strings that end a completion (kept in it), besides the stop tokens"
+    )
     num_iterations: int = setting(1, "optimizer steps per rollout (PPO-style; > 1 clips the policy ratio)")
     scale_rewards: bool = setting(True, "divide advantages by the group's reward std (false: Dr. GRPO)")
 
@@ -49,6 +52,10 @@ class GRPOSettings(FullSettings):
             out.append(f"top_k: must be >= 1 or null (no filter), got {self.top_k!r}.")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             out.append(f"top_p: must be in (0, 1] or null (no filter), got {self.top_p!r}.")
+        if any(not isinstance(t, str) or not t for t in self.stop_strings):
+            out.append(
+                f"stop_strings: must be non-empty strings, got {self.stop_strings!r}, e.g. stop_strings=['</answer>']."
+            )
         if self.num_iterations < 1:
             out.append(
                 f"num_iterations: must be >= 1 (1: each rollout serves one step), got {self.num_iterations!r}."

@@ -15,7 +15,7 @@ divided before the chunked projection and no logits tensor is ever scaled.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +45,8 @@ class Sampling:
     stop_ids: tuple[int, ...]
     pad_id: int
     seed: int
+    stop_strings: tuple[str, ...] = ()
+    decode: Callable[[list[int]], str] | None = None  # the tokenizer's, for stop_strings
 
     @classmethod
     def of(cls, settings: Any, tokenizer: Any) -> Sampling:
@@ -58,7 +60,25 @@ class Sampling:
             stop_ids=tuple(tokenizer.stop_tokens),
             pad_id=tokenizer.pad_id,
             seed=settings.seed,
+            stop_strings=tuple(settings.stop_strings),
+            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
         )
+
+    def stop_when(self) -> Callable[[int, list[int]], bool] | None:
+        """Ends a row whose completion's text contains a stop string (None when there is none).
+
+        Only the text the last token could have completed is searched: the tail that is at most
+        the longest stop string plus that token's text long."""
+        if not self.stop_strings or self.decode is None:
+            return None
+        stops, decode, tail = self.stop_strings, self.decode, max(map(len, self.stop_strings))
+
+        def ends(row: int, tokens: list[int]) -> bool:
+            text, last = decode(tokens), decode(tokens[-1:])
+            window = text[-(tail + len(last)) :]
+            return any(stop in window for stop in stops)
+
+        return ends
 
 
 def row_generators(
@@ -124,6 +144,7 @@ def sample_rollout(model: nn.Module, prompts: PromptBatch, sampling: Sampling, *
                 stop_ids=list(sampling.stop_ids),
                 pad_id=sampling.pad_id,
                 generator=gens,
+                stop_when=sampling.stop_when(),
             )
     finally:
         model.train(was_training)
