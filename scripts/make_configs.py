@@ -65,6 +65,8 @@ MODELS = [
     Model("gemma/7B", "gemma_7b", "gemma_tokenizer", "google/gemma-7b-it", note="gated"),
     Model("code_llama2/7B", "code_llama2_7b", "code_llama2_tokenizer", "codellama/CodeLlama-7b-Instruct-hf",
           "tokenizer.model"),
+    Model("phi3/mini", "phi3_3_8b", "phi3_tokenizer", "microsoft/Phi-3-mini-4k-instruct"),
+    Model("phi4/14B", "phi4_14b", "phi4_tokenizer", "microsoft/phi-4"),
     Model("mistral/7B", "mistral_7b", "mistral_tokenizer", "mistralai/Mistral-7B-v0.1", "tokenizer.model"),
     Model("smollm2/135M", "smollm2_135m", "smollm2_tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct",
           demo=True),

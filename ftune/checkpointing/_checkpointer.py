@@ -187,7 +187,8 @@ class Checkpointer(abc.ABC):
         require_dir(weights_dir)
         family = self.family_of(weights_dir)
         model = self._read_model(weights_dir, family)
-        adapter = adapter_files.load_adapter(step, family=family) if lora_resume else None
+        shapes = {k: v.shape for k, v in model.items()}
+        adapter = adapter_files.load_adapter(step, family=family, base_shapes=shapes) if lora_resume else None
         recipe_state = load_recipe_state(step) if step is not None else None
         self._start_run(step, recipe_state)
         ranges = load_ranges(weights_dir)
@@ -322,6 +323,7 @@ class Checkpointer(abc.ABC):
                 family=family,
                 adapter_config=adapter_config,
                 base_model_name_or_path=str(self.checkpoint_dir.resolve()),
+                base_shapes={k: v.shape for k, v in base.items()},
             )
             if not self.save_adapter_weights_only:
                 # In a subfolder: transformers, finding adapter_config.json next to full weights,

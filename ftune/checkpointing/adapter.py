@@ -71,6 +71,7 @@ def save_adapter(
     family: str,
     adapter_config: dict[str, Any],
     base_model_name_or_path: str,
+    base_shapes: dict[str, torch.Size] | None = None,
 ) -> None:
     """Write the adapter in PEFT names and its config, each file atomically.
 
@@ -80,23 +81,28 @@ def save_adapter(
         family: model family, selects the name mapping.
         adapter_config: see `peft_config`.
         base_model_name_or_path: recorded in the config, so `peft` finds the base model.
+        base_shapes: the base weights' shapes (ftune names), for families whose HF modules fuse
+            ftune's (Phi-3; see `ftune.peft.fused_adapters`).
     """
 
     folder = Path(folder)
-    peft_sd = to_peft(adapter, family)
+    peft_sd = to_peft(adapter, family, base_shapes)
     config = peft_config(adapter_config, peft_sd, base_model_name_or_path)
     save_safetensors(peft_sd, folder / ADAPTER_WEIGHTS_FILE)
     write_json(config, folder / ADAPTER_CONFIG_FILE)
 
 
-def load_adapter(folder: str | os.PathLike, *, family: str) -> dict[str, torch.Tensor]:
-    """Read `adapter_model.safetensors` from `folder` and return it in ftune names.
+def load_adapter(
+    folder: str | os.PathLike, *, family: str, base_shapes: dict[str, torch.Size] | None = None
+) -> dict[str, torch.Tensor]:
+    """Read `adapter_model.safetensors` from `folder` and return it in ftune names (`base_shapes`: see
+    `save_adapter`).
 
     Raises:
         FileNotFoundError / ValueError: missing or corrupt file (naming it).
     """
 
-    return from_peft(read_safetensors(Path(folder) / ADAPTER_WEIGHTS_FILE), family)
+    return from_peft(read_safetensors(Path(folder) / ADAPTER_WEIGHTS_FILE), family, base_shapes)
 
 
 def merged_state_dict(

@@ -99,7 +99,7 @@ def merge_adapter_folder(
             f"{str(folder / ADAPTER_CONFIG_FILE)!r} sets use_rslora=true; ftune merges plain LoRA and DoRA "
             "adapters (scale alpha / rank) only. Merge it with peft's merge_and_unload() and load the result."
         )
-    adapter = load_adapter(folder, family=family)
+    adapter = load_adapter(folder, family=family, base_shapes={k: v.shape for k, v in state.items()})
     _check_adapter_fits(adapter, state, folder)
     modules = {k.removesuffix(".lora_a.weight") for k in adapter if k.endswith(".lora_a.weight")}
     full = {k: (v.float() if k.removesuffix(".weight") in modules else v) for k, v in state.items()}

@@ -1,7 +1,7 @@
 """The `Converter` record that `ftune.models.CONVERTERS` holds, and its llama-style factory."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import ftune.models._hf_keys as _hf_keys
@@ -22,6 +22,8 @@ class Converter:
         ftune_to_meta: the inverse of `meta_to_ftune`, same keyword arguments; None otherwise.
         hf_ignored: HF key patterns skipped on purpose when reading.
         meta_ignored: Meta key patterns skipped on purpose when reading.
+        fused_modules: HF module pattern -> the ftune module patterns it fuses, in row order (Phi-3's
+            `qkv_proj`); adapters of those parts take PEFT's layout of `ftune.peft.fused_adapters`.
     """
 
     family: str
@@ -31,6 +33,7 @@ class Converter:
     ftune_to_meta: Callable[..., StateDict] | None = None
     hf_ignored: frozenset[str] = frozenset()
     meta_ignored: frozenset[str] = frozenset()
+    fused_modules: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def supports_meta(self) -> bool:

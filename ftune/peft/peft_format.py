@@ -13,9 +13,12 @@ The base module path is mapped by the family's HF converter (`ftune.models.CONVE
 applied to the layer's `weight` key, so no family is special-cased here.
 """
 
+from collections.abc import Mapping
+
 import torch
 
 from ftune.models import CONVERTERS
+from ftune.peft.fused_adapters import fuse_adapters, fused_module_of, split_adapters
 
 PEFT_PREFIX = "base_model.model."
 
@@ -53,21 +56,27 @@ def _rename_module(module: str, rename, tensor: torch.Tensor, key: str) -> str:
     return renamed[0][: -len(".weight")]
 
 
-def to_peft(adapter_sd: dict[str, torch.Tensor], family: str) -> dict[str, torch.Tensor]:
+def to_peft(
+    adapter_sd: dict[str, torch.Tensor], family: str, base_shapes: Mapping[str, torch.Size] | None = None
+) -> dict[str, torch.Tensor]:
     """Rename an ftune adapter state dict to PEFT's saved keys (tensors are shared, not copied).
 
     Args:
         adapter_sd: output of `ftune.peft.adapter_state_dict` (only lora_a / lora_b / magnitude keys).
         family: model family, a key of `ftune.models.CONVERTERS` (e.g. "llama3").
+        base_shapes: the base model's weight shapes (ftune names); needed only for a family whose HF
+            modules fuse several of ftune's (Phi-3), when some parts of a fused module have no adapter.
 
     Returns:
-        The same tensors under `base_model.model.<hf module>.lora_A.weight` etc.
+        The same tensors under `base_model.model.<hf module>.lora_A.weight` etc. (the adapters of a
+        fused module's parts: one fused LoRA, see `ftune.peft.fused_adapters`).
 
     Raises:
         KeyError: for a key that is not an adapter key, or an unknown family.
     """
     conv = _converter(family)
-    out = {}
+    adapter_sd, fused = fuse_adapters(adapter_sd, conv.fused_modules, base_shapes)
+    out = {PEFT_PREFIX + k: v for k, v in fused.items()}
     for key, tensor in adapter_sd.items():
         module, suffix = _split(key, _SUFFIXES, "ftune")
         hf_module = _rename_module(module, conv.ftune_to_hf, tensor, key)
@@ -75,12 +84,16 @@ def to_peft(adapter_sd: dict[str, torch.Tensor], family: str) -> dict[str, torch
     return out
 
 
-def from_peft(peft_sd: dict[str, torch.Tensor], family: str) -> dict[str, torch.Tensor]:
+def from_peft(
+    peft_sd: dict[str, torch.Tensor], family: str, base_shapes: Mapping[str, torch.Size] | None = None
+) -> dict[str, torch.Tensor]:
     """Rename a PEFT adapter state dict (as read from adapter_model.safetensors) to ftune keys.
 
     Args:
         peft_sd: {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": ..., ...}.
         family: model family, a key of `ftune.models.CONVERTERS`.
+        base_shapes: the base model's weight shapes (ftune names); needed for the fused modules of a
+            family like Phi-3 (the rows of each part).
 
     Returns:
         {"layers.0.attn.q_proj.lora_a.weight": ..., ...}, loadable into a model adapted with apply_lora.
@@ -91,7 +104,8 @@ def from_peft(peft_sd: dict[str, torch.Tensor], family: str) -> dict[str, torch.
             weights (`...lm_head.base_layer.weight`), or an unknown family.
     """
     conv = _converter(family)
-    out = {}
+    out: dict[str, torch.Tensor] = {}
+    fused: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in peft_sd.items():
         if not key.startswith(PEFT_PREFIX):
             raise KeyError(
@@ -106,8 +120,12 @@ def from_peft(peft_sd: dict[str, torch.Tensor], family: str) -> dict[str, torch.
                 "drop the key if the vocabulary was not resized."
             )
         module, suffix = _split(key[len(PEFT_PREFIX) :], _FROM_PEFT_SUFFIXES, "PEFT")
+        if fused_module_of(module, conv.fused_modules):
+            fused.setdefault(module, {})[suffix] = tensor
+            continue
         ftune_module = _rename_module(module, conv.hf_to_ftune, tensor, key)
         out[f"{ftune_module}.{_FROM_PEFT_SUFFIXES[suffix]}"] = tensor
+    out.update(split_adapters(fused, conv.fused_modules, base_shapes))
     return out
 
 
@@ -145,6 +163,12 @@ def peft_adapter_config(
             f"{'has' if has_magnitude else 'has no'} lora_magnitude_vector tensors. "
             "Pass use_dora=True exactly for DoRA adapters."
         )
+    # A fused module (ftune.peft.fused_adapters) has a larger rank; its alpha keeps PEFT's scale alpha / rank.
+    rank_pattern = {
+        k[len(PEFT_PREFIX) :].rsplit(".", 3)[-3]: v.shape[0]
+        for k, v in peft_sd.items()
+        if k.endswith(".lora_A.weight") and v.shape[0] != rank
+    }
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
@@ -162,7 +186,7 @@ def peft_adapter_config(
         "modules_to_save": None,
         "layers_to_transform": None,
         "layers_pattern": None,
-        "rank_pattern": {},
-        "alpha_pattern": {},
+        "rank_pattern": rank_pattern,
+        "alpha_pattern": {m: alpha * r / rank for m, r in rank_pattern.items()},
         "revision": None,
     }

@@ -165,11 +165,11 @@ def _convert_tokenizer(c: Converter, node: dict[str, Any]) -> None:
         if key == "_component_":
             continue
         if key in table.TOKENIZER_ARGS:
-            if key == "path" and isinstance(value, str) and value.endswith("vocab.json"):
+            if key in ("path", "vocab_path") and isinstance(value, str) and value.endswith("vocab.json"):
                 value = value.rsplit("/", 1)[0]  # HF tokenizers: the folder holding tokenizer.json
             c.set(f"tokenizer.{table.TOKENIZER_ARGS[key]}", _path(value))
             c.note(path, "mapped", f"tokenizer.{table.TOKENIZER_ARGS[key]}")
-        elif key in table.TOKENIZER_COVERED and (value is None or key == "merges_file"):
+        elif key in table.TOKENIZER_COVERED and (value is None or key in ("merges_file", "merges_path")):
             c.note(path, "covered", table.TOKENIZER_COVERED[key])
         else:
             c.note(path, "unsupported", f"{key}={value!r}: no ftune tokenizer argument for it")

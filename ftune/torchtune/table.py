@@ -53,9 +53,11 @@ FAMILIES: dict[str, str] = {
     "qwen2": "qwen2",
     "gemma": "gemma",
     "code_llama2": "code_llama2",
+    "phi3": "phi3",
+    "phi4": "phi4",
 }
 # Builder names that differ beyond the family prefix (after lora_/qlora_ and _base/_instruct are removed).
-BUILDER_RENAMES: dict[str, str] = {"llama3_3_70b": "llama3_1_70b"}
+BUILDER_RENAMES: dict[str, str] = {"llama3_3_70b": "llama3_1_70b", "phi3_mini": "phi3_3_8b"}
 # torchtune names the instruct and base variants of some Qwen2.5 sizes. ftune's builders have the
 # instruct release's sizes; the base release differs only in max_seq_len (131072: ftune's rope
 # tables stop at 32768) for these, and also in norm_eps (1e-5) for 14B and up, which do not map.
@@ -352,9 +354,10 @@ COMPONENTS: dict[str, Component] = {
 UNSUPPORTED_COMPONENTS: dict[str, str] = {}
 
 # Tokenizer arguments, for every family's tokenizer builder.
-TOKENIZER_ARGS: dict[str, str] = {"path": "path", "max_seq_len": "max_seq_len"}
+TOKENIZER_ARGS: dict[str, str] = {"path": "path", "vocab_path": "path", "max_seq_len": "max_seq_len"}
 TOKENIZER_COVERED: dict[str, str] = {
     "merges_file": "ftune reads vocabulary and merges from the model folder's tokenizer.json",
+    "merges_path": "ftune reads vocabulary and merges from the model folder's tokenizer.json",
     "prompt_template": "null: the model's own chat format, which ftune's tokenizer applies",
     "special_tokens_path": "null: the model's own special tokens",
 }

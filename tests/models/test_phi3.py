@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 from ftune_tiny_hf import build_tiny_hf
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from ftune.checkpointing import HFCheckpointer, load_hf
 from ftune.data.messages import Message
 from ftune.generation import generate
 from ftune.models import CONVERTERS, family_from_hf_config, model_from_hf_config, phi3, phi4
 from ftune.modules.masks import document_causal_mask
-from ftune.peft import adapter_state_dict, apply_lora, peft_adapter_config, to_peft
+from ftune.peft import adapter_state_dict, apply_lora, from_peft, to_peft
 
 transformers = pytest.importorskip("transformers")
 VOCAB = 128
@@ -146,36 +146,74 @@ def test_checkpointer_round_trip_is_exact_and_loads_in_transformers(family: str,
         assert torch.equal(reloaded(tokens).logits, hf(tokens).logits)
 
 
-def test_adapters_on_unfused_projections_load_in_peft(tmp_path: Path) -> None:
-    peft = pytest.importorskip("peft")
-    build_tiny_hf("phi3").save_pretrained(tmp_path / "base")
-    model = load_hf(tmp_path / "base").eval()
-    apply_lora(model, targets=["o_proj", "down_proj"], rank=4, alpha=8.0)
+def _adapted(folder: Path, targets: list[str], use_dora: bool = False) -> torch.nn.Module:
+    model = load_hf(folder).eval()
+    apply_lora(model, targets=targets, rank=4, alpha=8.0, use_dora=use_dora)
+    g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "lora_" in name:
-                p.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(len(name)))
-    peft_sd = to_peft(adapter_state_dict(model), "phi3")
-    (tmp_path / "adapter").mkdir()
-    save_file(peft_sd, tmp_path / "adapter" / "adapter_model.safetensors")
-    config = peft_adapter_config(peft_sd, rank=4, alpha=8.0, base_model_name_or_path=str(tmp_path / "base"))
-    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+            if "lora_" in name or name.endswith("magnitude"):
+                p.add_(0.1 * torch.randn(p.shape, generator=g))  # "trained": B off zero, magnitudes moved
+    return model
+
+
+# q and v only: k_proj's block of the fused qkv_proj stays empty; gate and up both; o and down unfused.
+@pytest.mark.parametrize(
+    "targets, use_dora",
+    [
+        (["q_proj", "v_proj", "o_proj"], False),
+        (["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj"], True),
+        (["v_proj", "up_proj"], False),
+    ],
+)
+def test_checkpointer_adapters_load_in_peft_and_resume_exactly(
+    targets: list[str], use_dora: bool, tmp_path: Path
+) -> None:
+    peft = pytest.importorskip("peft")
+    hf = build_tiny_hf("phi4")  # GQA: q rows 64, k and v rows 32 each
+    hf.save_pretrained(tmp_path / "base")
+    model = _adapted(tmp_path / "base", targets, use_dora)
+    ckpt = HFCheckpointer(tmp_path / "base", tmp_path / "out")
+    ckpt.load()
+    settings = {"rank": 4, "alpha": 8.0, "dropout": 0.0, "use_dora": use_dora}
+    step = ckpt.save(2, model.state_dict(), adapter_config=settings, recipe_state={"step": 2})
+    config = json.loads((step / "adapter_config.json").read_text())
+    fused = {"qkv_proj": 3 * 4, "gate_up_proj": 2 * 4}  # every part's block, adapted or not
+    expected_patterns = {m: r for m, r in fused.items() if any(t in targets for t in _PARTS[m])}
+    assert config["rank_pattern"] == expected_patterns
+    assert config["alpha_pattern"] == {m: 8.0 * r / 4 for m, r in expected_patterns.items()}
+
     base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base", dtype=torch.float32)
-    theirs = peft.PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+    theirs = peft.PeftModel.from_pretrained(base, step).eval()
     tokens = _tokens((2, 24), seed=8)
     with torch.no_grad():
-        ours, reference = model(tokens), theirs(tokens).logits
-        plain = build_tiny_hf("phi3")(tokens).logits
+        ours, reference, plain = model(tokens), theirs(tokens).logits, hf(tokens).logits
     assert (ours - plain).abs().max() > 1e-2 and (ours - reference).abs().max() <= 1e-4
 
+    loaded = HFCheckpointer(tmp_path / "base", tmp_path / "out", resume_from_checkpoint="auto").load()
+    want = adapter_state_dict(model)
+    assert loaded.adapter.keys() == want.keys()  # no adapter appears on an untargeted part (k_proj)
+    assert all(torch.equal(loaded.adapter[k], want[k]) for k in want)
 
-def test_adapters_on_fused_projections_are_refused_with_the_way_out() -> None:
-    # HF's qkv_proj / gate_up_proj is one module for PEFT: ftune's per-part adapters have no layout there yet.
+
+_PARTS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def test_fused_adapter_layout_errors() -> None:
     model = phi3.phi3(vocab_size=VOCAB, num_layers=1, num_heads=4, num_kv_heads=2, embed_dim=32,
                       intermediate_dim=48, max_seq_len=64)  # fmt: skip
     apply_lora(model, targets=["q_proj", "v_proj"], rank=2, alpha=4.0)
-    with pytest.raises(KeyError, match="no PEFT layout in ftune yet: target o_proj and down_proj only"):
+    with pytest.raises(KeyError, match=r"needs the rows of layers.0.attn.k_proj.weight.*pass base_shapes"):
         to_peft(adapter_state_dict(model), "phi3")
+    shapes = {k: v.shape for k, v in model.state_dict().items() if "lora" not in k}
+    peft_sd = to_peft(adapter_state_dict(model), "phi3", shapes)
+    assert peft_sd["base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight"].shape == (6, 32)
+    assert from_peft(peft_sd, "phi3", shapes).keys() == adapter_state_dict(model).keys()
+    dora = phi3.phi3(vocab_size=VOCAB, num_layers=1, num_heads=4, num_kv_heads=2, embed_dim=32,
+                     intermediate_dim=48, max_seq_len=64)  # fmt: skip
+    apply_lora(dora, targets=["q_proj"], rank=2, alpha=4.0, use_dora=True)
+    with pytest.raises(ValueError, match="DoRA on part of the fused model.layers.0.self_attn.qkv_proj"):
+        to_peft(adapter_state_dict(dora), "phi3", shapes)
 
 
 def test_longrope_configs_are_refused() -> None:

@@ -134,6 +134,9 @@ def fused_converter(family: str) -> Converter:
         hf_to_ftune=partial(hf_to_ftune, family=family),
         ftune_to_hf=partial(ftune_to_hf, family=family),
         hf_ignored=HF_IGNORED,
+        fused_modules={
+            k.removesuffix(".weight"): tuple(p.removesuffix(".weight") for p in v) for k, v in _FUSED.items()
+        },
     )
 
 
