@@ -14,10 +14,11 @@ divided before the chunked projection and no logits tensor is ever scaled.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -165,7 +166,7 @@ def score_rollout(rewards: RewardSet, tokenizer: Any, prompts: PromptBatch, roll
     Raises:
         ftune.rewards.RewardError: a reward raised or returned a non-number (named, with the sample).
     """
-    stops, g = set(rollout_stop_ids(tokenizer)), rollout.group_size
+    stops, g = set(tokenizer.stop_tokens), rollout.group_size
     texts = []
     for ids in rollout.completions():
         texts.append(
@@ -176,10 +177,6 @@ def score_rollout(rewards: RewardSet, tokenizer: Any, prompts: PromptBatch, roll
         [prompts.prompts[i // g] for i in rows], texts, [prompts.samples[i // g] for i in rows]
     )
     return Scores(total, per, texts)
-
-
-def rollout_stop_ids(tokenizer: Any) -> list[int]:
-    return list(tokenizer.stop_tokens)
 
 
 @dataclass(frozen=True)
@@ -196,15 +193,16 @@ class RolloutBatch(MicroBatch):
         metrics: sums logged with the step (rewards, lengths, rollout time; see :func:`rollout_means`).
     """
 
-    advantages: torch.Tensor = field(default=None)  # type: ignore[assignment]
-    old_logps: torch.Tensor | None = None
-    ref_logps: torch.Tensor | None = None
-    temperature: float = 1.0
-    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    advantages: torch.Tensor
+    old_logps: torch.Tensor | None
+    ref_logps: torch.Tensor | None
+    temperature: float
+    metrics: dict[str, torch.Tensor]
 
     def state(self) -> dict[str, Any]:
         """Plain tensors and numbers (a checkpoint of a rollout that later steps reuse)."""
         return {
+            "device": str(self.tokens.device),
             "tokens": self.tokens,
             "labels": self.labels,
             "advantages": self.advantages,
@@ -215,7 +213,10 @@ class RolloutBatch(MicroBatch):
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], device: torch.device) -> RolloutBatch:
+    def from_state(cls, state: dict[str, Any]) -> RolloutBatch:
+        """The batch `state()` saved, on the device it was made on."""
+        device = torch.device(state["device"])
+
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device)
 
@@ -330,17 +331,7 @@ def grpo_loss(loss_fn: GRPOLoss, weight: torch.Tensor, hidden: torch.Tensor, bat
 
 def _rollout_seconds(batch: RolloutBatch, seconds: float) -> RolloutBatch:
     metrics = {**batch.metrics, "time/rollout_s": torch.tensor(seconds, device=batch.tokens.device)}
-    return RolloutBatch(
-        batch.tokens,
-        batch.labels,
-        batch.input_pos,
-        batch.document_ids,
-        advantages=batch.advantages,
-        old_logps=batch.old_logps,
-        ref_logps=batch.ref_logps,
-        temperature=batch.temperature,
-        metrics=metrics,
-    )
+    return dataclasses.replace(batch, metrics=metrics)
 
 
 def timed(make: Any, *args: Any) -> RolloutBatch:

@@ -20,8 +20,6 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import torch
-
 from ftune.data.prompt_batch import PromptBatch
 from ftune.runtime.rank import world_size
 from ftune.training.methods.grpo_loss import grpo_token_means
@@ -133,8 +131,7 @@ class RolloutLoader:
             )
         self.prompts.load_state_dict(state["prompts"])  # type: ignore[attr-defined]
         self.passes_left = int(state["passes_left"])
-        device = torch.device("cpu")
-        self.reuse = [RolloutBatch.from_state(b, device) for b in state["reuse"]]
+        self.reuse = [RolloutBatch.from_state(b) for b in state["reuse"]]
 
 
 def _means(sums: dict[str, float]) -> dict[str, float]:
