@@ -12,6 +12,7 @@ Importing this package imports torch and the model code only (never `transformer
 from ftune.models import (
     code_llama2,
     gemma,
+    gemma2,
     gemma3,
     llama2,
     llama3,
@@ -54,6 +55,7 @@ FAMILIES: tuple[str, ...] = (
     "phi4",
     "gemma",
     "code_llama2",
+    "gemma2",
 )
 
 CONVERTERS: dict[str, Converter] = {
@@ -72,6 +74,7 @@ CONVERTERS: dict[str, Converter] = {
     "phi4": phi4.CONVERTER,
     "gemma": gemma.CONVERTER,
     "code_llama2": code_llama2.CONVERTER,
+    "gemma2": gemma2.CONVERTER,
 }
 
 # Families whose HF config.json cannot be told from another family's (same architecture class, same

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 
 from ftune.models.gemma import gemma
+from ftune.models.gemma2 import gemma2
+from ftune.models.gemma2._hf_config import gemma2_builder_kwargs
 from ftune.models.gemma3 import _image_text as gemma3_image_text
 from ftune.models.gemma3 import gemma3
 from ftune.models.gemma3._hf_config import gemma3_builder_kwargs
@@ -42,6 +44,7 @@ COMPONENT_BUILDERS: dict[str, Callable[..., TransformerDecoder]] = {
     "phi3": phi3,
     "phi4": phi3,  # Phi-4 is a Phi3ForCausalLM
     "gemma": gemma,
+    "gemma2": gemma2,
     "code_llama2": llama2,  # Code Llama is Llama 2 with another RoPE base
 }
 _SCALED = {"llama3_1", "llama3_2"}
@@ -56,6 +59,7 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
 }
 # model_type -> family, for the architectures that map to one family each.
 _ONE_FAMILY = {
@@ -65,13 +69,15 @@ _ONE_FAMILY = {
     "gemma3_text": "gemma3",
     "qwen3_moe": "qwen3_moe",
     "gemma": "gemma",
+    "gemma2": "gemma2",
 }
 _SUPPORTED_TEXT = (
     "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2, code_llama2), "
     "Qwen2ForCausalLM ('qwen2': qwen2_5), MistralForCausalLM ('mistral': mistral), "
     "Qwen3ForCausalLM ('qwen3': qwen3), Qwen3MoeForCausalLM ('qwen3_moe': qwen3_moe), Gemma3ForCausalLM ('gemma3_text': gemma3), "
     "Gemma3ForConditionalGeneration ('gemma3': the gemma3 text decoder of Gemma 3 4B/12B/27B), "
-    "Phi3ForCausalLM ('phi3': phi3, or phi4 for rope_theta 250000), GemmaForCausalLM ('gemma': gemma)"
+    "Phi3ForCausalLM ('phi3': phi3, or phi4 for rope_theta 250000), GemmaForCausalLM ('gemma': gemma), "
+    "Gemma2ForCausalLM ('gemma2': gemma2)"
 )
 # Image-text checkpoints whose text decoder ftune builds: model_type -> the module that turns their
 # config.json and weights into those of the text-only model (text_only_config, split_text_decoder,
@@ -217,6 +223,8 @@ def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
     config = text_model_config(config)
     if family == "gemma3":
         return gemma3_builder_kwargs(config)
+    if family == "gemma2":
+        return gemma2_builder_kwargs(config)
     num_heads = _require(config, "num_attention_heads")
     kwargs: dict[str, Any] = {
         "vocab_size": _require(config, "vocab_size"),
@@ -286,7 +294,7 @@ def model_from_hf_config(
     """
     config = text_model_config(config)
     model_type = _model_type(config)
-    if model_type != "gemma3_text":  # its own reader checks Gemma's options (GeGLU, soft-capping...)
+    if model_type not in ("gemma3_text", "gemma2"):  # their own readers check Gemma's options
         _check_supported_options(config, model_type)
     family = family_from_hf_config(config)
     kwargs = builder_kwargs(config, family)

@@ -7,6 +7,7 @@ from torch import nn
 from ftune.modules.cpu_attention import CPU_QUERY_BLOCK, cpu_attention
 from ftune.modules.kv_cache import KVCache
 from ftune.modules.rope import RotaryEmbedding
+from ftune.modules.softcap import softcapped_attention
 
 
 class GroupedQueryAttention(nn.Module):
@@ -31,6 +32,8 @@ class GroupedQueryAttention(nn.Module):
         k_norm: the same for key heads; given together with `q_norm`.
         softmax_scale: the factor on q·k before the softmax; None = head_dim ** -0.5. Gemma 3 uses
             query_pre_attn_scalar ** -0.5.
+        logit_softcap: cap the scaled scores at ±cap with tanh before the mask and softmax (Gemma 2's
+            attn_logit_softcapping); None = no cap (SDPA). Capped attention runs `softcapped_attention`.
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class GroupedQueryAttention(nn.Module):
         q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
         softmax_scale: float | None = None,
+        logit_softcap: float | None = None,
     ) -> None:
         super().__init__()
         if num_heads % num_kv_heads:
@@ -67,6 +71,7 @@ class GroupedQueryAttention(nn.Module):
         # SDPA (and the CPU block path) scale by head_dim ** -0.5; another scale is folded into q
         # once, which keeps every attention path unchanged. 1.0 (Gemma 3 up to 12B) skips the multiply.
         self.q_multiplier = 1.0 if softmax_scale is None else softmax_scale * head_dim**0.5
+        self.logit_softcap = logit_softcap
         self.kv_cache: KVCache | None = None
 
     def setup_cache(
@@ -112,6 +117,10 @@ class GroupedQueryAttention(nn.Module):
             near = input_pos[:, :, None] - input_pos[:, None, :] < self.sliding_window  # (b or 1, s, s)
             causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
             mask = (causal if mask is None else mask) & near
+        if self.logit_softcap is not None:  # no SDPA kernel caps the scores: explicit products
+            attn_mask = mask[:, None] if mask is not None else None  # (b, 1, s, s_kv)
+            out = softcapped_attention(q, k, v, attn_mask, cap=self.logit_softcap)
+            return self.o_proj(out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim))
         if self.kv_cache is None and x.device.type == "cpu" and s >= 2 * CPU_QUERY_BLOCK:
             # CPU kernels compute every (query, key) pair: skip the blocks the mask excludes.
             return cpu_attention(q, k, v, mask, gqa=self.num_kv_heads != self.num_heads, o_proj=self.o_proj)

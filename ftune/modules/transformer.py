@@ -4,6 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftune.modules.softcap import softcap
+
 
 class TransformerDecoder(nn.Module):
     """Token ids in, next-token logits out.
@@ -20,6 +22,9 @@ class TransformerDecoder(nn.Module):
             (tied embeddings, as in Llama 3.2, Qwen2.5 <= 3B and SmolLM2).
         max_seq_len: the longest context the model was trained for; informational (RoPE has no
             table), and the default length of KV caches.
+        final_logit_softcap: cap the output logits at ±cap with tanh (Gemma 2's
+            final_logit_softcapping); None = plain logits. ftune's losses take `output_weight` and
+            project without the cap, so `output_weight` refuses a capped model (see its docstring).
     """
 
     def __init__(
@@ -30,6 +35,7 @@ class TransformerDecoder(nn.Module):
         norm: nn.Module,
         output: nn.Linear | None,
         max_seq_len: int,
+        final_logit_softcap: float | None = None,
     ) -> None:
         super().__init__()
         self.tok_embeddings = tok_embeddings
@@ -37,17 +43,31 @@ class TransformerDecoder(nn.Module):
         self.norm = norm
         self.output = output
         self.max_seq_len = max_seq_len
+        self.final_logit_softcap = final_logit_softcap
 
     @property
     def output_weight(self) -> torch.Tensor:
-        """The (vocab_size, embed_dim) weight `project` multiplies by (for chunked losses)."""
+        """The (vocab_size, embed_dim) weight `project` multiplies by (for chunked losses).
+
+        Raises:
+            ValueError: for a model that soft-caps its logits (Gemma 2): a loss given this weight
+                would compute logits the model never outputs.
+        """
+        if self.final_logit_softcap is not None:
+            raise ValueError(
+                f"{type(self).__name__}.output_weight: this model soft-caps its output logits "
+                f"(final_logit_softcap={self.final_logit_softcap}, Gemma 2's final_logit_softcapping), and "
+                "ftune's losses (cross-entropy, DPO, KD, GRPO) project the hidden states with output_weight "
+                "alone, so they would score logits without the cap that the model never outputs. Training "
+                "a soft-capped model is not supported yet; model(tokens) and model.project(hidden) apply "
+                "the cap (generation, evaluation). Use transformers to fine-tune Gemma 2 meanwhile."
+            )
         return self.tok_embeddings.weight if self.output is None else self.output.weight
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Final hidden states (..., embed_dim) -> logits (..., vocab_size)."""
-        if self.output is None:
-            return F.linear(hidden, self.tok_embeddings.weight)
-        return self.output(hidden)
+        """Final hidden states (..., embed_dim) -> logits (..., vocab_size), soft-capped if the model caps."""
+        logits = F.linear(hidden, self.tok_embeddings.weight) if self.output is None else self.output(hidden)
+        return logits if self.final_logit_softcap is None else softcap(logits, self.final_logit_softcap)
 
     def hidden(
         self,

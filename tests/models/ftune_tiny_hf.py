@@ -105,6 +105,23 @@ TINY_HF: dict[str, tuple[str, dict[str, Any]]] = {
     # Local, global, local layers; a window shorter than the test sequences; linear RoPE scaling on
     # the global layer (as in 4B+); query_pre_attn_scalar != head_dim (as in 27B).
     "gemma3": ("gemma3_text", GEMMA3_TINY),
+    # Local, global, local layers with a window shorter than the test sequences; caps low enough that
+    # tanh bends the tiny model's scores and logits; query_pre_attn_scalar != head_dim (as in 27B).
+    "gemma2": (
+        "gemma2",
+        dict(
+            num_hidden_layers=3,
+            head_dim=16,
+            sliding_window=6,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=4.0,
+            final_logit_softcapping=3.0,
+            rope_theta=10_000.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            attn_implementation="eager",
+        ),
+    ),
     # 8 experts, top 2, renormalised as in the published models; transformers' per-expert loop
     # (its plain modelling code) rather than its default grouped_mm kernel.
     "qwen3_moe": (
@@ -138,6 +155,7 @@ def build_tiny_hf(family: str, seed: int = 0, **overrides: Any) -> torch.nn.Modu
         "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
         "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
         "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM),
+        "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
     }[model_type]
     config = config_cls(**{**_COMMON, **options, **overrides})
     torch.manual_seed(seed)

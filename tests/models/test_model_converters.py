@@ -22,6 +22,7 @@ TINY_EXTRA = {
     "gemma3": dict(head_dim=8, sliding_window=4, query_pre_attn_scalar=8),
     "qwen3_moe": dict(moe_intermediate_dim=16, num_experts=4, top_k=2),
     "gemma": dict(head_dim=8),
+    "gemma2": dict(head_dim=8, sliding_window=4, query_pre_attn_scalar=8),
 }
 
 

@@ -37,6 +37,10 @@ PUBLISHED = {
     # Gemma (first generation; safetensors totals of google/gemma-2b and gemma-7b, tied embeddings).
     "gemma_2b": 2_506_172_416,
     "gemma_7b": 8_537_680_896,
+    # Gemma 2 (safetensors totals of google/gemma-2-2b, -9b and -27b, tied embeddings).
+    "gemma2_2b": 2_614_341_888,
+    "gemma2_9b": 9_241_705_984,
+    "gemma2_27b": 27_227_128_320,
     # Code Llama (safetensors totals of codellama/CodeLlama-{7,13,34,70}b-hf): Llama 2 + 16 infilling tokens
     # (34B: none, and GQA).
     "code_llama2_7b": 6_738_546_688,
