@@ -107,9 +107,8 @@ def step(way, x, idx, w, gate_up, down, grad):
     return out.detach(), gate_up.grad, down.grad, x.grad
 
 
-def check(shape: dict) -> None:
+def check(args: tuple) -> None:
     """Every way gives the reference's output and gradients (fp32, relative to the largest entry)."""
-    args = inputs(shape)
     grad = torch.randn_like(args[0])
     ref = [t.clone() for t in step(hf_loop, *args, grad)]
     for name, way in WAYS.items():
@@ -118,8 +117,7 @@ def check(shape: dict) -> None:
             assert err < 1e-5, (name, err)
 
 
-def seconds(way, shape: dict, repeats: int) -> float:
-    args = inputs(shape)
+def seconds(way, args: tuple, repeats: int) -> float:
     grad = torch.randn_like(args[0])
     step(way, *args, grad)  # warm-up
     times = []
@@ -185,12 +183,13 @@ def main() -> None:
                     )
             continue
         shape = SHAPES[shape_name]
-        check(shape)
+        data = inputs(shape)  # once: drawing a 30B layer's weights takes tens of seconds
+        check(data)
         for threads in args.threads:
             torch.set_num_threads(threads)
             base = None
             for name, way in WAYS.items():
-                ms = seconds(way, shape, args.repeats) * 1e3
+                ms = seconds(way, data, args.repeats) * 1e3
                 base = ms if name == "hf_loop" else base
                 rows.append({"shape": shape_name, **shape, "threads": threads, "way": name,
                              "fwd_bwd_ms": round(ms, 2), "vs_hf_loop": round(base / ms, 2)})  # fmt: skip

@@ -67,7 +67,18 @@ def grouped_matmul(
 @torch.library.custom_op("ftune::grouped_mm", mutates_args=())
 def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """(N, K) x (E, K, M) -> (N, M), or (M, N) x (N, K) -> (E, M, K): groups along N."""
-    return torch._grouped_mm(a, b, offs=offsets)
+    if b.dim() == 3 or a.device.type != "cpu":
+        return torch._grouped_mm(a, b, offs=offsets)
+    # The weight gradient on CPU: one mm per expert is ~4x faster than _grouped_mm's 2D x 2D case
+    # (0.19 s against 0.86 s for a Qwen3-30B-A3B layer's 4096 rows, one thread; forward and input
+    # gradient are on par). Inside the op, so torch.compile never sees the loop or its host sync.
+    out = a.new_zeros(offsets.shape[0], a.shape[0], b.shape[1])  # experts without rows stay zero
+    start = 0
+    for e, end in enumerate(offsets.tolist()):
+        if end > start:
+            torch.mm(a[:, start:end], b[start:end], out=out[e])
+        start = end
+    return out
 
 
 @_grouped_mm.register_fake
