@@ -52,6 +52,7 @@ FAMILIES: dict[str, str] = {
     "mistral": "mistral",
     "qwen2": "qwen2",
     "gemma": "gemma",
+    "gemma2": "gemma2",
     "code_llama2": "code_llama2",
     "phi3": "phi3",
     "phi4": "phi4",

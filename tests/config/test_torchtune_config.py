@@ -51,7 +51,7 @@ def corpus(torchtune_configs):
 def test_corpus_is_every_config_of_ftune_recipes_and_families(corpus):
     configs, results = corpus
     assert len(configs) == 156  # the wheel's recipes/configs/**.yaml
-    assert len(results) == 126  # 86 + qwen2 15 + gemma 9 + code_llama2 4 + phi3 6 + phi4 6
+    assert len(results) == 138  # 86 + qwen2 15 + gemma 9 + code_llama2 4 + phi3 6 + phi4 6 + gemma2 12
     assert {r.recipe for r in results} == {
         "full_finetune_single_device",
         "full_finetune_distributed",
