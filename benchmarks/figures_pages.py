@@ -304,3 +304,54 @@ def _eval_vs_transformers(r: dict, ft: dict, hf: dict) -> str:
         f"{hf['eval_prompts_per_second']} ({ft['eval_prompts_per_second'] / hf['eval_prompts_per_second']:.2f}x; "
         f"{ft['same_answers']} answers the same text). "
     )
+
+
+def _gguf_rows() -> tuple[dict, list[dict]]:
+    rows = load("gguf_quickstart")["rows"]
+    (ours,) = [r for r in rows if r["runtime"] == "ftune"]
+    return ours, [r for r in rows if r["runtime"] == "llama.cpp"]
+
+
+def gguf_quickstart() -> str:
+    """docs/checkpoints.md: the quickstart's adapter exported and scored by llama.cpp (gguf_quickstart.py)."""
+    ours, files = _gguf_rows()
+    n = ours["num_prompts"]
+    rows = [
+        [
+            "ftune (`ftune run eval`, the adapter merged in fp32)",
+            "-",
+            f"{ours['exact_match']:g}% ({ours['num_correct']}/{n})",
+            "-",
+        ]
+    ]
+    rows += [
+        [f"llama.cpp, {r['type']}", f"{r['size_bytes'] / 1e6:.0f} MB", f"{r['exact_match']:g}% ({r['num_correct']}/{n})",
+         f"{r['same_answer_as_ftune']}/{n}"]
+        for r in files
+    ]  # fmt: skip
+    header = ["", "file", f"exact match, {n} held-out prompts", "same answer as ftune"]
+    q8 = next((r for r in files if r["type"] == "Q8_0"), None)
+    target = ""
+    if q8 is not None:
+        gap = abs(q8["exact_match"] - ours["exact_match"])
+        target = (
+            f"Q8_0 is {gap:g} point{'' if gap == 1 else 's'} from ftune's own score (the target: within 2). "
+        )
+    prompts = ", ".join(f"{r['type']} {r['same_prompt_tokens']}/{n}" for r in files)
+    exports = ", ".join(f"{r['type']} {r['export_seconds']:g} s" for r in files)
+    text = (
+        f"{target}The prompts llama.cpp built from the chat template stored in the file were ftune's prompt tokens "
+        f"exactly ({prompts}). Export took {exports} (merge included, on 2 shared cores)."
+    )
+    return table(header, rows, "lrrr") + "\n\n" + text + "\n\n" + provenance("gguf_quickstart")
+
+
+def quickstart_gguf() -> str:
+    """docs/quickstart.md: one sentence of the same results."""
+    ours, files = _gguf_rows()
+    n = ours["num_prompts"]
+    parts = [f"{r['type']} ({r['size_bytes'] / 1e6:.0f} MB) {r['exact_match']:g}%" for r in files]
+    return (
+        f"On the quickstart's adapter ({n} held-out prompts, greedy; ftune's own score {ours['exact_match']:g}%), "
+        "llama.cpp scores " + ", ".join(parts) + ".\n\n" + provenance("gguf_quickstart")
+    )

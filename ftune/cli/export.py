@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     types = ", ".join(f"{n} {k}" for k, n in sorted(exported.types.items()))
     print(
         f"Wrote {exported.path} ({exported.family} as llama.cpp '{exported.architecture}', {args.type.lower()}, "
-        f"{size:.1f} MB; tensors: {types}) and {exported.modelfile.name}.\n"
+        f"{size:.1f} MiB; tensors: {types}) and {exported.modelfile.name}.\n"
         f"  llama.cpp: llama-cli -m {exported.path} -cnv\n"
         f"  Ollama:    ollama create my-model -f {exported.modelfile}"
     )
