@@ -61,7 +61,11 @@ _ARG = {
     "moe_intermediate_size": "moe_intermediate_dim",
     "num_experts_per_tok": "top_k",
     "norm_topk_prob": "norm_topk_prob",
+    "attn_logit_softcapping": "attn_logit_softcap",
+    "final_logit_softcapping": "final_logit_softcap",
 }
+# Keys whose null is a value (no soft cap), compared like any other.
+_NULL_MEANS_NONE = {"attn_logit_softcapping", "final_logit_softcapping"}
 _WARN_ONLY = {"max_position_embeddings"}
 _ROPE_KEYS = ("rope_theta", "rope_type", "factor", "low_freq_factor", "high_freq_factor")
 _ROPE_KEYS += ("original_max_position_embeddings",)
@@ -100,7 +104,7 @@ def _stated(config: Mapping[str, Any]) -> tuple[dict[str, _Stated], list[str]]:
     """
     found: dict[str, list[_Stated]] = {}
     for key, value in config.items():
-        if key in _ARG and key not in _ROPE_KEYS and value is not None:
+        if key in _ARG and key not in _ROPE_KEYS and (value is not None or key in _NULL_MEANS_NONE):
             found.setdefault(key, []).append(_Stated(key, value))
     if config.get("rope_theta") is not None:
         found.setdefault("rope_theta", []).append(_Stated("rope_theta", config["rope_theta"]))
@@ -199,6 +203,8 @@ def _model_facts(model: nn.Module) -> dict[str, Any] | None:
         "sliding_window": max((a.sliding_window for a in sliding), default=None),
         "layer_types": [SLIDING if getattr(layer.attn, "sliding_window", None) else FULL for layer in layers],
         **_rope_fields((full or sliding)[0].rope),
+        "attn_logit_softcapping": getattr(attn, "logit_softcap", None),
+        "final_logit_softcapping": getattr(model, "final_logit_softcap", None),
     }
     if (gate_proj := getattr(mlp, "gate_proj", None)) is not None:
         facts["intermediate_size"] = gate_proj.weight.shape[0]
@@ -227,7 +233,8 @@ def _differences(config: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[l
     errors = [f"config.json states {text}, which contradict each other" for text in twice]
     warnings = []
     for field, actual in facts.items():
-        if field not in stated or (stated[field].value is None and field != "sliding_window"):
+        nullable = field == "sliding_window" or field in _NULL_MEANS_NONE
+        if field not in stated or (stated[field].value is None and not nullable):
             continue
         key, value = stated[field]
         if field == "layer_types":

@@ -14,6 +14,7 @@ from ftune_tiny_hf import TINY_HF, build_tiny_hf
 from safetensors.torch import load_file
 
 from ftune.checkpointing import HFCheckpointer, load_hf
+from ftune.checkpointing.hf_config_check import check_against_model
 from ftune.data.messages import Message
 from ftune.generation import generate
 from ftune.models import builder_kwargs, gemma2, model_from_hf_config
@@ -163,6 +164,11 @@ def test_config_layouts_and_defaults() -> None:
     family, model = model_from_hf_config({**v4, "final_logit_softcapping": None}, device="meta")
     assert family == "gemma2" and model.final_logit_softcap is None
     assert [layer.attn.sliding_window for layer in model.layers] == [WINDOW, None, WINDOW]
+    # A config.json whose caps differ from the model's (a null cap too) is refused before loading.
+    check_against_model(v4, Path("config.json"), gemma2.gemma2(**kwargs))
+    for key, cap in (("final_logit_softcapping", None), ("attn_logit_softcapping", 20.0)):
+        with pytest.raises(ValueError, match=f"{key} is {cap!r} there"):
+            check_against_model({**v4, key: cap}, Path("config.json"), gemma2.gemma2(**kwargs))
 
 
 @pytest.mark.parametrize(
