@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results_file import ROOT, load1, write_results
+from results_file import ROOT, commit, load1, write_results
 
 MODEL = "SmolLM2-135M-Instruct"
 CONFIG = "smollm2/135M_lora_grpo"
@@ -291,6 +291,13 @@ def child_trl(home: Path, steps: int, out: Path) -> dict:
             "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}  # fmt: skip
 
 
+def uncommitted() -> list[str]:
+    """The code files (ftune/, recipes/, benchmarks/ but its results) that differ from HEAD in the work tree."""
+    paths = ["ftune", "recipes", "benchmarks", ":(exclude)benchmarks/results"]
+    out = subprocess.run(["git", "status", "--porcelain", "--", *paths], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    return sorted(line[3:] for line in out.stdout.splitlines())
+
+
 def spawn(kind: str, args: argparse.Namespace, work: Path, n: int) -> dict:
     """One child process (its own interpreter, `--threads` threads); its JSON answer."""
     out, answer = work / f"{kind}_{n}", work / f"{kind}_{n}.json"
@@ -341,6 +348,7 @@ def main() -> None:
     import transformers
     import trl
 
+    head, dirty = commit().removesuffix("+dirty"), uncommitted()
     load = [load1()]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="grpo_vs_trl_") as tmp:
@@ -361,29 +369,20 @@ def main() -> None:
     for row, kind in zip(steps, runs):
         row["max_rss_mib"] = max(r["max_rss_mib"] for r in runs[kind])
     same = part1["same_prompt_tokens"] and all(r["same_prompt_tokens"] for r in runs["trl"])
+    workload = {"model": MODEL, "dtype": "fp32", "prompts_per_step": PROMPTS, "group_size": G,
+                "max_new_tokens": NEW_TOKENS, "prompt_tokens": part1["prompt_tokens"], "lora_rank": 16,
+                "lora_alpha": 32, "lr": LR, "beta": BETA, "loss_type": "grpo", "steps_per_run": args.steps,
+                "repeats": args.repeats, "rollout_rounds": args.rounds, "same_prompt_tokens": same}  # fmt: skip
     write_results(
         args.write,
         "grpo_vs_trl",
         [{"part": "rollout", **r} for r in rollout_rows] + [{"part": "step", **r} for r in steps],
         note=f"transformers {transformers.__version__}, trl {trl.__version__}; {args.threads} threads a process; "
         f"{round(time.perf_counter() - started)} s in all",
-        workload={
-            "model": MODEL,
-            "dtype": "fp32",
-            "prompts_per_step": PROMPTS,
-            "group_size": G,
-            "max_new_tokens": NEW_TOKENS,
-            "prompt_tokens": part1["prompt_tokens"],
-            "lora_rank": 16,
-            "lora_alpha": 32,
-            "lr": LR,
-            "beta": BETA,
-            "loss_type": "grpo",
-            "steps_per_run": args.steps,
-            "repeats": args.repeats,
-            "rollout_rounds": args.rounds,
-            "same_prompt_tokens": same,
-        },  # fmt: skip
+        workload=workload,
+        # HEAD, and the uncommitted code files of the shared work tree by name (not a bare +dirty).
+        commit=head,
+        uncommitted=dirty,
         load_average_1min=load,
     )
     for row in rollout_rows + steps:
