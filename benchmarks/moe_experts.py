@@ -107,12 +107,12 @@ def step(way, x, idx, w, gate_up, down, grad):
     return out.detach(), gate_up.grad, down.grad, x.grad
 
 
-def check(args: tuple) -> None:
+def check(args: tuple, ways: list[str]) -> None:
     """Every way gives the reference's output and gradients (fp32, relative to the largest entry)."""
     grad = torch.randn_like(args[0])
     ref = [t.clone() for t in step(hf_loop, *args, grad)]
-    for name, way in WAYS.items():
-        for a, b in zip(step(way, *args, grad), ref, strict=True):
+    for name in ways:
+        for a, b in zip(step(WAYS[name], *args, grad), ref, strict=True):
             err = ((a - b).abs().max() / b.abs().max()).item()
             assert err < 1e-5, (name, err)
 
@@ -164,6 +164,9 @@ def main() -> None:
         "--shapes", nargs="+", default=[*SHAPES, "tiny_model"], choices=[*SHAPES, "tiny_model"]
     )
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch threads, one run each")
+    parser.add_argument(
+        "--ways", nargs="+", default=list(WAYS), choices=list(WAYS), help="hf_loop always runs"
+    )
     parser.add_argument("--json", type=Path, help="also write the results file here")
     parser.add_argument("--note", default="", help="the results file's note")
     args = parser.parse_args()
@@ -184,12 +187,12 @@ def main() -> None:
             continue
         shape = SHAPES[shape_name]
         data = inputs(shape)  # once: drawing a 30B layer's weights takes tens of seconds
-        check(data)
+        check(data, args.ways)
         for threads in args.threads:
             torch.set_num_threads(threads)
             base = None
-            for name, way in WAYS.items():
-                ms = seconds(way, data, args.repeats) * 1e3
+            for name in ["hf_loop", *(w for w in args.ways if w != "hf_loop")]:
+                ms = seconds(WAYS[name], data, args.repeats) * 1e3
                 base = ms if name == "hf_loop" else base
                 rows.append({"shape": shape_name, **shape, "threads": threads, "way": name,
                              "fwd_bwd_ms": round(ms, 2), "vs_hf_loop": round(base / ms, 2)})  # fmt: skip
