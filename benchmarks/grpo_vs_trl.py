@@ -1,6 +1,6 @@
 """GRPO speed: ftune's rollouts and LoRA GRPO steps against transformers' `generate` and TRL's GRPOTrainer.
 
-    python benchmarks/grpo_vs_trl.py [--steps 6] [--repeats 3] [--rounds 5] [--threads 2] [--home ~/.cache/ftune]
+    python benchmarks/grpo_vs_trl.py [--steps 3] [--repeats 3] [--rounds 3] [--threads 2] [--home ~/.cache/ftune]
 
 Same model (SmolLM2-135M-Instruct from `ftune convert gguf smollm2`, fp32), same prompts (the demo
 task's train_prompts.jsonl in dataset order, in the model's chat format: the token ids are checked
@@ -318,9 +318,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=6, help="GRPO steps a run (the first is warm-up)")
+    parser.add_argument("--steps", type=int, default=3, help="GRPO steps a run (the first is warm-up)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each tool, alternating")
-    parser.add_argument("--rounds", type=int, default=5, help="rollouts of each tool and stop setting")
+    parser.add_argument("--rounds", type=int, default=3, help="rollouts of each tool and stop setting")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "~/.cache/ftune")))
     parser.add_argument("--write", type=Path, default=ROOT / "benchmarks" / "results" / "grpo_vs_trl.json")
