@@ -15,7 +15,8 @@ training prompts, and held-out exact match before and after.
    GRPO adapter over it.
 
 Writes benchmarks/results/grpo_demo.json (one row per setting; rows of other settings are kept), from
-which benchmarks/report.py renders the figures of docs/recipes/lora_grpo_single_device.md.
+which benchmarks/report.py renders the figures of docs/recipes/lora_grpo_single_device.md, and the run's
+curves (`ftune plot`) to docs/recipes/grpo_demo_plot.png.
 """
 
 from __future__ import annotations
@@ -58,9 +59,13 @@ def log_rows(run_dir: Path) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "~/.cache/ftune")))
-    parser.add_argument("--sft-merged", type=Path, help="an SFT model folder (default: run the quickstart's SFT)")
+    parser.add_argument(
+        "--sft-merged", type=Path, help="an SFT model folder (default: run the quickstart's SFT)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "output/grpo_demo")
     parser.add_argument("--minutes", type=float, default=20.0, help="GRPO training time budget")
     parser.add_argument("--steps", type=int, default=1000, help="GRPO steps at most")
@@ -89,11 +94,23 @@ def main() -> None:
              "checkpointer.save_adapter_weights_only=false", "progress_bar=false"], env, out / "sft.log")  # fmt: skip
         sft = sft_dir / "step_60" / "merged"
     sft = sft.resolve()
-    model_args = [f"tokenizer.path={model}", f"checkpointer.checkpoint_dir={sft}", f"checkpointer.hf_repo_id={REPO}"]
+    model_args = [
+        f"tokenizer.path={model}",
+        f"checkpointer.checkpoint_dir={sft}",
+        f"checkpointer.hf_repo_id={REPO}",
+    ]
 
     def exact_match(name: str, extra: list[str]) -> dict:
         result = out / f"eval_{name}.json"
-        cmd = [*ftune, "run", "eval", "--config", "eval", *model_args, f"heldout_file={data / 'heldout.jsonl'}"]
+        cmd = [
+            *ftune,
+            "run",
+            "eval",
+            "--config",
+            "eval",
+            *model_args,
+            f"heldout_file={data / 'heldout.jsonl'}",
+        ]
         seconds = run([*cmd, "limit=100", f"output_file={result}", *extra], env, out / f"eval_{name}.log")
         em = json.loads(result.read_text())["exact_match"]
         return {"accuracy": em["accuracy"], "num_correct": em["num_correct"], "num_total": em["num_total"],
@@ -113,20 +130,52 @@ def main() -> None:
     rows = [r for r in log_rows(grpo_dir) if "loss" in r]
     steps = rows[-1]["step"]
     after = exact_match("grpo", [f"adapter_dir={grpo_dir / f'step_{steps}'}"])
-    subprocess.run([*ftune, "plot", str(grpo_dir), "-o", str(out / "grpo_plot.png")], env=env, cwd=ROOT, check=False)
+    plot = ROOT / "docs" / "recipes" / "grpo_demo_plot.png"  # the curves shown on the recipe page
+    subprocess.run([*ftune, "plot", str(grpo_dir), "-o", str(plot)], env=env, cwd=ROOT, check=False)
+
+    def public(text: str) -> str:  # no path of this machine in a results file the docs show
+        return (
+            text.replace(str(sft), "<SFT model>")
+            .replace(str(out), "output/grpo_demo")
+            .replace(str(home), "$FTUNE_HOME")
+        )
+
     row = {
-        "command": "python benchmarks/grpo_demo.py " + " ".join(sys.argv[1:]),
-        "grpo_command": " ".join(["ftune", *cmd[3:]]).replace(str(out), "output/grpo_demo").replace(str(home), "$FTUNE_HOME"),
-        "settings": {"lr": args.lr, "group_size": args.group_size, "batch_size": args.batch_size,
-                     "temperature": args.temperature, "beta": args.beta, "extra": args.extra},  # fmt: skip
+        "command": public("python benchmarks/grpo_demo.py " + " ".join(sys.argv[1:])),
+        "sft_model": "the quickstart's SFT run (60 LoRA steps of smollm2/135M_lora), merged"
+        if args.sft_merged is None
+        else "--sft-merged: a merged SFT model folder",
+        "grpo_command": public(" ".join(["ftune", *cmd[3:]])),
+        "settings": {
+            "lr": args.lr,
+            "group_size": args.group_size,
+            "batch_size": args.batch_size,
+            "temperature": args.temperature,
+            "beta": args.beta,
+            "extra": args.extra,
+        },  # fmt: skip
         "steps": steps,
+        "threads": os.environ.get("OMP_NUM_THREADS", "torch's default (the cores)"),
         "train_seconds": seconds,
         "minutes_budget": args.minutes,
         "load_average_1min": load,
         "exact_match_sft": before,
         "exact_match_grpo": after,
-        "curve": [{k: r.get(k) for k in ("step", "reward", "frac_reward_zero_std", "kl", "completions/mean_length",
-                                         "time/rollout_s", "step_seconds")} for r in rows],  # fmt: skip
+        "curve": [
+            {
+                k: r.get(k)
+                for k in (
+                    "step",
+                    "reward",
+                    "frac_reward_zero_std",
+                    "kl",
+                    "completions/mean_length",
+                    "time/rollout_s",
+                    "step_seconds",
+                )
+            }
+            for r in rows
+        ],  # fmt: skip
     }
     path = ROOT / "benchmarks" / "results" / "grpo_demo.json"
     kept = json.loads(path.read_text())["rows"] if path.exists() else []

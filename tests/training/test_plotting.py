@@ -56,6 +56,20 @@ def test_draw_plots_every_series_of_every_run_with_its_data(tmp_path):
     matplotlib.pyplot.close(figure)
 
 
+def test_an_online_rl_run_gets_its_reward_and_length_panels(tmp_path):
+    run = write_run(tmp_path / "grpo", [0.0, 0.0])
+    with open(run / "logs" / "metrics_1.jsonl", "a") as f:
+        f.write('{"step": 1, "reward": 0.5, "completions/mean_length": 11.0}\n')
+        f.write('{"step": 2, "reward": 0.75, "val_reward": 0.7, "completions/mean_length": 10.0}\n')
+    figure, drawn = plotting.draw({"grpo": plotting.read_metrics(run)})
+    assert drawn["reward"] == {"grpo": 2, "grpo (val_reward)": 1}
+    assert drawn["completion length"] == {"grpo": 2}
+    sft, plain = plotting.draw({"sft": plotting.read_metrics(write_run(tmp_path / "sft", [1.0]))})
+    assert "reward" not in plain and len(sft.axes) == 4  # an SFT run keeps its four panels
+    matplotlib.pyplot.close(figure)
+    matplotlib.pyplot.close(sft)
+
+
 def test_ftune_plot_writes_a_png_with_one_colour_per_run(tmp_path, capsys):
     write_run(tmp_path / "full", [3.0, 2.0, 1.0])
     write_run(tmp_path / "lora", [3.0, 2.5, 2.0])

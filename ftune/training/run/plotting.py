@@ -1,4 +1,5 @@
-"""Training curves from DiskLogger files: loss, validation loss, learning rate, tokens/s and peak memory.
+"""Training curves from DiskLogger files: loss, validation loss, learning rate, tokens/s and peak memory
+(and for online RL runs the reward and the completions' length).
 
     runs = {"lora": read_metrics("output/lora"), "full": read_metrics("output/full/logs/metrics_1.jsonl")}
     figure, drawn = draw(runs)           # drawn: panel -> run -> number of points plotted
@@ -28,6 +29,12 @@ PANELS: list[tuple[str, list[tuple[str, str]], str]] = [
     ("learning rate", [("lr", "-")], "lr"),
     ("tokens/s", [("tokens_per_second", "-")], "tokens/s"),
     ("peak memory", [("peak_memory_gib", "-")], "GiB"),
+]
+# Online RL runs (GRPO: they log "reward") get two more panels: the sampled and held-out reward, and
+# the completions' length.
+RL_PANELS: list[tuple[str, list[tuple[str, str]], str]] = [
+    ("reward", [("reward", "-"), ("val_reward", "--")], "mean reward (solid: sampled, dashed: validation)"),
+    ("completion length", [("completions/mean_length", "-")], "tokens"),
 ]
 Series = dict[str, list[tuple[int, float]]]
 
@@ -130,10 +137,12 @@ def draw(runs: dict[str, Series]) -> tuple[Any, dict[str, dict[str, int]]]:
     if not runs:
         raise ValueError("nothing to plot: give at least one run.")
     plt = _pyplot()
-    figure, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
+    panels = PANELS + (RL_PANELS if any("reward" in series for series in runs.values()) else [])
+    rows = len(panels) // 2
+    figure, axes = plt.subplots(rows, 2, figsize=(11, 3.5 * rows), constrained_layout=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     drawn: dict[str, dict[str, int]] = {}
-    for ax, (title, metrics, ylabel) in zip(axes.flat, PANELS):
+    for ax, (title, metrics, ylabel) in zip(axes.flat, panels):
         counts: dict[str, int] = {}
         for i, (label, series) in enumerate(runs.items()):
             for key, style in metrics:
@@ -141,7 +150,7 @@ def draw(runs: dict[str, Series]) -> tuple[Any, dict[str, dict[str, int]]]:
                 if not points:
                     continue
                 steps, ys = zip(*points)
-                marker = "o" if len(points) < 20 and key == "val_loss" else None
+                marker = "o" if len(points) < 20 and key.startswith("val_") else None
                 name = label if key == metrics[0][0] else f"{label} ({key})"
                 ax.plot(steps, ys, style, color=colours[i % len(colours)], marker=marker, label=name)
                 counts[name] = len(points)
@@ -156,7 +165,7 @@ def draw(runs: dict[str, Series]) -> tuple[Any, dict[str, dict[str, int]]]:
         drawn[title] = counts
     if not any(drawn.values()):
         plt.close(figure)
-        wanted = [key for _, metrics, _ in PANELS for key, _ in metrics]
+        wanted = [key for _, metrics, _ in panels for key, _ in metrics]
         raise ValueError(f"none of the runs {list(runs)} logged any of {wanted}.")
     return figure, drawn
 
