@@ -144,7 +144,9 @@ def decode_rows(
     if not callable(getattr(model, "repeat_caches", None)):
         group_size = 1  # a model that cannot copy its caches prefills every row
     distinct = ids[::group_size]  # the prompts the prefill computes
-    if group_size > 1 and (batch % group_size or any(ids[i] != distinct[i // group_size] for i in range(batch))):
+    if group_size > 1 and (
+        batch % group_size or any(ids[i] != distinct[i // group_size] for i in range(batch))
+    ):
         raise ValueError(f"decode_rows: the rows are not groups of {group_size} copies of one prompt.")
     prefill = len(distinct)
 

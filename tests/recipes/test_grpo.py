@@ -229,7 +229,9 @@ def test_golden_figures(recipe, run_recipe, request):
 def test_stop_strings_end_completions(run_recipe, tmp_path):
     """A completion ends at the first token that completes a stop string (the string kept in it)."""
     plain, _ = run_recipe(LORA, CONFIG[LORA], "max_steps=1", output_dir=tmp_path / "p")
-    stopped, _ = run_recipe(LORA, CONFIG[LORA], "max_steps=1", "stop_strings=[a, e, o, i]", output_dir=tmp_path / "s")
+    stopped, _ = run_recipe(
+        LORA, CONFIG[LORA], "max_steps=1", "stop_strings=[a, e, o, i]", output_dir=tmp_path / "s"
+    )
     assert col(plain, "completions/clipped_ratio")[0] == 1.0  # a tiny random model never emits a stop token
     assert col(stopped, "completions/mean_length")[0] < col(plain, "completions/mean_length")[0]
     assert col(stopped, "completions/clipped_ratio")[0] < 1.0
