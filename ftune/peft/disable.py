@@ -6,11 +6,12 @@ from contextlib import contextmanager
 from torch import nn
 
 from ftune.peft.lora import LoRALinear
+from ftune.peft.moe_lora import LoRAGroupedExperts
 
 
 @contextmanager
 def adapters_disabled(model: nn.Module) -> Iterator[int]:
-    """Inside the block every LoRA / DoRA layer computes its frozen base only (``x·Wᵀ + b``).
+    """Inside the block every LoRA / DoRA layer (and LoRA on MoE experts) computes its frozen base only.
 
     The model is the reference of DPO with adapters: no second copy of the weights is needed.
     The adapters are switched back on when the block ends, also on an error.
@@ -24,7 +25,7 @@ def adapters_disabled(model: nn.Module) -> Iterator[int]:
     Raises:
         ValueError: if the model has no adapter layer.
     """
-    layers = [m for m in model.modules() if isinstance(m, LoRALinear)]
+    layers = [m for m in model.modules() if isinstance(m, (LoRALinear, LoRAGroupedExperts))]
     if not layers:
         raise ValueError(
             f"adapters_disabled: {type(model).__name__} has no LoRA or DoRA layer; apply the peft section first."

@@ -167,3 +167,23 @@ def test_experts_target_errors() -> None:
         from_peft_experts({"base_model.model.lm_head.lora_A.weight": torch.zeros(1)}, num_experts=8)
     with pytest.raises(KeyError, match="is not an expert-adapter key"):
         to_peft_experts({"layers.0.attn.q_proj.lora_a.weight": torch.zeros(1)})
+
+
+def test_adapters_disabled_switches_the_expert_adapters_off_too() -> None:
+    """The reference pass of DPO and GRPO with adapters (`adapters_disabled`) runs the frozen base,
+    experts included."""
+    from ftune.peft.disable import adapters_disabled
+
+    torch.manual_seed(0)
+    base = qwen3_moe_tiny()
+    tokens = _tokens((2, 24), seed=3)
+    with torch.no_grad():
+        want = base(tokens)
+    apply_lora(base, targets=["experts"], rank=4, alpha=8.0)  # the experts' adapters alone
+    _randomise_adapters(base)
+    with torch.no_grad():
+        assert not torch.allclose(base(tokens), want)
+        with adapters_disabled(base) as n:
+            assert n == 2  # the two layers' expert adapters
+            assert torch.equal(base(tokens), want)
+        assert not torch.allclose(base(tokens), want)  # back on after the block
