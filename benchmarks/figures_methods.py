@@ -67,3 +67,48 @@ def kd_demo() -> str:
     timing = _timing(r)
     header = ["", "exact match (greedy, 100 held-out prompts)"]
     return table(header, rows, "lr") + "\n\n" + timing + "\n\n" + provenance("method_demos", up="../../")
+
+
+def _grpo_rows(part: str) -> dict[tuple[str, bool], dict]:
+    return {
+        (r["tool"], r.get("stop_token", True)): r for r in load("grpo_vs_trl")["rows"] if r["part"] == part
+    }
+
+
+def grpo_vs_trl() -> str:
+    """docs/benchmarks.md: rollouts against transformers' generate, GRPO steps against TRL (grpo_vs_trl.py)."""
+    r, rolls, steps = load("grpo_vs_trl"), _grpo_rows("rollout"), _grpo_rows("step")
+    w = r["workload"]
+    rows = []
+    for stop, what in (
+        (True, "stop at `<|im_end|>` (the recipe's setting)"),
+        (False, "no stop token (every row 16 tokens)"),
+    ):
+        ft, hf = rolls[("ftune", stop)], rolls[("transformers", stop)]
+        rows.append([what, ft["tokens_per_second"], hf["tokens_per_second"],
+                     f"{ft['tokens_per_second'] / hf['tokens_per_second']:.2f}x", f"{ft['seconds_per_rollout']:.2f}",
+                     f"{hf['seconds_per_rollout']:.2f}", f"{ft['mean_completion_tokens']} / {hf['mean_completion_tokens']}"])  # fmt: skip
+    header = ["rollout: 4 prompts x 8 completions", "ftune tok/s", "transformers tok/s", "ftune / transformers",
+              "ftune s", "transformers s", "tokens a completion (ftune / transformers)"]  # fmt: skip
+    first = table(header, rows, "lrrrrrr")
+    ft, trl = steps[("ftune", True)], steps[("TRL", True)]
+    lines = [("step (end to end)", "step_seconds"), ("rollout (generation, rewards, reference log-probs)", "rollout_seconds"),
+             ("- of which generation", "generation_seconds"),
+             ("- of which rewards and reference log-probs", "scoring_and_reference_seconds"),
+             ("update (step - rollout: policy forward, loss, backward, AdamW)", "update_seconds")]  # fmt: skip
+    rows = [[what, f"{ft[k]:.2f}", f"{trl[k]:.2f}", f"{ft[k] / trl[k]:.2f}"] for what, k in lines]
+    rows += [
+        ["tokens a completion (mean)", ft["mean_completion_length"], trl["mean_completion_length"], "-"],
+        ["peak RSS of the process, GiB", f"{ft['max_rss_mib'] / 1024:.2f}", f"{trl['max_rss_mib'] / 1024:.2f}",
+         f"{ft['max_rss_mib'] / trl['max_rss_mib']:.2f}"],
+    ]  # fmt: skip
+    second = table([f"GRPO step, seconds (median of {ft['steps_measured']} / {trl['steps_measured']} steps)", "ftune",
+                    "TRL", "ftune / TRL"], rows, "lrrr")  # fmt: skip
+    runs = ", ".join(f"{tool} {row['run_step_seconds']}" for tool, row in (("ftune", ft), ("TRL", trl)))
+    load1 = r["load_average_1min"]
+    text = (
+        f"Each run's median step (s): {runs}. The machine's 1-minute load average went from {load1[0]} to "
+        f"{load1[1]} ({w['repeats']} runs of {w['steps_per_run']} steps a tool, alternating; {r['note']}). "
+        f"Prompt token ids identical in both tools: {'yes' if w['same_prompt_tokens'] else 'NO'}."
+    )
+    return first + "\n\n" + second + "\n\n" + text + "\n\n" + provenance("grpo_vs_trl")
