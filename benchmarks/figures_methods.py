@@ -69,6 +69,38 @@ def kd_demo() -> str:
     return table(header, rows, "lr") + "\n\n" + timing + "\n\n" + provenance("method_demos", up="../../")
 
 
+def grpo_demo() -> str:
+    """The GRPO demo (benchmarks/grpo_demo.py): held-out exact match of the SFT model and after GRPO."""
+    runs = load("grpo_demo")["rows"]
+    first = runs[0]
+    rows = [["the quickstart's SFT model (60 LoRA steps, merged)", "-", "-", _em(first["exact_match_sft"])]]
+    for r in runs:
+        curve = [c for c in r["curve"] if c.get("reward") is not None]
+        head, tail = curve[: max(1, len(curve) // 10)], curve[-max(1, len(curve) // 10) :]
+        mean = lambda rows: sum(c["reward"] for c in rows) / len(rows)  # noqa: E731
+        s = r["settings"]
+        rows.append([
+            f"+ {r['steps']} LoRA GRPO steps (lr {lr_text(s['lr'])}, G {s['group_size']}, "
+            f"{s['batch_size']} prompts a step, T {s['temperature']}, beta {s['beta']})",
+            f"{minutes(round(r['train_seconds']))}",
+            f"{mean(head):.0%} -> {mean(tail):.0%}",
+            _em(r["exact_match_grpo"]),
+        ])  # fmt: skip
+    header = [
+        "",
+        "GRPO time",
+        "sampled reward (first -> last tenth of the steps)",
+        "exact match (greedy, 100 held-out)",
+    ]
+    notes = "\n".join(
+        f"- `{r['command']}` (fp32, {'one thread' if r.get('threads') == '1' else 'two threads'}): the machine's "
+        f"1-minute load average went from {r['load_average_1min'][0]} to {r['load_average_1min'][1]} (other jobs "
+        "shared its two cores, so the 20 minutes held fewer steps than an idle machine runs)."
+        for r in runs
+    )
+    return table(header, rows, "lrrr") + "\n\n" + notes + "\n\n" + provenance("grpo_demo", up="../../")
+
+
 def _grpo_rows(part: str) -> dict[tuple[str, bool], dict]:
     return {
         (r["tool"], r.get("stop_token", True)): r for r in load("grpo_vs_trl")["rows"] if r["part"] == part
