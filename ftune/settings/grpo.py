@@ -72,13 +72,14 @@ class GRPOSettings(FullSettings):
     def section_problems(cls, data: dict[str, Any]) -> list[str]:
         out = super().section_problems(data)
         loss = data.get("loss") if isinstance(data.get("loss"), dict) else {}
+        max_new_tokens = data.get("max_new_tokens", cls.__dataclass_fields__["max_new_tokens"].default)
         if loss.get("loss_type") == "dr_grpo" and loss.get("max_completion_length") not in (
             None,
-            data.get("max_new_tokens", 64),
+            max_new_tokens,
         ):
             out.append(
                 f"loss.max_completion_length: Dr. GRPO's constant must be the rollout's max_new_tokens "
-                f"({data.get('max_new_tokens', 64)}), got {loss.get('max_completion_length')!r}; set "
+                f"({max_new_tokens}), got {loss.get('max_completion_length')!r}; set "
                 "loss.max_completion_length: ${max_new_tokens}."
             )
         return out

@@ -8,7 +8,9 @@ model's completions. A GRPO loss at the first update is ~0 by construction (rati
 to 0 per group, no KL yet): the checks read gradient norms, rewards, KL and the trained weights.
 """
 
+import contextlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,7 +62,7 @@ def test_lora_reference_is_the_policy_with_adapters_off(run_recipe, tmp_path, mo
     check(tmp_path)
 
     def reference_is_policy(m):  # the reference pass with the adapters left on: KL stays 0
-        m.setattr(reference_module, "adapters_disabled", lambda model: __import__("contextlib").nullcontext())
+        m.setattr(reference_module, "adapters_disabled", lambda model: contextlib.nullcontext())
 
     killed(check, reference_is_policy, monkeypatch, tmp_path)
 
@@ -129,7 +131,7 @@ def test_reused_rollout_clips_the_ratio_and_resumes_exactly(run_recipe, tmp_path
         first, b = run_recipe(LORA, CONFIG[LORA], "max_steps=4", "save_every_n_steps=1",
                               "checkpointer.keep_last_n_checkpoints=4", *reuse, output_dir=tmp_path / "b")  # fmt: skip
         for later in ("step_2", "step_3", "step_4", "logs"):
-            __import__("shutil").rmtree(b / later)
+            shutil.rmtree(b / later)
         second, _ = run_recipe(LORA, CONFIG[LORA], "max_steps=4", "checkpointer.resume_from_checkpoint=auto",
                                *reuse, output_dir=b)  # fmt: skip
         for key in ("loss", "grad_norm", "reward", "kl", "completions/mean_length"):

@@ -68,16 +68,15 @@ class Sampling:
     def stop_when(self) -> Callable[[int, list[int]], bool] | None:
         """Ends a row whose completion's text contains a stop string (None when there is none).
 
-        Only the text the last token could have completed is searched: the tail that is at most
-        the longest stop string plus that token's text long."""
+        A row ends at the first token that completes one, so the text is checked as a whole: no
+        earlier text of the row held a stop string."""
         if not self.stop_strings or self.decode is None:
             return None
-        stops, decode, tail = self.stop_strings, self.decode, max(map(len, self.stop_strings))
+        stops, decode = self.stop_strings, self.decode
 
         def ends(row: int, tokens: list[int]) -> bool:
-            text, last = decode(tokens), decode(tokens[-1:])
-            window = text[-(tail + len(last)) :]
-            return any(stop in window for stop in stops)
+            text = decode(tokens)
+            return any(stop in text for stop in stops)
 
         return ends
 

@@ -90,9 +90,7 @@ class RolloutLoader:
             for prompts in self.prompts:
                 yield self.rollout_on(prompts, VALIDATION_EPOCH)
             return
-        while self.passes_left:  # resumed inside a reused rollout: serve it first
-            self.passes_left -= 1
-            yield from (reused(b) for b in self.reuse)
+        yield from self._reuse_passes()  # resumed inside a reused rollout: serve it first
         # The epoch these prompts belong to (a loader saved at an epoch's end has moved on already).
         epoch = self.prompts.state_dict()["epoch"]  # type: ignore[attr-defined]
         if self.iterations == 1:
@@ -107,10 +105,14 @@ class RolloutLoader:
             made = [timed(self.rollout_on, p, epoch) for p in group]
             group, self.reuse, self.passes_left = [], made, self.iterations - 1
             yield from made
-            while self.passes_left:
-                self.passes_left -= 1
-                yield from (reused(b) for b in self.reuse)
+            yield from self._reuse_passes()
         self.reuse = []
+
+    def _reuse_passes(self) -> Iterator[RolloutBatch]:
+        """The passes still owed over the kept rollout, the count kept current for `state_dict`."""
+        while self.passes_left:
+            self.passes_left -= 1
+            yield from (reused(b) for b in self.reuse)
 
     def state_dict(self) -> dict[str, Any]:
         """{"epoch", "prompts" (the prompt loader's position), "passes_left", "reuse"}."""
