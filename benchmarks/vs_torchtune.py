@@ -153,6 +153,32 @@ def one_run(tool: str, variant: dict, ctx: dict, repeat: int) -> dict:
     return run
 
 
+def bound_key(variant: dict) -> str:
+    """The model-shaped bound a variant is measured against: its method and dtype (compile changes neither)."""
+    return f"{variant['method']}-{variant['dtype']}"
+
+
+def measure_bounds(variants: list[dict], lora: dict) -> dict[str, tuple[int, float]]:
+    """This moment's model-shaped bound of each distinct step of `variants`: key -> (tokens, seconds)."""
+    bounds = {}
+    for v in variants:
+        if (key := bound_key(v)) not in bounds:
+            tokens = v["batch"] * v["seq_len"]
+            bounds[key] = (tokens, measure.model_bound_seconds(v["method"], v["dtype"], tokens, lora))
+    return bounds
+
+
+def merge_bounds(
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]]
+) -> dict[str, dict]:
+    """The results file's bounds: both measurements, and the bound in tok/s from the faster (less disturbed) one."""
+    return {
+        key: {"tokens": tokens, "seconds": [round(seconds, 3), round(after[key][1], 3)],
+              "tok_s": round(tokens / min(seconds, after[key][1]), 1)}
+        for key, (tokens, seconds) in before.items()
+    }  # fmt: skip
+
+
 def summarise(runs: list[dict], variants: list[dict], ctx: dict) -> list[dict]:
     """One row per variant and tool: median [range] over the repeats of the tokens/s of each run's steady steps."""
     rows = []
@@ -174,6 +200,7 @@ def summarise(runs: list[dict], variants: list[dict], ctx: dict) -> list[dict]:
                 "first_step_s": round(measure.summary([r["first_step_s"] for r in ok])["median"], 1),
                 "step1_loss": ok[0]["step1_loss"], "flops_per_step": flops,
                 "matmul_fraction": round(flops * tok["median"] / tokens / 1e9 / ctx["peak"], 3),
+                "bound_fraction": round(tok["median"] / ctx["bound"][bound_key(v)]["tok_s"], 3),
             })  # fmt: skip
     return rows
 
@@ -216,8 +243,12 @@ def main(argv: list[str] | None = None) -> None:
     ctx = {"home": home, "model": model, "rows": rows_file, "tmp": tmp, "torchtune_python": tt_python,
            "torchtune_recipes": site, "threads": args.threads, "hf_config": json.loads((model / "config.json").read_text())}  # fmt: skip
     peaks = [measure.matmul_peak_gflops()]
+    bounds = measure_bounds(variants, configs.LORA)
     print(
-        f"fp32 matmul peak {peaks[0]:.0f} GFLOP/s; {len(variants)} variants x {repeats} x {TOOLS}", flush=True
+        f"fp32 matmul peak {peaks[0]:.0f} GFLOP/s; model-shaped bounds "
+        + ", ".join(f"{k} {tokens / seconds:.0f} tok/s" for k, (tokens, seconds) in bounds.items())
+        + f"; {len(variants)} variants x {repeats} x {TOOLS}",
+        flush=True,
     )
     runs = []
     for repeat in range(repeats):
@@ -231,15 +262,16 @@ def main(argv: list[str] | None = None) -> None:
                       f"others {run['others_cores']:.2f} cores" + (f"\n  ERROR {run['error']}; last lines:\n    " + "\n    ".join(run["log_tail"]) if "error" in run else ""),
                       flush=True)  # fmt: skip
     peaks.append(measure.matmul_peak_gflops())
+    bounds = merge_bounds(bounds, measure_bounds(variants, configs.LORA))
     shutil.rmtree(tmp, ignore_errors=True)
-    ctx["peak"] = max(peaks)
+    ctx["peak"], ctx["bound"] = max(peaks), bounds
     contended, note = measure.contention_note([r["others_cores"] for r in runs], args.quick, args.note)
     workload = {"model": MODEL_NAME, "corpus": "pydoc_data.topics (CPython), pre-tokenised, contiguous rows",
                 "corpus_sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16], "steps": steps,
                 "repeats": repeats, "threads": args.threads, "batch": batch, "seq_len": seq_len, "lora": configs.LORA, "lr": configs.LR,
                 "torchtune": TORCHTUNE_PINS, "skipped": [] if mach["native_bf16"] else ["bf16: no native bf16 on this CPU"]}  # fmt: skip
     summary = summarise(runs, variants, ctx)
-    result_extra = {"matmul_peak_gflops": [round(x, 1) for x in peaks], "contended": contended,
+    result_extra = {"matmul_peak_gflops": [round(x, 1) for x in peaks], "matmul_bound": bounds, "contended": contended,
                     "quick": args.quick, "workload": workload, "runs": runs}  # fmt: skip
     write_results(args.out, "vs_torchtune", summary, note=note, **result_extra)
     measure.check_results(json.loads(args.out.read_text()))

@@ -180,17 +180,39 @@ def matmul_peak_gflops(size: int = 2048, repeats: int = 5, rounds: int = 3) -> f
     return 2 * size**3 / best / 1e9
 
 
+def model_bound_seconds(method: str, dtype: str, tokens: int, lora: dict[str, Any]) -> float:
+    """Seconds of the matrix products of one SmolLM2-135M step on `tokens` tokens: every linear layer's
+    forward, input gradient and (full) weight gradient, the LoRA adapters' products, with the step's own
+    shapes (ftune.runtime.matmul_speed). The step cannot be faster with these kernels: its bound."""
+    import torch
+
+    from ftune.models.smollm2 import smollm2_135m
+    from ftune.runtime.matmul_speed import model_linears, step_products, time_products
+
+    with torch.device("meta"):
+        model = smollm2_135m()
+    if method == "full":
+        linears = model_linears(model, trains=True)
+    else:
+        linears = model_linears(
+            model, trains=False, lora_rank=lora["rank"], lora_targets=tuple(lora["targets"])
+        )
+    return time_products(
+        step_products(linears, tokens), {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    )
+
+
 RUN_KEYS = {"variant", "tool", "repeat", "returncode", "step_seconds", "peak_rss_gib", "first_step_s",
             "step1_loss", "load1_before", "load1_after", "others_cores", "wall_s"}  # fmt: skip
 SUMMARY_KEYS = {"variant", "tool", "tok_s", "tok_s_min", "tok_s_max", "peak_rss_gib", "first_step_s",
-                "step1_loss", "flops_per_step", "matmul_fraction"}  # fmt: skip
+                "step1_loss", "flops_per_step", "matmul_fraction", "bound_fraction"}  # fmt: skip
 
 
 def check_results(result: dict[str, Any]) -> None:
     """Raise ValueError naming what a vs_torchtune results file lacks (the schema report.py relies on)."""
     problems = []
     for key in ("benchmark", "commit", "date", "command", "machine", "note", "rows", "runs",
-                "matmul_peak_gflops", "contended", "quick", "workload"):  # fmt: skip
+                "matmul_peak_gflops", "matmul_bound", "contended", "quick", "workload"):  # fmt: skip
         if key not in result:
             problems.append(f"top-level key {key!r} missing")
     for i, row in enumerate(result.get("rows", [])):

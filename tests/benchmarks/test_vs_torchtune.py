@@ -136,12 +136,13 @@ def _result(others: float, quick: bool = False) -> dict:
     for tool, tok, peak, loss in [("torchtune", 100.0, 7.0, 10.8123), ("ftune", 150.0, 4.9, 10.8125)]:
         rows.append({"variant": "full-fp32", "tool": tool, "tok_s": tok, "tok_s_min": tok - 5, "tok_s_max": tok + 5,
                      "peak_rss_gib": peak, "first_step_s": 30.0, "step1_loss": loss, "flops_per_step": 1.7e12,
-                     "matmul_fraction": 0.5})  # fmt: skip
+                     "matmul_fraction": 0.5, "bound_fraction": tok / 200})  # fmt: skip
         runs.append({"variant": "full-fp32", "tool": tool, "repeat": 0, "returncode": 0, "step_seconds": [20.0],
                      "peak_rss_gib": peak, "first_step_s": 30.0, "step1_loss": loss, "load1_before": 1.0,
                      "load1_after": 1.0, "others_cores": others, "wall_s": 100.0})  # fmt: skip
     return {"benchmark": "vs_torchtune", "commit": "0" * 40, "date": "2026-12-01", "command": "python x",
             "machine": {}, "note": "n", "rows": rows, "runs": runs, "matmul_peak_gflops": [170.0, 180.0],
+            "matmul_bound": {"full-fp32": {"tokens": 2048, "seconds": [10.4, 10.24], "tok_s": 200.0}},
             "contended": others > 0.2 or quick, "quick": quick,
             "workload": {"steps": 8, "batch": 4, "seq_len": 512, "repeats": 2}}  # fmt: skip
 
@@ -160,7 +161,8 @@ def test_docs_table_from_an_idle_run_and_no_figures_from_a_contended_one():
     text = figures_training.vs_torchtune(_result(0.01))
     assert "| full-fp32 | 100 [95-105] | 150 [145-155] | 1.50x | 7.00 | 4.90 | 0.70 |" in text
     assert "10.8123 / 10.8125" in text and "180 GFLOP/s" in text
-    assert text.splitlines()[2].endswith("| 50% / 50% | 2.00x |")  # the bound: 1 / torchtune's share
+    assert text.splitlines()[2].endswith("| 50% / 50% | 50% / 75% |")  # square peak, then the step's bound
+    assert "full-fp32 200 tok/s" in text
     for busy in (_result(1.5), _result(0.0, quick=True)):
         text = figures_training.vs_torchtune(busy)
         assert text.startswith("No figures yet") and "150" not in text and "|" not in text
