@@ -11,11 +11,16 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 # Block sizes of the QLoRA paper (and torchao's defaults): 64 weights share one absmax scale, and
 # 256 scales are themselves quantized to int8 as a group ("double quantization").
 NF4_BLOCK_SIZE = 64
 NF4_SCALER_BLOCK_SIZE = 256
+# FSDP2 shards an NF4 weight by rows, each rank taking whole groups of scales, so a weight shards over
+# N ranks only if its number of scale groups divides by N: the scaler block size shrinks (by halves)
+# until the groups divide by this, so that QLoRA shards over 2, 4 or 8 ranks (see `scaler_block_size`).
+NF4_SHARDABLE_GROUPS = 8
 
 _NF4_MODULES = (
     "torchao.quantization.quantize_.workflows.nf4.nf4_tensor",  # torchao >= 0.15
@@ -43,7 +48,10 @@ _NF4_TYPES: list[type] = []
 
 
 def is_nf4(tensor: torch.Tensor | None) -> bool:
-    """True when `tensor` is a torchao NF4Tensor (also when wrapped as an nn.Parameter)."""
+    """True when `tensor` is a torchao NF4Tensor (also wrapped as an nn.Parameter, or a rank's shard of
+    one inside an FSDP2 DTensor)."""
+    if isinstance(tensor, DTensor):
+        tensor = tensor._local_tensor  # not to_local(): no autograd view of the shard is needed here
     # An NF4Tensor can only exist once torchao's module is imported, so checking sys.modules first
     # keeps plain LoRA free of the (slow) torchao import. Only in eager code, though: traced by
     # torch.compile (LoRALinear.forward calls this), reading sys.modules makes dynamo guard on the
@@ -70,9 +78,9 @@ def check_nf4_shape(weight: torch.Tensor, *, name: str = "weight") -> None:
 def to_nf4_parameter(weight: torch.Tensor, *, name: str = "weight") -> nn.Parameter:
     """Quantize a 2-D weight to NF4 and wrap it as a frozen Parameter.
 
-    The scaler block size drops below 256 (to the largest power of two dividing the number of blocks)
-    for weights too small for a full group, so tiny test models can be quantized too; real layer
-    sizes use the standard 64/256 blocks.
+    The scaler block size drops below 256 where the weight is too small or oddly sized for groups
+    of 256 scales that also shard over 8 ranks (`scaler_block_size`); real layer sizes use the
+    standard 64/256 blocks.
 
     Args:
         weight: dense weight, shape [out_features, in_features], any float dtype, device or meta.
@@ -86,15 +94,38 @@ def to_nf4_parameter(weight: torch.Tensor, *, name: str = "weight") -> nn.Parame
         ValueError: if the weight is not 2-D or its size is not a multiple of 64.
     """
     check_nf4_shape(weight, name=name)
-    n_blocks = weight.numel() // NF4_BLOCK_SIZE
-    scaler_block_size = math.gcd(n_blocks, NF4_SCALER_BLOCK_SIZE)
+    scalers = scaler_block_size(weight.numel() // NF4_BLOCK_SIZE)
     with torch.no_grad():
-        quantized = _nf4_module().to_nf4(weight.detach().contiguous(), NF4_BLOCK_SIZE, scaler_block_size)
+        quantized = _nf4_module().to_nf4(weight.detach().contiguous(), NF4_BLOCK_SIZE, scalers)
     return nn.Parameter(quantized, requires_grad=False)
 
 
+def scaler_block_size(n_blocks: int) -> int:
+    """How many block scales share one double-quantization factor, for a weight of `n_blocks` blocks.
+
+    256 (the QLoRA paper's) where it divides `n_blocks` and leaves a number of groups that divides by
+    NF4_SHARDABLE_GROUPS; otherwise the largest power of two below it that does (or 1). Real layer sizes
+    (multiples of 512 rows and columns) keep 256; SmolLM2-135M's 576-wide layers and tiny test models
+    get smaller groups, which quantize the scales a little more finely and let FSDP2 shard them.
+    """
+    size = math.gcd(n_blocks, NF4_SCALER_BLOCK_SIZE)
+    while size > 1 and (n_blocks // size) % NF4_SHARDABLE_GROUPS:
+        size //= 2
+    return size
+
+
 def dequantize(weight: torch.Tensor) -> torch.Tensor:
-    """Dense copy of an NF4 weight in its original dtype; any other tensor is returned as is."""
+    """Dense copy of an NF4 weight in its original dtype; any other tensor is returned as is.
+
+    An FSDP2-sharded NF4 weight (a DTensor over NF4 shards) gives a DTensor over dense shards: each
+    rank's rows hold their own codes and scales, so each rank dequantizes its rows alone, and
+    gathering the result (e.g. a full state dict) moves dense rows.
+    """
+    if isinstance(weight, DTensor) and is_nf4(weight):
+        local = weight._local_tensor.get_original_weight()
+        return DTensor.from_local(
+            local, weight.device_mesh, weight.placements, shape=weight.shape, stride=weight.stride()
+        )
     if is_nf4(weight):
         return weight.get_original_weight()
     return weight

@@ -20,6 +20,7 @@ from torch.distributed.fsdp import (
     register_fsdp_forward_method,
 )
 
+from ftune.peft.nf4 import is_nf4
 from ftune.runtime.rank import world_size
 
 
@@ -53,15 +54,16 @@ def shard_model(
     Returns:
         The same model, now an FSDPModule.
 
+    QLoRA: an NF4 base weight (torchao's NF4Tensor) shards like a dense one, by rows: each rank keeps
+    its rows' 4-bit codes, block scales and scale-group factors, and FSDP2 gathers those (not dense
+    weights) before each layer's forward and backward; each rank builds the same NF4 weight from the
+    full base checkpoint before sharding, so the shards are the single-device weight's.
+
     Raises:
-        ValueError: for a QLoRA model (NF4 base weights do not shard).
+        ValueError: for a QLoRA model that cannot shard over this world size (rows or scale groups
+            of an NF4 weight that do not divide by it), or with param_dtype (NF4 has no mixed precision).
     """
-    quantized = [n for n, m in model.named_modules() if getattr(m, "quantized", False)]
-    if quantized:
-        raise ValueError(
-            f"FSDP2 cannot shard NF4-quantized base weights (QLoRA), e.g. {quantized[0]}. Set "
-            "peft.quantize_base=false for LoRA, or run QLoRA with lora_finetune_single_device."
-        )
+    _check_nf4_shardable(model, world_size(), param_dtype)
     mesh = None  # the default: a 1-D mesh over every rank
     kwargs = {
         "mesh": mesh,
@@ -76,6 +78,29 @@ def shard_model(
     # The recipes run `model.hidden(...)` (the loss projects in chunks), not `model(...)`.
     register_fsdp_forward_method(model, "hidden")
     return model
+
+
+def _check_nf4_shardable(model: nn.Module, ranks: int, param_dtype: torch.dtype | None) -> None:
+    """Refuse, before sharding anything, the NF4 weights FSDP2 cannot split into `ranks` row shards."""
+    nf4 = [(n, p) for n, p in model.named_parameters() if is_nf4(p)]
+    if not nf4:
+        return
+    if param_dtype not in (None, nf4[0][1].dtype):
+        raise ValueError(
+            f"FSDP2 cannot shard NF4-quantized base weights (QLoRA) with param_dtype={param_dtype}: "
+            f"torchao's NF4 all-gather keeps the weights' own dtype ({nf4[0][1].dtype}, e.g. {nf4[0][0]}). "
+            "Shard without param_dtype (set the model's dtype instead), or set peft.quantize_base=false."
+        )
+    for name, p in nf4:
+        rows, groups = p.shape[0], p.quantization_factor.numel()
+        if rows % ranks or groups % ranks:
+            raise ValueError(
+                f"FSDP2 cannot shard NF4-quantized base weights (QLoRA) over {ranks} ranks: {name} "
+                f"(shape {tuple(p.shape)}) has {rows} rows and {groups} groups of block scales, and each "
+                f"rank must hold whole rows and whole groups (both must divide by {ranks}). Run on a "
+                "number of processes that divides both (--nproc_per_node), leave this layer out of "
+                "peft.targets, or set peft.quantize_base=false."
+            )
 
 
 def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
