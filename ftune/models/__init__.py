@@ -19,6 +19,7 @@ from ftune.models import (
     llama3_1,
     llama3_2,
     mistral,
+    mixtral,
     phi3,
     phi4,
     qwen2,
@@ -56,6 +57,7 @@ FAMILIES: tuple[str, ...] = (
     "gemma",
     "code_llama2",
     "gemma2",
+    "mixtral",
 )
 
 CONVERTERS: dict[str, Converter] = {
@@ -75,6 +77,7 @@ CONVERTERS: dict[str, Converter] = {
     "gemma": gemma.CONVERTER,
     "code_llama2": code_llama2.CONVERTER,
     "gemma2": gemma2.CONVERTER,
+    "mixtral": mixtral.CONVERTER,
 }
 
 # Families whose HF config.json cannot be told from another family's (same architecture class, same

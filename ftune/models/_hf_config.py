@@ -18,6 +18,8 @@ from ftune.models.llama3 import llama3
 from ftune.models.llama3_1 import llama3_1
 from ftune.models.llama3_2 import llama3_2
 from ftune.models.mistral import mistral
+from ftune.models.mixtral import mixtral
+from ftune.models.mixtral._hf_config import mixtral_builder_kwargs
 from ftune.models.phi3 import phi3
 from ftune.models.qwen2 import qwen2
 from ftune.models.qwen2_5 import qwen2_5
@@ -46,6 +48,7 @@ COMPONENT_BUILDERS: dict[str, Callable[..., TransformerDecoder]] = {
     "gemma": gemma,
     "gemma2": gemma2,
     "code_llama2": llama2,  # Code Llama is Llama 2 with another RoPE base
+    "mixtral": mixtral,
 }
 _SCALED = {"llama3_1", "llama3_2"}
 
@@ -60,6 +63,7 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "phi3": "Phi3ForCausalLM",
     "gemma": "GemmaForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
+    "mixtral": "MixtralForCausalLM",
 }
 # model_type -> family, for the architectures that map to one family each.
 _ONE_FAMILY = {
@@ -70,6 +74,7 @@ _ONE_FAMILY = {
     "qwen3_moe": "qwen3_moe",
     "gemma": "gemma",
     "gemma2": "gemma2",
+    "mixtral": "mixtral",
 }
 _SUPPORTED_TEXT = (
     "LlamaForCausalLM (model_type 'llama': llama2, llama3, llama3_1, llama3_2, smollm2, code_llama2), "
@@ -77,7 +82,7 @@ _SUPPORTED_TEXT = (
     "Qwen3ForCausalLM ('qwen3': qwen3), Qwen3MoeForCausalLM ('qwen3_moe': qwen3_moe), Gemma3ForCausalLM ('gemma3_text': gemma3), "
     "Gemma3ForConditionalGeneration ('gemma3': the gemma3 text decoder of Gemma 3 4B/12B/27B), "
     "Phi3ForCausalLM ('phi3': phi3, or phi4 for rope_theta 250000), GemmaForCausalLM ('gemma': gemma), "
-    "Gemma2ForCausalLM ('gemma2': gemma2)"
+    "Gemma2ForCausalLM ('gemma2': gemma2), MixtralForCausalLM ('mixtral': mixtral)"
 )
 # Image-text checkpoints whose text decoder ftune builds: model_type -> the module that turns their
 # config.json and weights into those of the text-only model (text_only_config, split_text_decoder,
@@ -200,7 +205,7 @@ def _check_supported_options(config: dict[str, Any], model_type: str) -> None:
         )
     window = _sliding_window(config)
     if (
-        model_type not in ("mistral", "phi3")
+        model_type not in ("mistral", "phi3", "mixtral")
         and window is not None
         and window < config.get("max_position_embeddings", 0)
     ):
@@ -214,7 +219,7 @@ def _check_supported_options(config: dict[str, Any], model_type: str) -> None:
 
 def _sliding_window(config: dict[str, Any]) -> int | None:
     """The attention window config.json sets (Mistral: on unless use_sliding_window is false)."""
-    uses_window = config.get("use_sliding_window", config.get("model_type") in ("mistral", "phi3"))
+    uses_window = config.get("use_sliding_window", config.get("model_type") in ("mistral", "phi3", "mixtral"))
     return config.get("sliding_window") if uses_window else None
 
 
@@ -245,7 +250,9 @@ def builder_kwargs(config: dict[str, Any], family: str) -> dict[str, Any]:
         kwargs["norm_eps"] = float(config["rms_norm_eps"])
     if family == "qwen3_moe":
         kwargs.update(qwen3_moe_builder_kwargs(config))
-    if family in ("mistral", "phi3", "phi4"):
+    if family == "mixtral":
+        kwargs.update(mixtral_builder_kwargs(config))
+    if family in ("mistral", "phi3", "phi4", "mixtral"):
         kwargs["sliding_window"] = _sliding_window(config)
     if family in _SCALED:
         for arg, key in (

@@ -27,19 +27,39 @@ class MoEFeedForward(nn.Module):
         experts: the stacked experts.
         shared_expert: a feed-forward every token also goes through, added unweighted (families
             with shared experts); None for Qwen3-MoE.
+        jitter_noise: in training only, multiply the block's input by noise drawn uniformly from
+            [1 - jitter_noise, 1 + jitter_noise] before routing (Mixtral's `router_jitter_noise`, as
+            transformers applies it: router and experts see the same jittered input); 0 = off.
+
+    Raises:
+        ValueError: jitter_noise outside [0, 1).
     """
 
     def __init__(
-        self, *, gate: TopKRouter, experts: GroupedExperts, shared_expert: nn.Module | None = None
+        self,
+        *,
+        gate: TopKRouter,
+        experts: GroupedExperts,
+        shared_expert: nn.Module | None = None,
+        jitter_noise: float = 0.0,
     ) -> None:
         super().__init__()
+        if not 0.0 <= jitter_noise < 1.0:
+            raise ValueError(
+                f"MoEFeedForward: jitter_noise must be in [0, 1), got {jitter_noise}; set "
+                "router_jitter_noise (HF) / jitter_noise (ftune builder) to 0 to turn it off."
+            )
         self.gate = gate
         self.experts = experts
         self.shared_expert = shared_expert
+        self.jitter_noise = jitter_noise
         self.router_logits: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., embed_dim) -> (..., embed_dim)."""
+        if self.training and self.jitter_noise > 0:
+            noise = torch.empty_like(x).uniform_(1.0 - self.jitter_noise, 1.0 + self.jitter_noise)
+            x = x * noise
         flat = x.reshape(-1, x.shape[-1])  # (T, embed_dim)
         routing = self.gate(flat)
         self.router_logits = routing.logits  # (T, E)

@@ -137,6 +137,20 @@ TINY_HF: dict[str, tuple[str, dict[str, Any]]] = {
             experts_implementation="eager",
         ),
     ),
+    # Mixtral: 8 experts of width intermediate_size, top 2, always renormalised; a window shorter
+    # than the test sequences (the published configs have none); transformers' per-expert loop.
+    "mixtral": (
+        "mixtral",
+        dict(
+            rope_theta=1_000_000.0,
+            rms_norm_eps=1e-5,
+            intermediate_size=32,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            sliding_window=24,
+            experts_implementation="eager",
+        ),
+    ),
 }
 
 
@@ -156,6 +170,7 @@ def build_tiny_hf(family: str, seed: int = 0, **overrides: Any) -> torch.nn.Modu
         "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM),
         "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM),
         "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
+        "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM),
     }[model_type]
     config = config_cls(**{**_COMMON, **options, **overrides})
     torch.manual_seed(seed)

@@ -44,8 +44,8 @@ def test_ftune_to_hf_gives_back_the_saved_state_dict(family: str, tmp_path: Path
     for key, value in saved.items():
         assert torch.equal(back[key], value), key
 
-    if family == "qwen3_moe":
-        return  # fused experts in memory, per expert on disk: tests/models/test_qwen3_moe_convert.py
+    if family in ("qwen3_moe", "mixtral"):
+        return  # fused experts in memory, per expert on disk: tests/models/test_<family>_convert.py
     # `model.state_dict()` of a tied transformers model lists lm_head.weight as an alias of the
     # embeddings; the converter recognises the alias and drops it, everything else round-trips.
     live = {k: v for k, v in hf.state_dict().items()}

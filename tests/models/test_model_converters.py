@@ -46,9 +46,9 @@ def test_hf_round_trip_is_exact_and_pure(family: str) -> None:
     back = conv.hf_to_ftune(hf)
     assert_same(back, sd)
     assert sd == before and all(sd[k] is before[k] for k in sd)  # input untouched
-    # qwen3_moe stacks its experts on the way in, phi3/phi4 fuse q/k/v and gate/up on the way out
-    # (copies, checked above); every other family's conversion is a rename: no copies, no casts.
-    if family not in ("qwen3_moe", "phi3", "phi4"):
+    # qwen3_moe and mixtral stack their experts on the way in, phi3/phi4 fuse q/k/v and gate/up on the
+    # way out (copies, checked above); every other family's conversion is a rename: no copies, no casts.
+    if family not in ("qwen3_moe", "mixtral", "phi3", "phi4"):
         assert all(back[k] is sd[k] for k in sd)
 
 

@@ -71,6 +71,10 @@ PUBLISHED = {
     # (3,353,032,704 and 22,190,763,520) are checked in tests/models/test_qwen3_moe_convert.py.
     "qwen3_moe_30b_a3b": 30_532_122_624,
     "qwen3_moe_235b_a22b": 235_093_634_560,
+    # Mixtral (config.json shapes of mistralai/Mixtral-8x7B-v0.1 and Mixtral-8x22B-v0.1 counted out:
+    # "46.7B" and "141B"); the active counts are checked in tests/models/test_mixtral_convert.py.
+    "mixtral_8x7b": 46_702_792_704,
+    "mixtral_8x22b": 140_630_071_296,
 }
 
 

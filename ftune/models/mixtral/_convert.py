@@ -1,0 +1,137 @@
+"""Mixtral state-dict converters (pure: dict in, dict out, input untouched).
+
+The hub's files (and what transformers 5's `save_pretrained` writes) keep the names of Mistral's
+original release: the MoE block is `block_sparse_moe`, each expert has its own `w1` (gate), `w3`
+(up) and `w2` (down). transformers 5 renames the block to `mlp` and fuses the experts in memory,
+and so does ftune (`ftune.modules.moe_experts.GroupedExperts`):
+
+    HF (files)                                           ftune
+    model.layers.{L}.block_sparse_moe.experts.{e}.w1.weight  layers.{L}.mlp.experts.gate_up_proj[e, :I]
+    model.layers.{L}.block_sparse_moe.experts.{e}.w3.weight  layers.{L}.mlp.experts.gate_up_proj[e, I:]
+    model.layers.{L}.block_sparse_moe.experts.{e}.w2.weight  layers.{L}.mlp.experts.down_proj[e]
+    model.layers.{L}.block_sparse_moe.gate.weight            layers.{L}.mlp.gate.weight (the router)
+
+Reading stacks the experts (a copy, one layer at a time); writing hands out views of the stacked
+tensors (no copy). transformers 5's in-memory names (`model.layers.{L}.mlp.gate.weight`,
+`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`) are read as renames. Attention, norms and
+embeddings are Mistral's.
+"""
+
+import re
+from collections import defaultdict
+
+import torch
+
+from ftune.models._converter import Converter
+from ftune.models._hf_keys import HF_IGNORED, hf_table
+from ftune.models._key_rename import StateDict, key_pattern
+from ftune.models._table_converter import _ftune_to_hf, _hf_to_ftune
+
+FAMILY = "mixtral"
+# The files' names: Mistral's attention, norms and embeddings (no dense feed-forward) and the router.
+HF_TABLE: dict[str, str] = {
+    **{k: v for k, v in hf_table(qkv_bias=False).items() if ".mlp." not in k},
+    "model.layers.{}.block_sparse_moe.gate.weight": "layers.{}.mlp.gate.weight",
+}
+# transformers 5's in-memory names, read only.
+_LIVE_TABLE: dict[str, str] = {
+    "model.layers.{}.mlp.gate.weight": "layers.{}.mlp.gate.weight",
+    "model.layers.{}.mlp.experts.gate_up_proj": "layers.{}.mlp.experts.gate_up_proj",
+    "model.layers.{}.mlp.experts.down_proj": "layers.{}.mlp.experts.down_proj",
+}
+_HF_EXPERT = re.compile(r"^model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.(w1|w2|w3)\.weight$")
+_FTUNE_EXPERTS = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
+_PROJS = ("w1", "w3", "w2")  # gate, up, down
+
+
+def _stack_layer(layer: str, parts: dict[tuple[int, str], torch.Tensor]) -> StateDict:
+    """One layer's per-expert w1/w3/w2 -> its stacked ftune tensors."""
+    num_experts = 1 + max(e for e, _ in parts)
+    if missing := [
+        f"model.layers.{layer}.block_sparse_moe.experts.{e}.{p}.weight"
+        for e in range(num_experts)
+        for p in _PROJS
+        if (e, p) not in parts
+    ]:
+        raise KeyError(
+            f"{FAMILY}: layer {layer} has experts up to {num_experts - 1} but lacks {missing[:3]} "
+            f"({len(missing)} missing): a checkpoint holds every expert's w1, w2 and w3. Check that all "
+            "the checkpoint's shards are in the folder."
+        )
+    stacked = {p: torch.stack([parts[(e, p)] for e in range(num_experts)]) for p in _PROJS}  # (E, out, in)
+    prefix = f"layers.{layer}.mlp.experts."
+    return {
+        prefix + "gate_up_proj": torch.cat([stacked["w1"], stacked["w3"]], dim=1),  # (E, 2I, H)
+        prefix + "down_proj": stacked["w2"],  # (E, H, I)
+    }
+
+
+def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> StateDict:
+    """HF keys (the files' per-expert layout or transformers 5's fused one) -> ftune keys.
+
+    Raises:
+        KeyError: an unknown key, a layer missing some expert's projection, or a tensor given in
+            both layouts (per-expert and fused experts, or `block_sparse_moe.gate` and `mlp.gate`).
+    """
+    experts: dict[str, dict[tuple[int, str], torch.Tensor]] = defaultdict(dict)
+    rest: StateDict = {}
+    for key, value in sd.items():
+        if match := _HF_EXPERT.match(key):
+            experts[match.group(1)][(int(match.group(2)), match.group(3))] = value
+        else:
+            rest[key] = value
+    table = {**HF_TABLE, **_LIVE_TABLE}
+    out = _hf_to_ftune(rest, family=FAMILY, table=table, tie_word_embeddings=tie_word_embeddings)
+    targets: dict[str, str] = {}
+    for key in rest:
+        pattern, index = key_pattern(key)
+        if pattern in table and index is not None:
+            target = table[pattern].replace("{}", index)
+            if target in targets:
+                raise KeyError(
+                    f"{FAMILY}: {key!r} and {targets[target]!r} both hold {target}; a checkpoint holds "
+                    "one layout (the files' block_sparse_moe or transformers' fused mlp). Remove one."
+                )
+            targets[target] = key
+    for layer, parts in experts.items():
+        stacked = _stack_layer(layer, parts)
+        if twice := [k for k in stacked if k in out]:
+            raise KeyError(
+                f"{FAMILY}: layer {layer} has both per-expert weights (model.layers.{layer}.block_sparse_moe."
+                f"experts.<e>.*) and fused ones ({twice[0]}); a checkpoint holds one layout. Remove one."
+            )
+        out.update(stacked)
+    return out
+
+
+def ftune_to_hf(sd: StateDict) -> StateDict:
+    """ftune keys -> HF keys as the hub's files hold them (one key per expert and projection; views).
+
+    Raises:
+        KeyError: a key that is not part of the family's base model (e.g. LoRA weights).
+    """
+    rest: StateDict = {}
+    out: StateDict = {}
+    for key, value in sd.items():
+        match = _FTUNE_EXPERTS.match(key)
+        if match is None:
+            rest[key] = value
+            continue
+        layer, name = match.groups()
+        prefix = f"model.layers.{layer}.block_sparse_moe.experts."
+        if name == "down_proj":
+            out.update({f"{prefix}{e}.w2.weight": w for e, w in enumerate(value.unbind(0))})
+            continue
+        hidden = value.shape[1] // 2
+        for e, w in enumerate(value.unbind(0)):  # w (2I, H): gate rows, then up rows
+            out[f"{prefix}{e}.w1.weight"] = w[:hidden]
+            out[f"{prefix}{e}.w3.weight"] = w[hidden:]
+    return {**_ftune_to_hf(rest, family=FAMILY, table=HF_TABLE), **out}
+
+
+CONVERTER = Converter(
+    family=FAMILY,
+    hf_to_ftune=hf_to_ftune,
+    ftune_to_hf=ftune_to_hf,
+    hf_ignored=HF_IGNORED,
+)
