@@ -62,7 +62,7 @@ def main(cfg: config.Config) -> None:
     def loss_on(batch: training.MicroBatch) -> training.Loss:
         """A micro-batch's forward and loss: the training step and validation both call this."""
         hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
-        return training.token_loss(loss_fn, model.output_weight, hidden, batch.labels)  # [sft]
+        return training.token_loss(loss_fn, model, hidden, batch)  # [sft] + an MoE's balancing loss
 
     params = training.trainable_params(model)
     optimizer = training.build_optimizer(cfg.optimizer, params, in_backward=s.optimizer_in_backward)

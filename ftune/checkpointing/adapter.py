@@ -20,6 +20,7 @@ from ftune.checkpointing.readers import read_safetensors
 from ftune.peft.adapter_state import is_adapter_key
 from ftune.peft.dora import rescale_rows
 from ftune.peft.lora import merge_lora
+from ftune.peft.moe_lora import expert_base_key, merge_expert_lora
 from ftune.peft.peft_format import from_peft, peft_adapter_config, to_peft
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
@@ -130,11 +131,12 @@ def merged_state_dict(
             continue
         module = key[: -len(".lora_a.weight")]
         a, b = state[key], state[f"{module}.lora_b.weight"]
-        weight = state[f"{module}.weight"]
+        expert_key = expert_base_key(module)  # stacked expert weights: one update per expert
+        weight = state[expert_key or f"{module}.weight"]
         with torch.no_grad():
-            combined = merge_lora(weight, a, b, alpha / a.shape[0])
+            combined = (merge_expert_lora if expert_key else merge_lora)(weight, a, b, alpha / a.shape[-2])
             magnitude = state.get(f"{module}.magnitude")
             if magnitude is not None:
                 combined = rescale_rows(combined, magnitude)
-        merged[f"{module}.weight"] = combined
+        merged[expert_key or f"{module}.weight"] = combined
     return merged

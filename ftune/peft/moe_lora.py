@@ -17,6 +17,7 @@ and tensor layout (lora_A (E * rank, in) expert-major; lora_B (out, rank * E) ex
 
 import math
 import re
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -99,7 +100,7 @@ class LoRAGroupedExperts(GroupedExperts):
         if name not in self.lora:
             return weight.clone()
         lora = self.lora[name]
-        return torch.baddbmm(weight, lora.lora_b.weight, lora.lora_a.weight, alpha=lora.scale)
+        return merge_expert_lora(weight, lora.lora_a.weight, lora.lora_b.weight, lora.scale)
 
 
 def apply_expert_lora(model: nn.Module, *, rank: int, alpha: float, dropout: float = 0.0) -> list[str]:
@@ -133,6 +134,51 @@ def apply_expert_lora(model: nn.Module, *, rank: int, alpha: float, dropout: flo
 def expert_adapter_params(model: nn.Module) -> list[nn.Parameter]:
     """The A and B tensors of every expert adapter of `model`, in model order."""
     return [p for m in model.modules() if isinstance(m, LoRAGroupedExperts) for p in m.lora.parameters()]
+
+
+def is_expert_adapter_key(key: str) -> bool:
+    """True for ftune expert-adapter keys, `layers.{L}.mlp.experts.lora.<weight>.lora_{a,b}.weight`."""
+    return ".experts.lora." in key
+
+
+def is_peft_expert_key(key: str) -> bool:
+    """True for PEFT's expert-adapter keys (`to_peft_experts`'s output)."""
+    return _PEFT_EXPERTS.match(key) is not None
+
+
+def expert_base_key(module: str) -> str | None:
+    """The stacked weight an expert adapter adapts: `layers.0.mlp.experts.lora.gate_up_proj` ->
+    `layers.0.mlp.experts.gate_up_proj`; None for a module that is not an expert adapter."""
+    head, sep, weight = module.rpartition(".experts.lora.")
+    return f"{head}.experts.{weight}" if sep and weight in EXPERT_WEIGHTS else None
+
+
+def merge_expert_lora(
+    weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """``W_e + scale·B_e·A_e`` for every expert e, as a new (E, out, in) tensor in W's dtype.
+
+    Args:
+        weight: stacked base weight (E, out, in). lora_a: (E, rank, in). lora_b: (E, out, rank).
+        scale: alpha / rank.
+    """
+    return torch.baddbmm(weight, lora_b.to(weight.dtype), lora_a.to(weight.dtype), alpha=scale)
+
+
+def num_experts_of(base_shapes: Mapping[str, torch.Size] | None) -> int:
+    """The experts per layer of a model, read from its stacked weights' shapes (ftune names).
+
+    Raises:
+        ValueError: no shapes, or none of a stacked expert weight.
+    """
+    for key, shape in (base_shapes or {}).items():
+        if key.endswith(".experts.gate_up_proj"):
+            return int(shape[0])
+    raise ValueError(
+        "The adapter has expert LoRA tensors (PEFT target_parameters on mlp.experts), whose files fold "
+        "the experts into one dimension: pass base_shapes (the base model's weight shapes) to read "
+        "them, from a mixture-of-experts base model."
+    )
 
 
 def to_peft_experts(adapter: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

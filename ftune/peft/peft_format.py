@@ -10,7 +10,11 @@ model, prefixed by `base_model.model.`, with the adapter name removed:
     output.lora_a.weight                     base_model.model.lm_head.lora_A.weight
 
 The base module path is mapped by the family's HF converter (`ftune.models.CONVERTERS[family]`),
-applied to the layer's `weight` key, so no family is special-cased here.
+applied to the layer's `weight` key, so no family is special-cased here. The adapters of stacked
+mixture-of-experts weights go the way PEFT saves `target_parameters` (`ftune.peft.moe_lora`):
+
+    layers.0.mlp.experts.lora.gate_up_proj.lora_a.weight   base_model.model.model.layers.0.mlp.experts.base_layer.lora_A.weight
+    layers.0.mlp.experts.lora.down_proj.lora_a.weight      base_model.model.model.layers.0.mlp.experts.lora_A.weight
 """
 
 from collections.abc import Mapping
@@ -19,6 +23,14 @@ import torch
 
 from ftune.models import CONVERTERS
 from ftune.peft.fused_adapters import fuse_adapters, fused_module_of, split_adapters
+from ftune.peft.moe_lora import (
+    EXPERT_WEIGHTS,
+    from_peft_experts,
+    is_expert_adapter_key,
+    is_peft_expert_key,
+    num_experts_of,
+    to_peft_experts,
+)
 
 PEFT_PREFIX = "base_model.model."
 
@@ -69,14 +81,18 @@ def to_peft(
 
     Returns:
         The same tensors under `base_model.model.<hf module>.lora_A.weight` etc. (the adapters of a
-        fused module's parts: one fused LoRA, see `ftune.peft.fused_adapters`).
+        fused module's parts: one fused LoRA, see `ftune.peft.fused_adapters`; expert adapters in
+        PEFT's `target_parameters` layout, see `ftune.peft.moe_lora.to_peft_experts`).
 
     Raises:
         KeyError: for a key that is not an adapter key, or an unknown family.
     """
     conv = _converter(family)
+    experts = {k: v for k, v in adapter_sd.items() if is_expert_adapter_key(k)}
+    adapter_sd = {k: v for k, v in adapter_sd.items() if k not in experts}
     adapter_sd, fused = fuse_adapters(adapter_sd, conv.fused_modules, base_shapes)
     out = {PEFT_PREFIX + k: v for k, v in fused.items()}
+    out.update(to_peft_experts(experts))
     for key, tensor in adapter_sd.items():
         module, suffix = _split(key, _SUFFIXES, "ftune")
         hf_module = _rename_module(module, conv.ftune_to_hf, tensor, key)
@@ -93,7 +109,7 @@ def from_peft(
         peft_sd: {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": ..., ...}.
         family: model family, a key of `ftune.models.CONVERTERS`.
         base_shapes: the base model's weight shapes (ftune names); needed for the fused modules of a
-            family like Phi-3 (the rows of each part).
+            family like Phi-3 (the rows of each part), and for expert adapters (the expert count).
 
     Returns:
         {"layers.0.attn.q_proj.lora_a.weight": ..., ...}, loadable into a model adapted with apply_lora.
@@ -106,7 +122,12 @@ def from_peft(
     conv = _converter(family)
     out: dict[str, torch.Tensor] = {}
     fused: dict[str, dict[str, torch.Tensor]] = {}
+    experts = {k: v for k, v in peft_sd.items() if is_peft_expert_key(k)}
+    if experts:
+        out.update(from_peft_experts(experts, num_experts=num_experts_of(base_shapes)))
     for key, tensor in peft_sd.items():
+        if key in experts:
+            continue
         if not key.startswith(PEFT_PREFIX):
             raise KeyError(
                 f"{key!r} is not a PEFT adapter key: expected the prefix {PEFT_PREFIX!r} that "
@@ -155,6 +176,9 @@ def peft_adapter_config(
     Raises:
         ValueError: if use_dora disagrees with the presence of magnitude tensors in `peft_sd`.
     """
+    # Expert adapters are PEFT `target_parameters` (one ParamWrapper a stacked weight), not modules.
+    experts = {k for k in peft_sd if is_peft_expert_key(k)}
+    peft_sd = {k: v for k, v in peft_sd.items() if k not in experts}
     modules = {_split(k[len(PEFT_PREFIX) :], _FROM_PEFT_SUFFIXES, "PEFT")[0] for k in peft_sd}
     has_magnitude = any(k.endswith(".lora_magnitude_vector") for k in peft_sd)
     if has_magnitude != use_dora:
@@ -189,4 +213,6 @@ def peft_adapter_config(
         "rank_pattern": rank_pattern,
         "alpha_pattern": {m: alpha * r / rank for m, r in rank_pattern.items()},
         "revision": None,
+        # PEFT wraps them in this order, the first innermost (`ftune.peft.moe_lora.to_peft_experts`).
+        **({"target_parameters": [f"mlp.experts.{w}" for w in EXPERT_WEIGHTS]} if experts else {}),
     }

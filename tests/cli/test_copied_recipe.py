@@ -33,7 +33,7 @@ class MySettings(training.LoRASettings):
 SETTINGS = MySettings
 """
 BACKWARD = "step_loss.scaled(loss_on(batch)).backward()"
-FORWARD_LOSS = "return training.token_loss(loss_fn, model.output_weight, hidden, batch.labels)  # [sft]"
+FORWARD_LOSS = "return training.token_loss(loss_fn, model, hidden, batch)  # [sft] + an MoE's balancing loss"
 
 
 @pytest.fixture(scope="module")

@@ -178,7 +178,7 @@ def test_validate_is_a_token_mean_without_grads_and_restores_mode(tiny_model, ba
     def eval_loss(model, loss_fn, batches, *, device, max_batches=None):
         def loss_on(batch):  # the supervised recipes' loss_on
             hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
-            return token_loss(loss_fn, model.output_weight, hidden, batch.labels)
+            return token_loss(loss_fn, model, hidden, batch)
 
         return validate(loss_on, model, batches, device=device, max_batches=max_batches)["val_loss"]
 

@@ -20,7 +20,7 @@ from ftune.peft.lora import LoRALinear
 from ftune.training.methods.dpo_loss import DPOLoss, PairLogps
 from ftune.training.methods.grpo_loss import GRPOLoss
 from ftune.training.methods.preference_step import check_preference
-from ftune.training.step.batch_loss import MicroBatch
+from ftune.training.step.batch_loss import MicroBatch, refuse_moe
 
 T = TypeVar("T")
 
@@ -34,6 +34,9 @@ class ReferenceModel:
     """
 
     def __init__(self, model: nn.Module, *, disable_adapters: bool) -> None:
+        # A LoRA reference pass reruns the policy's own MoE blocks and would overwrite the router
+        # logits the balancing loss reads; DPO and GRPO leave MoE models out until they add it.
+        refuse_moe(model, "DPO / GRPO")
         self.model, self.disable_adapters = model, disable_adapters
 
     @classmethod

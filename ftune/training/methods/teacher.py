@@ -17,6 +17,7 @@ from torch import nn
 
 from ftune.checkpointing.inference import load_inference_model
 from ftune.config import instantiate
+from ftune.training.step.batch_loss import refuse_moe
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +69,10 @@ def check_same_vocab(tokenizer: Any, teacher_tokenizer: Any, model: nn.Module, t
         model: the student; ``teacher``: the teacher.
 
     Raises:
-        ValueError: one line naming what differs, the keys involved and how to fix it.
+        ValueError: one line naming what differs, the keys involved and how to fix it; or a student
+            that is a mixture-of-experts model (distillation does not add its balancing loss yet).
     """
+    refuse_moe(model, "Knowledge distillation")
     problems = []
     n, m = tokenizer.vocab_size, teacher_tokenizer.vocab_size
     if n != m:

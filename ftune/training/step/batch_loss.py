@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ftune.modules.masks import document_causal_mask
+from ftune.modules.moe import MoETransformerDecoder
 from ftune.training.step.loss import IGNORE_INDEX
 
 LossFn = Callable[..., tuple[torch.Tensor, int]]
@@ -167,23 +168,87 @@ def check_batch(batch: dict[str, Any]) -> None:
         )
 
 
-def token_loss(loss_fn: LossFn, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor) -> Loss:
-    """A token loss of final hidden states: ``loss_fn(weight, hidden, labels)`` as a :class:`Loss`.
+def token_loss(loss_fn: LossFn, model: nn.Module, hidden: torch.Tensor, batch: MicroBatch) -> Loss:
+    """The supervised loss of a micro-batch's final hidden states, as a :class:`Loss`.
 
-    A loss whose ``token_wise`` attribute is True (ftune's cross-entropy losses) gets only the
-    labelled positions, as ``[1, n, dim]`` and ``[1, n]`` (see :func:`labelled_positions`).
+    ``loss_fn(model.output_weight, hidden, labels)``, and for a mixture-of-experts model its
+    load-balancing loss on top (:func:`with_aux_loss`): a dense model pays nothing, and every recipe
+    calls this one line whatever the model. A loss whose ``token_wise`` attribute is True (ftune's
+    cross-entropy losses) gets only the labelled positions, as ``[1, n, dim]`` and ``[1, n]`` (see
+    :func:`labelled_positions`).
 
     Args:
         loss_fn: called as ``loss_fn(weight, hidden, labels)``, returning ``(loss_sum, num_tokens)``.
-        weight: the output projection ``[vocab, dim]`` (``model.output_weight``).
-        hidden: the final hidden states ``[b, s, dim]``.
-        labels: shifted labels ``[b, s]`` (``MicroBatch.labels``).
+        model: the model whose ``hidden`` these are (its output projection, and its router logits).
+        hidden: the final hidden states ``[b, s, dim]`` of ``batch``.
+        batch: the micro-batch (its shifted labels, and which positions are real tokens).
     """
+    labels = batch.labels
     if getattr(loss_fn, "token_wise", False):
         ignore_index = getattr(loss_fn, "ignore_index", IGNORE_INDEX)
         labels, hidden = labelled_positions(labels, hidden, ignore_index=ignore_index)
-    loss_sum, num_tokens = loss_fn(weight, hidden, labels)
-    return Loss(loss_sum, int(num_tokens), {})
+    loss_sum, num_tokens = loss_fn(model.output_weight, hidden, labels)
+    return with_aux_loss(model, batch, Loss(loss_sum, int(num_tokens), {}))
+
+
+def with_aux_loss(model: nn.Module, batch: MicroBatch, loss: Loss) -> Loss:
+    """``loss`` plus the load-balancing loss of a mixture-of-experts model's last forward (else ``loss``).
+
+    The router logits are those of the forward that made ``batch``'s hidden states; the balancing
+    loss counts the batch's real tokens only (:func:`real_tokens`, as transformers does with an
+    attention mask). It enters weighted by the micro-batch's count ``n``: ``loss.sum + coef * n * aux``.
+    ``StepLoss`` divides the step's sum by the step's count ``N`` (over every micro-batch and rank),
+    so the step's loss is ``mean loss + coef * sum_i(n_i * aux_i) / N``: each forward's balancing
+    loss (over its own tokens, as transformers computes it per forward), averaged with the weight
+    of its labelled tokens. One micro-batch on one device gives transformers' ``ce + coef * aux``
+    exactly; micro-batches and ranks enter like the tokens they hold.
+
+    ``coef`` is ``model.aux_loss_coef`` (HF ``router_aux_loss_coef``; 0 leaves the loss as it is).
+    The unscaled ``aux`` is logged either way, as the metric ``aux_loss`` (``n * aux``, which the
+    step divides by ``N``).
+    """
+    if not isinstance(model, MoETransformerDecoder):
+        return loss
+    weighted = model.aux_loss(real_tokens(batch)) * loss.count  # n * aux, fp32 scalar
+    total = loss.sum + model.aux_loss_coef * weighted if model.aux_loss_coef else loss.sum
+    return Loss(total, loss.count, {**loss.metrics, "aux_loss": weighted.detach()})
+
+
+def refuse_moe(model: nn.Module, method: str) -> None:
+    """Raise for a mixture-of-experts model in a recipe whose loss does not add its balancing loss.
+
+    Args:
+        model: the model the recipe trains (or its reference).
+        method: the recipe kind, for the message (e.g. "DPO").
+
+    Raises:
+        ValueError: ``model`` is an ``MoETransformerDecoder``.
+    """
+    if isinstance(model, MoETransformerDecoder):
+        raise ValueError(
+            f"{method} does not train mixture-of-experts models yet: its loss does not add the router's "
+            f"load-balancing loss (aux_loss_coef={model.aux_loss_coef}), so the experts would drift out of "
+            "balance unseen. Fine-tune an MoE model with the SFT recipes (full_finetune_* or "
+            "lora_finetune_*), which add and log it, or pick a dense model for this recipe."
+        )
+
+
+def real_tokens(batch: MicroBatch) -> torch.Tensor:
+    """``[b, s]`` bool: the positions that hold a sample's tokens, False on right padding.
+
+    A row's real tokens run up to the last token that is a label (the end of its last trained
+    response, e.g. ``<|im_end|>``); what follows is padding (a padded row, or a pack's padding
+    tail). A row with no label at all counts as real throughout (nothing tells its padding apart).
+
+    Args:
+        batch: a micro-batch, labels shifted (``labels[:, t]`` is the token at ``t + 1``).
+    """
+    labels = batch.labels
+    labelled = labels != IGNORE_INDEX  # (b, s)
+    positions = torch.arange(labels.shape[1], device=labels.device)  # (s,)
+    last = torch.where(labelled, positions, -1).amax(dim=1)  # (b,) last labelled position, -1 if none
+    end = torch.where(last < 0, labels.shape[1], last + 1)  # (b,) the last real token's position
+    return positions[None, :] <= end[:, None]  # (b, s)
 
 
 def batch_loss(
@@ -197,7 +262,7 @@ def batch_loss(
     """
     batch = on_device(batch, device)
     hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
-    loss = token_loss(loss_fn, model.output_weight, hidden, batch.labels)
+    loss = token_loss(loss_fn, model, hidden, batch)
     return loss.sum, loss.count
 
 
