@@ -1,11 +1,34 @@
-"""Mixtral tokenizer: Mistral's.
+"""Mixtral tokenizers: Mistral's, in the two vocabularies the releases use.
 
 Mixtral-8x7B (v0.1, base and Instruct) ships Mistral 7B's v1 sentencepiece `tokenizer.model` and
 its `[INST]` format: `mixtral_tokenizer` is `mistral_tokenizer`. Mixtral-8x22B uses the v3
-vocabulary (32,768 tokens, `[INST]` a control token): read it with `ftune.tokenizers.hf.HFTokenizer`
-from the model's tokenizer.json, as for Mistral v0.3.
+vocabulary (32,768 tokens, `[INST]` and `[/INST]` control tokens) with its chat template in
+tokenizer_config.json: `mixtral_v3_tokenizer` reads its tokenizer.json.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+
 from ftune.models.mistral._tokenizer import mistral_tokenizer
+from ftune.tokenizers.hf import HFTokenizer
 
 mixtral_tokenizer = mistral_tokenizer
+
+
+def mixtral_v3_tokenizer(path: str | Path, max_seq_len: int | None = None) -> HFTokenizer:
+    """The Mixtral-8x22B tokenizer (v3 vocabulary) from its tokenizer.json.
+
+    Args:
+        path: the `tokenizer.json` file, or the model folder holding it (its tokenizer_config.json,
+            with the chat template, is read from the same folder).
+        max_seq_len: `tokenize_messages` truncates to this many tokens when set.
+
+    Returns:
+        An HFTokenizer that lays conversations out with the folder's chat template.
+
+    Raises:
+        FileNotFoundError: no tokenizer.json at `path`.
+        ValueError: an unreadable tokenizer.json or tokenizer_config.json (see `HFTokenizer`).
+    """
+    return HFTokenizer(path, max_seq_len=max_seq_len)
