@@ -1,14 +1,18 @@
 """Checks `ftune run` makes before torchrun starts any rank: a launch that cannot work fails in the launcher.
 
-Torch is not imported here: a bad `--nproc_per_node` or a QLoRA config on a distributed recipe is
-refused in well under a second, instead of after every rank has started (and buried in each rank's log).
+Torch is not imported here: a bad `--nproc_per_node` or a QLoRA config on a distributed recipe that
+does not run QLoRA is refused in well under a second, instead of after every rank has started (and buried in each rank's log).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ftune import registry
 from ftune.config.errors import ConfigError
 from ftune.config.loading import load_config
 from ftune.config.run import parse_recipe_args
+from ftune.feature_states import NA, YES, reason, state
 
 # torchrun's own spellings of --nproc_per_node that are not a number.
 _NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
@@ -37,23 +41,33 @@ def check_launcher_options(launcher: list[str]) -> None:
 
 
 def check_distributed_config(recipe_args: list[str], recipe_name: str) -> None:
-    """Load the config of a distributed launch and refuse what no rank could run (QLoRA under FSDP2).
+    """Load the config of a distributed launch and refuse what no rank could run: QLoRA with a recipe whose
+    registry entry says QLoRA does not apply to it (e.g. lora_dpo_distributed; lora_finetune_distributed
+    shards NF4 bases and runs it).
 
     Raises:
-        ConfigError: for a config error (the same one each rank would raise), or `peft.quantize_base` true.
+        ConfigError: for a config error (the same one each rank would raise), or `peft.quantize_base` true
+            with such a recipe.
     """
     config, overrides = parse_recipe_args(recipe_args)
     if config is None:
         return  # the recipe reports its missing config itself
     cfg = load_config(config, overrides)
     peft = cfg.node.get("peft") if "peft" in cfg else None
-    if peft is not None and hasattr(peft, "get") and peft.get("quantize_base") is True:
-        raise ConfigError(
-            [
-                f"peft.quantize_base: true ({cfg.where('peft.quantize_base')}) is QLoRA, and {recipe_name} runs "
-                "under torchrun with FSDP2, which cannot shard NF4 base weights. Run QLoRA on one device "
-                "(`ftune run lora_finetune_single_device --config ...`), or set peft.quantize_base=false for "
-                "distributed LoRA."
-            ],
-            cfg.source,
-        )
+    if peft is None or not hasattr(peft, "get") or peft.get("quantize_base") is not True:
+        return
+    recipe = registry.RECIPES.get(Path(recipe_name).stem)
+    cell = recipe.features.get("qlora", "") if recipe is not None else ""
+    if state(cell) != NA:
+        return  # QLoRA runs (or a copied recipe: shard_model says what cannot shard)
+    supported = [
+        r.name for r in registry.TRAINING.values() if r.distributed and r.features.get("qlora") == YES
+    ]
+    raise ConfigError(
+        [
+            f"peft.quantize_base: true ({cfg.where('peft.quantize_base')}) is QLoRA, and {recipe.name} does "
+            f"not run it: {reason(cell)}. Set peft.quantize_base=false for LoRA, or run QLoRA with "
+            f"{' or '.join(supported)} (`ftune run --nproc_per_node N {supported[0]} --config ...`)."
+        ],
+        cfg.source,
+    )

@@ -7,19 +7,21 @@ import pytest
 
 from ftune import registry
 from ftune.cli.main import main
+from ftune.cli.preflight import check_distributed_config
+
+DPO_QLORA = ["run", "--nproc_per_node", "2", "lora_dpo_distributed", "--config", "smollm2/135M_lora_dpo"]
 
 
-def test_qlora_with_a_distributed_recipe_is_refused_by_the_launcher(capsys):
-    assert (
-        main(["run", "--nproc_per_node", "2", "lora_finetune_distributed", "--config", "smollm2/135M_qlora"])
-        == 1
-    )
+def test_qlora_with_a_distributed_recipe_that_does_not_run_it_is_refused_by_the_launcher(capsys):
+    assert main([*DPO_QLORA, "peft.quantize_base=true"]) == 1
     err = capsys.readouterr().err
-    assert "peft.quantize_base: true (in " in err and "135M_qlora.yaml) is QLoRA" in err
-    assert "Run QLoRA on one device" in err and "Traceback" not in err
-    # set on the command line: the message says so
-    assert main(["run", "--nproc_per_node", "2", "lora_finetune_distributed", "peft.quantize_base=true"]) == 1
-    assert "peft.quantize_base: true (set on the command line)" in capsys.readouterr().err
+    assert "peft.quantize_base: true (set on the command line) is QLoRA, and lora_dpo_distributed" in err
+    assert "run QLoRA DPO with lora_dpo_single_device" in err and "Traceback" not in err
+    assert "or run QLoRA with lora_finetune_distributed" in err
+
+
+def test_qlora_config_with_lora_finetune_distributed_passes_the_launcher_checks():
+    check_distributed_config(["--config", "smollm2/135M_qlora"], "lora_finetune_distributed.py")
 
 
 @pytest.mark.parametrize("value", ["0", "abc", "-1"])
@@ -35,8 +37,7 @@ def test_refused_without_importing_torch():
         "import sys, contextlib, io\n"
         "from ftune.cli.main import main\n"
         "with contextlib.redirect_stderr(io.StringIO()):\n"
-        "    rc = main(['run', '--nproc_per_node', '2', 'lora_finetune_distributed', '--config', "
-        "'smollm2/135M_qlora'])\n"
+        f"    rc = main({[*DPO_QLORA, 'peft.quantize_base=true']!r})\n"
         "assert rc == 1\n"
         "assert 'torch' not in sys.modules, 'the launcher imported torch before refusing'\n"
     )

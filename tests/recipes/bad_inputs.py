@@ -126,7 +126,7 @@ CASES: list[Case] = [
     _c('launch-nproc-abc', 'launches', ('run', '--nproc_per_node', 'abc', 'dist_check'), 'must be an integer >= 1', '--nproc_per_node', "'abc'", '--nproc_per_node 2'),
     _c('launch-nproc-negative', 'launches', ('run', '--nproc_per_node=-2', 'dist_check'), 'must be an integer >= 1', '--nproc_per_node', "'-2'", 'auto'),
     _c('launch-single-device-recipe', 'launches', ('run', '--nproc_per_node', '2', 'lora_finetune_single_device'), 'runs on one device', '--nproc_per_node 2', 'lora_finetune_single_device', 'Use lora_finetune_distributed'),
-    _c('launch-qlora-distributed', 'launches', ('run', '--nproc_per_node', '2', 'lora_finetune_distributed', '--config', 'smollm2/135M_qlora'), 'is QLoRA', 'peft.quantize_base', 'true', 'Run QLoRA on one device'),
+    _c('launch-qlora-distributed', 'launches', ('run', '--nproc_per_node', '2', 'lora_dpo_distributed', '--config', 'smollm2/135M_lora_dpo', 'peft.quantize_base=true'), 'is QLoRA', 'peft.quantize_base', 'true', 'run QLoRA with lora_finetune_distributed'),
     _c('launch-bad-config-before-ranks', 'launches', ('run', '--nproc_per_node', '2', 'full_finetune_distributed', 'batchsize=2'), 'unknown key', 'batchsize', 'set on the command line', "Did you mean 'batch_size'?"),
     _c('launch-busy-port', 'launches', ('run', '--nproc_per_node', '2', '--master_port', '{busy_port}', 'dist_check'), 'could not start', 'the distributed launch of dist_check.py', 'port: {busy_port}', 'pass a free --master_port'),
     _c('launch-dead-rank', 'launches', ('run', '--nproc_per_node', '2', 'dist_check', 'fail_rank=1'), 'distributed run of dist_check.py failed', 'rank 1', 'rank 1 fails on purpose (fail_rank=1)', "The rank's own error is printed above"),

@@ -260,8 +260,10 @@ def qlora(run, tmp_path):
     assert adapted, "no LoRA layer in the model"
     dense = [n for n, m in adapted if not is_nf4(m.weight)]
     assert not dense, f"base weights not stored as NF4: {dense[:3]}"
-    # Under FSDP2 (a DTensor weight), each rank holds its share of the 4-bit codes, not the whole weight.
+    # Under FSDP2 (DTensor weights), each rank holds its share of the 4-bit codes, not the whole weight.
     shards = [(n, m.weight) for n, m in adapted if hasattr(m.weight, "device_mesh")]
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        assert len(shards) == len(adapted), f"NF4 weights left unsharded: {len(adapted) - len(shards)}"
     whole = [
         n
         for n, w in shards
