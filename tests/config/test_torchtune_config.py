@@ -21,14 +21,9 @@ from ftune.torchtune import docs as torchtune_docs
 from ftune.torchtune.corpus import read_wheel_configs
 
 WHEEL = "torchtune-0.6.1-py3-none-any.whl"
-_QLORA_FSDP = "qlora in lora_finetune_distributed: FSDP2 cannot shard NF4 base weights yet"
 # Configs that do not convert completely, and the one reason each: this list is the documented one.
-EXCEPTIONS = {
-    "llama2/7B_qlora.yaml": _QLORA_FSDP,
-    "llama2/70B_qlora.yaml": _QLORA_FSDP,
-    "llama3_1/405B_qlora.yaml": _QLORA_FSDP,
-    "llama3_3/70B_qlora.yaml": _QLORA_FSDP,
-}
+# (Empty since lora_finetune_distributed runs QLoRA: its 4 qlora configs were the last exceptions.)
+EXCEPTIONS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -212,7 +207,21 @@ def test_cli_writes_a_config_that_validates_and_reports(tmp_path, capsys):
     assert "0 unsupported; it validates" in capsys.readouterr().err
     assert yaml.safe_load(text)["peft"]["rank"] == 8
 
-    src.write_text(TT_LORA.replace("lora_llama3_2_1b", "qlora_llama3_2_1b"))
+    src.write_text(TT_LORA.replace("lora_llama3_2_1b", "qlora_llama3_2_1b"))  # QLoRA under FSDP2
+    qlora = tmp_path / "1B_qlora.yaml"
+    assert (
+        convert_main(
+            ["torchtune-config", str(src), "--recipe", "lora_finetune_distributed", "-o", str(qlora)]
+        )
+        == 0
+    )
+    assert validate(str(qlora), [], "lora_finetune_distributed") == "lora_finetune_distributed"
+    assert yaml.safe_load(qlora.read_text())["peft"]["quantize_base"] is True
+    capsys.readouterr()
+
+    src.write_text(
+        TT_LORA.replace("accumulation_steps: 8", "accumulation_steps: 1") + "optimizer_in_bwd: true\n"
+    )
     assert convert_main(["torchtune-config", str(src), "--recipe", "lora_finetune_distributed"]) == 1
     err = capsys.readouterr().err
-    assert f"unsupported: model._component_: {_QLORA_FSDP}" in err
+    assert "unsupported: optimizer_in_bwd: optimizer_in_backward in lora_finetune_distributed: FSDP2" in err
