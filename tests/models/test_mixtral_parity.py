@@ -159,3 +159,28 @@ def test_sliding_window_changes_the_logits(tmp_path: Path) -> None:
         a = build_tiny_hf("mixtral")(tokens).logits
         b = build_tiny_hf("mixtral", sliding_window=None)(tokens).logits
     assert (a - b).abs().max() > 1e-3
+
+
+def test_jitter_noise_is_redrawn_identically_under_activation_checkpointing() -> None:
+    # Checkpointing recomputes each layer's forward in backward: the recomputed noise must be the
+    # noise of the forward (torch.utils.checkpoint restores the RNG state), or the gradients drift.
+    from ftune.models.mixtral import mixtral
+
+    def grads(checkpointing: bool) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = mixtral(
+            vocab_size=VOCAB, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=32,
+            max_seq_len=64, jitter_noise=0.3,
+        )  # fmt: skip
+        if checkpointing:
+            apply_activation_checkpointing(model)
+        tokens = _tokens((2, 24), seed=8)
+        torch.manual_seed(9)
+        logits = model(tokens)
+        ce = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        (ce + model.aux_loss()).backward()
+        return {n: p.grad for n, p in model.named_parameters()}
+
+    plain, checkpointed = grads(False), grads(True)
+    for name, grad in plain.items():
+        assert torch.allclose(checkpointed[name], grad, rtol=0, atol=1e-6), name
