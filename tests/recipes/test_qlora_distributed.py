@@ -262,5 +262,38 @@ def test_adapter_folder_is_single_device_format_and_loads_in_peft(launched, sing
     assert all(torch.equal(loaded[k], saved[k]) for k in saved)
 
 
+def test_world_of_one_equals_one_device(single, tiny_checkpoint, demo_dir, tmp_path):
+    """`ftune run lora_finetune_distributed` without torchrun: a world of one, the NF4 weights left unsharded."""
+    out = tmp_path / "one"
+    cfg = load_config(CONFIG, [*overrides_for(CONFIG, tiny_checkpoint, demo_dir, out), f"max_steps={STEPS}"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        load_recipe("lora_finetune_distributed").main(cfg)
+    finally:
+        torch.set_num_threads(threads)
+    assert_same_run(read_log(out), single[0])
+
+
+def test_weights_that_cannot_shard_are_refused_with_the_reason():
+    from tiny_checkpoint import SIZES
+
+    from ftune.models.smollm2 import smollm2
+    from ftune.peft import apply_lora
+    from ftune.training.features.fsdp import _check_nf4_shardable
+
+    model = smollm2(**SIZES, max_seq_len=64)
+    apply_lora(model, targets=["q_proj", "k_proj"], rank=2, alpha=4.0, quantize_base=True)
+    _check_nf4_shardable(model, 8, None)  # 64 or 32 rows, 8 groups of scales each
+    with pytest.raises(
+        ValueError, match=r"over 3 ranks: layers.0.attn.q_proj.weight \(shape \(64, 64\)\) has 64 rows"
+    ):
+        _check_nf4_shardable(model, 3, None)
+    with pytest.raises(ValueError, match=r"over 16 ranks: .* has 64 rows and 8 groups of block scales"):
+        _check_nf4_shardable(model, 16, None)
+    with pytest.raises(ValueError, match=r"with param_dtype=torch.bfloat16: torchao's NF4 all-gather keeps"):
+        _check_nf4_shardable(model, 2, torch.bfloat16)
+
+
 if __name__ == "__main__":
     drive(*(Path(a) for a in sys.argv[1:4]))

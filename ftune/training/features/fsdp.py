@@ -63,12 +63,17 @@ def shard_model(
         ValueError: for a QLoRA model that cannot shard over this world size (rows or scale groups
             of an NF4 weight that do not divide by it), or with param_dtype (NF4 has no mixed precision).
     """
-    _check_nf4_shardable(model, world_size(), param_dtype)
+    ranks = world_size()
+    _check_nf4_shardable(model, ranks, param_dtype)
     mesh = None  # the default: a 1-D mesh over every rank
     kwargs = {
         "mesh": mesh,
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
     }
+    if ranks == 1 and (nf4 := {p for p in model.parameters() if is_nf4(p)}):
+        # A world of one has nothing to shard, and FSDP2's shortcut for it copies one tensor per
+        # parameter, not NF4's three (codes, scales, factors): leave the NF4 weights unmanaged.
+        kwargs["ignored_params"] = nf4
     on_cpu = next(model.parameters()).device.type == "cpu"
     if cpu_offload and not on_cpu:  # on a CPU-only run the parameters are on the CPU already
         kwargs["offload_policy"] = CPUOffloadPolicy()
