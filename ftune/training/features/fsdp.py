@@ -39,6 +39,12 @@ def shard_model(
 ) -> nn.Module:
     """Shard `model` in place with FSDP2: every decoder layer, then the root.
 
+    QLoRA: an NF4 base weight (torchao's NF4Tensor) shards like a dense one, by rows: each rank keeps
+    its rows' 4-bit codes, block scales and scale-group factors, and FSDP2 gathers those (not dense
+    weights) before each layer's forward and backward. Every rank quantized the same weight from the
+    full base checkpoint before this, so the shards are the single-device weight's rows. A world of
+    one leaves NF4 weights out of FSDP2 (nothing to shard).
+
     Args:
         model: a TransformerDecoder (anything with `.layers`), on its device, adapters and fake
             quantization already applied, activation checkpointing already wrapped.
@@ -54,14 +60,10 @@ def shard_model(
     Returns:
         The same model, now an FSDPModule.
 
-    QLoRA: an NF4 base weight (torchao's NF4Tensor) shards like a dense one, by rows: each rank keeps
-    its rows' 4-bit codes, block scales and scale-group factors, and FSDP2 gathers those (not dense
-    weights) before each layer's forward and backward; each rank builds the same NF4 weight from the
-    full base checkpoint before sharding, so the shards are the single-device weight's.
-
     Raises:
         ValueError: for a QLoRA model that cannot shard over this world size (rows or scale groups
-            of an NF4 weight that do not divide by it), or with param_dtype (NF4 has no mixed precision).
+            of an NF4 weight that do not divide by it), or with a param_dtype other than the NF4
+            weights' dtype (torchao's NF4 all-gather has no mixed precision).
     """
     ranks = world_size()
     _check_nf4_shardable(model, ranks, param_dtype)
