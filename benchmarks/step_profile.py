@@ -62,11 +62,16 @@ def category(name: str, region: str) -> str:
     return "other"
 
 
-def build(method: str, model_dir: Path) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.nn.Module]:
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def build(
+    method: str, model_dir: Path, dtype: str
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.nn.Module]:
     shipped = yaml.safe_load(
         (configs.REPO / "recipes" / "configs" / "smollm2" / f"135M_{method}.yaml").read_text()
     )
-    model = load_hf(model_dir, dtype=torch.float32).train()
+    model = load_hf(model_dir, dtype=DTYPES[dtype]).train()
     if method == "lora":
         lora = configs.LORA
         apply_lora(model, targets=lora["targets"], rank=lora["rank"], alpha=lora["alpha"])
@@ -119,9 +124,9 @@ def train_step(model, optimizer, loss_fn, batch: dict, step: int) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
-def profile_method(method: str, batch: dict, model_dir: Path, steps: int) -> dict:
+def profile_method(method: str, batch: dict, model_dir: Path, steps: int, dtype: str) -> dict:
     runtime_gib = _rss_gib()  # python, torch and the batch, before the model
-    model, optimizer, loss_fn = build(method, model_dir)
+    model, optimizer, loss_fn = build(method, model_dir, dtype)
 
     def step(i: int) -> float:
         start = time.perf_counter()
@@ -175,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         "--steps", type=int, default=3, help="timed steps a method, after 2 warm-up steps (default 3)"
     )
     p.add_argument("--methods", nargs="+", default=["full", "lora"], choices=["full", "lora"])
+    p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="the model's dtype (default fp32)")
     p.add_argument("--ftune-home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "/tmp/bench_home")))
     p.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "step_profile.json"
@@ -198,16 +204,19 @@ def main(argv: list[str] | None = None) -> None:
         if args.child:  # this process measures one method (its own peak RSS)
             tokens = torch.tensor(corpus_rows(model_dir, batch_size, seq_len))
             batch = {"tokens": tokens, "labels": tokens.clone()}
-            print("ROW " + json.dumps(profile_method(method, batch, model_dir, args.steps)), flush=True)
+            row = profile_method(method, batch, model_dir, args.steps, args.dtype)
+            print("ROW " + json.dumps(row), flush=True)
             return
         child = [sys.executable, __file__, "--child", "--methods", method, "--steps", str(args.steps),
-                 "--ftune-home", str(args.ftune_home)]  # fmt: skip
+                 "--ftune-home", str(args.ftune_home), "--dtype", args.dtype]  # fmt: skip
+        bound_s = measure.model_bound_seconds(method, args.dtype, batch_size * seq_len, configs.LORA)
         out = subprocess.run(
             child, capture_output=True, text=True, check=True, env=os.environ | extra_env
         ).stdout
         row = json.loads(next(line[4:] for line in out.splitlines() if line.startswith("ROW ")))
         flops = measure.flops_per_step(hf_config, method, batch_size, seq_len)
-        row |= {"tok_s": round(batch_size * seq_len / row["step_s"], 1), "flops_per_step": flops}
+        row |= {"tok_s": round(batch_size * seq_len / row["step_s"], 1), "flops_per_step": flops,
+                "bound_s": round(bound_s, 2), "bound_fraction": round(bound_s / row["step_s"], 3)}  # fmt: skip
         rows.append(row)
         print(row, flush=True)
     peak.append(measure.matmul_peak_gflops())
@@ -219,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
         note=f"load average {load_before} before, {load1()} after (this process uses 2 threads)",
         matmul_peak_gflops=[round(x, 1) for x in peak],
         env=extra_env,
-        workload={"model": MODEL_NAME, "batch": batch_size, "seq_len": seq_len, "dtype": "fp32",
+        workload={"model": MODEL_NAME, "batch": batch_size, "seq_len": seq_len, "dtype": args.dtype,
                   "lora": configs.LORA, "lr": configs.LR, "corpus": "pydoc_data.topics, as vs_torchtune.py"},
     )  # fmt: skip
     print(f"wrote {args.out}")

@@ -101,14 +101,28 @@ def step_products(linears: list[Linear], tokens: int) -> list[Product]:
     return [Product(m, k, n, c, a_t, b_t) for (m, k, n, a_t, b_t), c in sorted(shapes.items())]
 
 
-def _time_one(p: Product, dtype: torch.dtype, repeats: int) -> float:
-    a = torch.randn(p.k, p.m).to(dtype).T if p.a_t else torch.randn(p.m, p.k).to(dtype)
-    b = torch.randn(p.n, p.k).to(dtype).T if p.b_t else torch.randn(p.k, p.n).to(dtype)
-    torch.mm(a, b)  # warm-up: first-call kernel selection
+def time_product(
+    p: Product, dtype: torch.dtype, *, device: torch.device | None = None, repeats: int = 3
+) -> float:
+    """Seconds of one of ``p``'s products in ``dtype`` on ``device`` (CPU by default): the best of
+    ``repeats`` after a warm-up call (the first call picks kernels)."""
+    device = device or torch.device("cpu")
+
+    def matrix(rows: int, cols: int, transposed: bool) -> torch.Tensor:
+        if transposed:
+            return torch.randn(cols, rows, device=device).to(dtype).T
+        return torch.randn(rows, cols, device=device).to(dtype)
+
+    a, b = matrix(p.m, p.k, p.a_t), matrix(p.k, p.n, p.b_t)
+    torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         start = time.perf_counter()
         torch.mm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -116,4 +130,4 @@ def _time_one(p: Product, dtype: torch.dtype, repeats: int) -> float:
 def time_products(products: list[Product], dtype: torch.dtype, *, repeats: int = 3) -> float:
     """Seconds this machine takes for all of ``products`` in ``dtype``: the best of ``repeats`` of each
     distinct shape, times its count. Run it on a quiet machine: other processes' work adds to it."""
-    return sum(_time_one(p, dtype, repeats) * p.count for p in products)
+    return sum(time_product(p, dtype, repeats=repeats) * p.count for p in products)

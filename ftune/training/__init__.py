@@ -67,6 +67,7 @@ from ftune.training.methods.rollout_batch import (
 from ftune.training.methods.rollout_loader import RolloutLoader, rollout_means
 from ftune.training.methods.teacher import check_same_vocab, load_teacher
 from ftune.training.run.cadence import every, every_after, total_steps
+from ftune.training.run.dtype_advice import resolve_dtype
 from ftune.training.run.memory import peak_memory_gib, reset_peak_memory
 from ftune.training.run.metric_logging import (
     DiskLogger,
@@ -178,6 +179,7 @@ __all__ = [
     "linear_with_warmup",
     "peak_memory_gib",
     "reset_peak_memory",
+    "resolve_dtype",
     "restore",
     "save_checkpoint",
     "model_state",

@@ -1,0 +1,231 @@
+"""Which dtype is faster for this model on this machine: measured once, cached, said on the run's first lines.
+
+Whether bf16 beats fp32 on a CPU depends on the CPU, not on its flags alone: without native bf16
+(AVX2 only) PyTorch emulates it and a product is tens to hundreds of times slower; with avx512_bf16
+but no AMX, still slower than fp32; with AMX, several times faster. So the run measures it: the
+matrix products of one step of *this* model (each distinct shape once, ``ftune.runtime.matmul_speed``)
+in fp32 and in bf16, a second or less, cached per machine, torch version, thread count and model
+shape under ``$FTUNE_HOME/cache/``. The recipe's first lines say which is faster here and by how
+much, and what the weights (and, for a full fine-tune, gradients and AdamW state) cost in each;
+``dtype=auto`` takes the faster one whose cost fits in the memory available now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ftune.config import Config, instantiate
+from ftune.config.loading import ftune_home
+from ftune.runtime.device import get_dtype
+from ftune.runtime.hardware import cpu_flags, cpu_model, native_bf16, startup_message
+from ftune.runtime.matmul_speed import Linear, Product, model_linears, step_products, time_product
+from ftune.runtime.rank import is_rank_zero
+
+logger = logging.getLogger(__name__)
+
+# The timed products: one of each distinct shape of a step, on as many tokens as these FLOPs allow
+# (about 0.1 s in fp32 on a 2-core CPU), within the bounds: enough rows for the kernels' steady rate.
+PROBE_FLOPS = 30 * 10**9
+MIN_TOKENS, MAX_TOKENS = 16, 512
+# A bf16 product this many times slower than fp32 stops the measurement (emulated bf16 on AVX2 would
+# take minutes); the ratio of the products timed so far is the answer.
+SLOW_STOP = 8.0
+CACHE_NAME = "matmul_speed.json"
+# A CPU measurement is cached only when the 1-minute load was below this share of the cores: other
+# processes' work makes matrix products slower by an amount that changes with every run.
+BUSY_LOAD = 0.5
+
+
+@dataclass(frozen=True)
+class DtypeSpeed:
+    """Seconds of one step's matrix products on ``tokens`` tokens in fp32 and bf16 on this machine."""
+
+    fp32_s: float
+    bf16_s: float
+    tokens: int
+
+    @property
+    def bf16_speedup(self) -> float:
+        """How many times faster bf16 is than fp32 here (below 1: slower)."""
+        return self.fp32_s / self.bf16_s
+
+
+def probe_tokens(linears: list[Linear]) -> int:
+    """Tokens for the timed products: as many as :data:`PROBE_FLOPS` allows for one of each distinct
+    shape (forward and both gradients), between :data:`MIN_TOKENS` and :data:`MAX_TOKENS`."""
+    distinct = {(x.in_features, x.out_features) for x in linears}
+    per_token = sum(6 * i * o for i, o in distinct)
+    return max(MIN_TOKENS, min(MAX_TOKENS, PROBE_FLOPS // per_token))
+
+
+def measure_speed(products: list[Product], device: torch.device, *, tokens: int) -> DtypeSpeed:
+    """Time each distinct product in fp32 and in bf16, alternating, twice; weight each by its count.
+
+    The best of both rounds counts, so a burst of other work on the machine inflates neither dtype
+    alone. Products are timed largest first; once bf16 has taken :data:`SLOW_STOP` times fp32's time
+    on the products so far (emulated bf16 would take minutes), the rest of bf16 is that ratio of fp32.
+    """
+    order = sorted(products, key=lambda p: p.flops // p.count, reverse=True)
+    fp32 = [float("inf")] * len(order)
+    bf16 = [float("inf")] * len(order)
+    timed = len(order)  # products timed in bf16
+    for _ in range(2):
+        for i, p in enumerate(order):
+            fp32[i] = min(fp32[i], time_product(p, torch.float32, device=device, repeats=1))
+            if i < timed:
+                bf16[i] = min(bf16[i], time_product(p, torch.bfloat16, device=device, repeats=1))
+                if sum(bf16[: i + 1]) > SLOW_STOP * sum(fp32[: i + 1]):
+                    timed = i + 1
+    ratio = sum(bf16[:timed]) / sum(fp32[:timed])
+    bf16 = bf16[:timed] + [t * ratio for t in fp32[timed:]]
+    counts = [p.count for p in order]
+    return DtypeSpeed(
+        fp32_s=sum(t * c for t, c in zip(fp32, counts)),
+        bf16_s=sum(t * c for t, c in zip(bf16, counts)),
+        tokens=tokens,
+    )
+
+
+def _machine_key(products: list[Product], device: torch.device) -> str:
+    """What a measurement depends on: the processor, torch, the thread count and the model's shapes."""
+    if device.type == "cuda":
+        where = torch.cuda.get_device_name(device)
+    else:
+        where = f"{cpu_model()} [{' '.join(sorted(cpu_flags() or []))}] {torch.get_num_threads()} threads"
+    shapes = hashlib.sha256(repr(products).encode()).hexdigest()[:16]
+    return f"{where} | torch {torch.__version__} | {device.type} | shapes {shapes}"
+
+
+def cached_speed(
+    products: list[Product], device: torch.device, cache_dir: Path, *, tokens: int
+) -> tuple[DtypeSpeed, bool]:
+    """The measured speeds, from ``cache_dir``'s file when this machine measured this model before.
+
+    Returns:
+        ``(speed, cached)``; a new measurement is written back (a cache that cannot be written is
+        logged and skipped: the run goes on).
+    """
+    path = cache_dir / CACHE_NAME
+    key = _machine_key(products, device)
+    try:
+        entries = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError) as e:
+        logger.warning("ignoring the unreadable dtype-speed cache %s (%s); measuring again", path, e)
+        entries = {}
+    if key in entries:
+        return DtypeSpeed(**entries[key]), True
+    speed = measure_speed(products, device, tokens=tokens)
+    if device.type == "cpu" and (load := os.getloadavg()[0]) > BUSY_LOAD * (os.cpu_count() or 1):
+        logger.warning(
+            "the machine was busy while ftune timed fp32 against bf16 (load %.1f on %d cores): the figures are "
+            "not cached, and the next run measures again", load, os.cpu_count() or 1,
+        )  # fmt: skip
+        return speed, False
+    entries[key] = {"fp32_s": speed.fp32_s, "bf16_s": speed.bf16_s, "tokens": speed.tokens}
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries, indent=1))
+        tmp.replace(path)
+    except OSError as e:
+        logger.warning("could not write the dtype-speed cache %s (%s); the next run measures again", path, e)
+    return speed, False
+
+
+def state_gib(num_params: int, dtype: torch.dtype, *, full: bool) -> float:
+    """GiB of the weights, and for a full fine-tune also their gradients and AdamW's two moments."""
+    size = torch.empty((), dtype=dtype).element_size()
+    return num_params * size * (4 if full else 1) / 2**30
+
+
+def available_gib(device: torch.device) -> float | None:
+    """Memory free for the run now: CUDA's free memory, or /proc/meminfo's MemAvailable; None if unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0] / 2**30
+    meminfo = Path("/proc/meminfo")
+    if not meminfo.is_file():
+        return None
+    for line in meminfo.read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    return None
+
+
+def advice(
+    speed: DtypeSpeed, fp32_gib: float, bf16_gib: float, *, requested: str, chosen: torch.dtype, what: str
+) -> str:
+    """The measured line: which dtype is faster here and by how much, what each costs, and what was chosen."""
+    ratio = speed.bf16_speedup
+    faster = (
+        f"bf16 {ratio:.1f}x faster than fp32" if ratio >= 1 else f"bf16 {1 / ratio:.1f}x slower than fp32"
+    )
+    name = "bf16" if chosen == torch.bfloat16 else "fp32" if chosen == torch.float32 else str(chosen)
+    line = (
+        f"measured here, this model's matrix products run {faster} ({speed.fp32_s * 1e3:.0f} vs "
+        f"{speed.bf16_s * 1e3:.0f} ms for a step of {speed.tokens} tokens); {what}: fp32 {fp32_gib:.2f} GiB, bf16 {bf16_gib:.2f} GiB. "
+    )
+    if requested == "auto":
+        return line + f"dtype=auto chose {name}."
+    best = "bf16" if ratio >= 1 else "fp32"
+    if name in ("fp32", "bf16") and name != best:
+        return line + f"dtype={name} as set; dtype={best} (or auto) would be faster here."
+    return line + f"dtype={name} as set."
+
+
+def resolve_dtype(name: str, cfg: Config, device: torch.device) -> torch.dtype:
+    """The run's dtype: ``name``, or for ``"auto"`` the faster of fp32 and bf16 here that fits.
+
+    Prints, on rank zero, the start-up line (device, threads, dtype) and the measured advice
+    (:func:`advice`). The model is built on the meta device from ``cfg.model`` for its shapes (no
+    weights are read); ``cfg`` having a ``peft`` section means only adapters train.
+
+    Args:
+        name: the ``dtype`` setting: fp32, bf16, fp16 or auto.
+        cfg: the run's config.
+        device: the run's device.
+
+    Raises:
+        ValueError: for an unknown dtype name.
+    """
+    with torch.device("meta"):
+        model = instantiate(cfg.model, _path="model")
+    full = "peft" not in cfg
+    linears = model_linears(model, trains=full)
+    tokens = probe_tokens(linears)
+    products = step_products(linears, tokens)
+    num_params = sum(p.numel() for p in model.parameters())
+    del model
+    speed, _ = cached_speed(products, device, Path(ftune_home()) / "cache", tokens=tokens)
+    fp32_gib, bf16_gib = (state_gib(num_params, d, full=full) for d in (torch.float32, torch.bfloat16))
+    note = ""
+    if name == "auto":
+        free = available_gib(device)
+        order = (
+            [torch.bfloat16, torch.float32] if speed.bf16_speedup >= 1 else [torch.float32, torch.bfloat16]
+        )
+        need = {torch.float32: fp32_gib, torch.bfloat16: bf16_gib}
+        fitting = [d for d in order if free is None or need[d] <= free]
+        dtype = fitting[0] if fitting else torch.bfloat16
+        if free is not None and dtype != order[0]:
+            note = f" (the faster one needs more than the {free:.1f} GiB available now)"
+        if not fitting:
+            note = f" (neither fits in the {free:.1f} GiB available now: bf16 is the smaller; expect to run out of memory)"
+    else:
+        dtype = get_dtype(name, device)
+    what = "weights, gradients and AdamW state" if full else "base weights"
+    if is_rank_zero():
+        line = advice(speed, fp32_gib, bf16_gib, requested=name, chosen=dtype, what=what)
+        lines = [startup_message(device, dtype), line.removesuffix(".") + note + "."]
+        if dtype == torch.bfloat16 and native_bf16(device) is False:
+            lines[1] += " This CPU has no native bf16 instructions: PyTorch emulates bf16."
+        for line in lines:
+            print(f"ftune: {line}", file=sys.stderr, flush=True)
+    return dtype

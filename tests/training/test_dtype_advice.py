@@ -1,0 +1,103 @@
+"""dtype advice (ftune.training.run.dtype_advice): measured once per machine and model, cached, and `auto` picks
+the faster dtype that fits. The timer is replaced here (no timed assertions); what is checked is the arithmetic,
+the cache, the early stop on emulated bf16 and the choice."""
+
+import json
+
+import pytest
+import torch
+
+from ftune.config import load_config
+from ftune.runtime.matmul_speed import Linear, Product, step_products
+from ftune.training.run import dtype_advice as da
+
+
+def _fake_timer(fp32_per_gflop: float, bf16_per_gflop: float, calls: list):
+    def time_product(p: Product, dtype: torch.dtype, *, device=None, repeats: int = 3) -> float:
+        calls.append((p, dtype))
+        per = fp32_per_gflop if dtype == torch.float32 else bf16_per_gflop
+        return per * (p.flops // p.count) / 1e9
+
+    return time_product
+
+
+def test_the_measurement_weights_each_shape_by_its_count(monkeypatch):
+    calls = []
+    monkeypatch.setattr(da, "time_product", _fake_timer(1.0, 0.25, calls))
+    products = step_products([Linear(64, 128, trains=True)] * 3, 32)
+    speed = da.measure_speed(products, torch.device("cpu"), tokens=32)
+    flops = sum(p.flops for p in products)  # 3 layers of one shape: counted 3 times, timed once a round
+    assert speed.fp32_s == pytest.approx(flops / 1e9) and speed.bf16_s == pytest.approx(flops / 4e9)
+    assert speed.bf16_speedup == pytest.approx(4.0) and speed.tokens == 32
+    assert len(calls) == 2 * 2 * len(products)  # two rounds, both dtypes, each distinct product once
+
+
+def test_emulated_bf16_stops_at_the_first_slow_products_and_extrapolates(monkeypatch):
+    calls = []
+    monkeypatch.setattr(da, "time_product", _fake_timer(1.0, 100.0, calls))
+    products = step_products([Linear(64, 128, trains=True), Linear(256, 512, trains=True)], 32)
+    speed = da.measure_speed(products, torch.device("cpu"), tokens=32)
+    assert speed.bf16_speedup == pytest.approx(0.01)
+    bf16_calls = [p for p, d in calls if d == torch.bfloat16]
+    assert len(bf16_calls) == 2  # the largest product once a round, then no more bf16 products
+    assert bf16_calls[0].flops // bf16_calls[0].count == max(p.flops // p.count for p in products)
+
+
+def test_the_cache_keeps_a_quiet_measurement_and_not_a_busy_one(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(da, "time_product", _fake_timer(1.0, 0.5, calls))
+    products = step_products([Linear(64, 128, trains=False)], 16)
+    monkeypatch.setattr(da.os, "getloadavg", lambda: (99.0, 0.0, 0.0))
+    _, cached = da.cached_speed(products, torch.device("cpu"), tmp_path, tokens=16)
+    assert not cached and not (tmp_path / da.CACHE_NAME).exists()
+    monkeypatch.setattr(da.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    first, cached = da.cached_speed(products, torch.device("cpu"), tmp_path, tokens=16)
+    n = len(calls)
+    again, cached_again = da.cached_speed(products, torch.device("cpu"), tmp_path, tokens=16)
+    assert (cached, cached_again) == (False, True) and again == first and len(calls) == n
+    (entry,) = json.loads((tmp_path / da.CACHE_NAME).read_text()).values()
+    assert entry == {"fp32_s": first.fp32_s, "bf16_s": first.bf16_s, "tokens": 16}
+    other_model = step_products([Linear(64, 256, trains=False)], 16)
+    _, cached = da.cached_speed(other_model, torch.device("cpu"), tmp_path, tokens=16)
+    assert not cached  # another model's shapes are measured anew
+
+
+def test_probe_tokens_keep_big_models_within_the_budget():
+    small = da.probe_tokens([Linear(576, 576, True), Linear(576, 49152, True)])
+    big = da.probe_tokens([Linear(4096, 14336, True), Linear(4096, 128256, True)])
+    assert da.MIN_TOKENS <= big < small <= da.MAX_TOKENS
+
+
+@pytest.mark.parametrize(("speedup", "free", "expected"), [
+    (4.0, None, torch.bfloat16),  # bf16 faster: auto takes it
+    (0.5, 100.0, torch.float32),  # bf16 slower (no AMX, or emulated): fp32
+    (0.5, 1.5, torch.bfloat16),  # fp32 faster but its 2 GiB of state do not fit: bf16 (1 GiB)
+])  # fmt: skip
+def test_auto_takes_the_faster_dtype_that_fits(monkeypatch, tmp_path, capsys, speedup, free, expected):
+    monkeypatch.setenv("FTUNE_HOME", str(tmp_path))
+    monkeypatch.setattr(da, "time_product", _fake_timer(1.0, 1.0 / speedup, []))
+    monkeypatch.setattr(da, "available_gib", lambda device: free)
+    monkeypatch.setattr(da.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    cfg = load_config("recipes/configs/smollm2/135M_full.yaml")
+    assert da.resolve_dtype("auto", cfg, torch.device("cpu")) == expected
+    err = capsys.readouterr().err
+    name = "bf16" if expected == torch.bfloat16 else "fp32"
+    assert f"in {name}\n" in err and f"dtype=auto chose {name}" in err
+    assert "fp32 2.00 GiB, bf16 1.00 GiB" in err  # 135M parameters: weights, grads, AdamW's two moments
+    faster = "bf16 4.0x faster than fp32" if speedup > 1 else "bf16 2.0x slower than fp32"
+    assert faster in err
+    if free == 1.5:
+        assert "needs more than the 1.5 GiB available" in err
+
+
+def test_a_set_dtype_is_kept_and_the_advice_says_what_would_be_faster(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FTUNE_HOME", str(tmp_path))
+    monkeypatch.setattr(da, "time_product", _fake_timer(1.0, 0.25, []))
+    monkeypatch.setattr(da.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    cfg = load_config("recipes/configs/smollm2/135M_lora.yaml")
+    assert da.resolve_dtype("fp32", cfg, torch.device("cpu")) == torch.float32
+    err = capsys.readouterr().err
+    assert "base weights: fp32 0.50 GiB, bf16 0.25 GiB" in err  # LoRA: only the base's weights
+    assert "dtype=fp32 as set; dtype=bf16 (or auto) would be faster here." in err
+    with pytest.raises(ValueError, match="Unknown dtype 'fp8'"):
+        da.resolve_dtype("fp8", cfg, torch.device("cpu"))
