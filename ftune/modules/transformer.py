@@ -1,10 +1,25 @@
 """Decoder-only transformer: embeddings, a stack of decoder layers, final norm, output projection."""
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ftune.modules.softcap import softcap
+
+
+class OutputHead(NamedTuple):
+    """What turns final hidden states into logits, for losses that project in blocks themselves.
+
+    Attributes:
+        weight: the (vocab_size, embed_dim) output projection (tied or not).
+        softcap: logits are ``softcap * tanh(hidden @ weight.T / softcap)`` (Gemma 2's
+            final_logit_softcapping); None = plain ``hidden @ weight.T``.
+    """
+
+    weight: torch.Tensor
+    softcap: float | None
 
 
 class TransformerDecoder(nn.Module):
@@ -23,8 +38,8 @@ class TransformerDecoder(nn.Module):
         max_seq_len: the longest context the model was trained for; informational (RoPE has no
             table), and the default length of KV caches.
         final_logit_softcap: cap the output logits at ±cap with tanh (Gemma 2's
-            final_logit_softcapping); None = plain logits. ftune's losses take `output_weight` and
-            project without the cap, so `output_weight` refuses a capped model (see its docstring).
+            final_logit_softcapping); None = plain logits. The SFT losses read `head` (weight and
+            cap); `output_weight` refuses a capped model (see its docstring).
     """
 
     def __init__(
@@ -46,23 +61,30 @@ class TransformerDecoder(nn.Module):
         self.final_logit_softcap = final_logit_softcap
 
     @property
+    def head(self) -> OutputHead:
+        """The output projection's weight and the logits' soft-cap: what a chunked loss needs to compute
+        the logits the model outputs (``training.token_loss`` passes both to the loss)."""
+        weight = self.tok_embeddings.weight if self.output is None else self.output.weight
+        return OutputHead(weight, self.final_logit_softcap)
+
+    @property
     def output_weight(self) -> torch.Tensor:
-        """The (vocab_size, embed_dim) weight `project` multiplies by (for chunked losses).
+        """The (vocab_size, embed_dim) weight `project` multiplies by, for losses that take it alone.
 
         Raises:
             ValueError: for a model that soft-caps its logits (Gemma 2): a loss given this weight
-                would compute logits the model never outputs.
+                alone would compute logits the model never outputs; read `head` instead.
         """
         if self.final_logit_softcap is not None:
             raise ValueError(
                 f"{type(self).__name__}.output_weight: this model soft-caps its output logits "
-                f"(final_logit_softcap={self.final_logit_softcap}, Gemma 2's final_logit_softcapping), and "
-                "ftune's losses (cross-entropy, DPO, KD, GRPO) project the hidden states with output_weight "
-                "alone, so they would score logits without the cap that the model never outputs. Training "
-                "a soft-capped model is not supported yet; model(tokens) and model.project(hidden) apply "
-                "the cap (generation, evaluation). Use transformers to fine-tune Gemma 2 meanwhile."
+                f"(final_logit_softcap={self.final_logit_softcap}, Gemma 2's final_logit_softcapping), and the "
+                "DPO, GRPO and distillation losses project the hidden states with output_weight alone, so they "
+                "would score logits without the cap that the model never outputs. Fine-tune a soft-capped model "
+                "with the SFT recipes (full_finetune_*, lora_finetune_*, qat_*), whose training.token_loss "
+                "applies the cap (model.head); DPO, GRPO and distillation of such a model are not supported yet."
             )
-        return self.tok_embeddings.weight if self.output is None else self.output.weight
+        return self.head.weight
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final hidden states (..., embed_dim) -> logits (..., vocab_size), soft-capped if the model caps."""

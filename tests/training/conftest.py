@@ -1,4 +1,4 @@
-"""A tiny decoder that follows ftune's model API (hidden / project / output_weight / layers).
+"""A tiny decoder that follows ftune's model API (hidden / project / head / output_weight / layers).
 
 It stands in for ftune.models while those are written: causal attention that honours
 ``mask`` (True = may attend) and learned positions indexed by ``input_pos``, so packed
@@ -9,6 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ftune.modules.transformer import OutputHead
 
 
 class TinyLayer(nn.Module):
@@ -54,6 +56,10 @@ class TinyDecoder(nn.Module):
     @property
     def output_weight(self) -> torch.Tensor:
         return self.tok_embeddings.weight if self.output is None else self.output.weight
+
+    @property
+    def head(self) -> OutputHead:
+        return OutputHead(self.output_weight, None)
 
     def hidden(
         self, tokens: torch.Tensor, *, input_pos: torch.Tensor | None = None, mask: torch.Tensor | None = None

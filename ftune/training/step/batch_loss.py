@@ -171,15 +171,17 @@ def check_batch(batch: dict[str, Any]) -> None:
 def token_loss(loss_fn: LossFn, model: nn.Module, hidden: torch.Tensor, batch: MicroBatch) -> Loss:
     """The supervised loss of a micro-batch's final hidden states, as a :class:`Loss`.
 
-    ``loss_fn(model.output_weight, hidden, labels)``, and for a mixture-of-experts model its
-    load-balancing loss on top (:func:`with_aux_loss`): a dense model pays nothing, and every recipe
-    calls this one line whatever the model. A loss whose ``token_wise`` attribute is True (ftune's
-    cross-entropy losses) gets only the labelled positions, as ``[1, n, dim]`` and ``[1, n]`` (see
-    :func:`labelled_positions`).
+    ``loss_fn(weight, hidden, labels)`` with the model's output head (``model.head``: the weight,
+    and for a model that soft-caps its logits, Gemma 2, also ``softcap=``), and for a
+    mixture-of-experts model its load-balancing loss on top (:func:`with_aux_loss`): a dense,
+    uncapped model pays nothing, and every recipe calls this one line whatever the model. A loss
+    whose ``token_wise`` attribute is True (ftune's cross-entropy losses) gets only the labelled
+    positions, as ``[1, n, dim]`` and ``[1, n]`` (see :func:`labelled_positions`).
 
     Args:
-        loss_fn: called as ``loss_fn(weight, hidden, labels)``, returning ``(loss_sum, num_tokens)``.
-        model: the model whose ``hidden`` these are (its output projection, and its router logits).
+        loss_fn: called as ``loss_fn(weight, hidden, labels[, softcap=cap])``, returning
+            ``(loss_sum, num_tokens)``.
+        model: the model whose ``hidden`` these are (its output head, and its router logits).
         hidden: the final hidden states ``[b, s, dim]`` of ``batch``.
         batch: the micro-batch (its shifted labels, and which positions are real tokens).
     """
@@ -187,7 +189,9 @@ def token_loss(loss_fn: LossFn, model: nn.Module, hidden: torch.Tensor, batch: M
     if getattr(loss_fn, "token_wise", False):
         ignore_index = getattr(loss_fn, "ignore_index", IGNORE_INDEX)
         labels, hidden = labelled_positions(labels, hidden, ignore_index=ignore_index)
-    loss_sum, num_tokens = loss_fn(model.output_weight, hidden, labels)
+    head = model.head
+    cap = {} if head.softcap is None else {"softcap": head.softcap}  # a loss of your own needs it only then
+    loss_sum, num_tokens = loss_fn(head.weight, hidden, labels, **cap)
     return with_aux_loss(model, batch, Loss(loss_sum, int(num_tokens), {}))
 
 

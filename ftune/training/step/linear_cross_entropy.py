@@ -31,6 +31,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         labels: torch.Tensor,
         num_chunks: int,
         ignore_index: int,
+        softcap: float | None,
     ) -> torch.Tensor:
         need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         loss_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -43,6 +44,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             rows = slice(start, start + h.shape[0])
             start += h.shape[0]
             logits = (h @ weight.T).float()  # (tokens, vocab), the only block-sized buffer
+            if softcap is not None:  # Gemma 2: c = cap * tanh(z / cap), in place
+                logits.div_(softcap).tanh_().mul_(softcap)
             valid = y != ignore_index
             target = y.masked_fill(~valid, 0)
             # torch.softmax is one vectorised pass; an exp over (logits - max) is several times
@@ -57,11 +60,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 picked = logits[tiny].gather(1, target[tiny][:, None]).squeeze(1)
                 token_loss[tiny] = torch.logsumexp(logits[tiny], dim=-1) - picked
             loss_sum += (token_loss * valid).sum()
-            del logits
             # d(loss)/d(logits) = softmax(logits) - one_hot(label), zero on ignored rows; in place.
             grad[torch.arange(grad.shape[0], device=grad.device), target] -= 1.0
             if not bool(valid.all()):
                 grad.mul_(valid[:, None])
+            if (
+                softcap is not None
+            ):  # chain rule through the cap: dc/dz = 1 - tanh(z / cap)^2 = 1 - (c / cap)^2
+                grad.mul_(logits.div_(softcap).square_().neg_().add_(1.0))
+            del logits
             grad = grad.to(weight.dtype)
             if need_hidden:
                 torch.mm(grad, weight, out=grad_hidden[rows])
@@ -88,15 +95,22 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_hidden = grad_hidden.mul_(grad_loss.to(grad_hidden.dtype))
         if grad_weight is not None:
             grad_weight = grad_weight.mul_(grad_loss).to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
 
 def linear_cross_entropy(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *, num_chunks: int, ignore_index: int
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_chunks: int,
+    ignore_index: int,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Summed fp32 cross-entropy of ``hidden @ weight.T`` against ``labels``, in ``num_chunks`` row blocks.
 
-    Same value and gradients as projecting each block, upcasting to fp32 and taking
+    Same value and gradients as projecting each block, upcasting to fp32 (soft-capping there when
+    ``softcap`` is given: ``softcap * tanh(logits / softcap)``, Gemma 2) and taking
     ``F.cross_entropy(..., reduction="sum")``, without saving any logits for backward.
 
     Args:
@@ -105,9 +119,10 @@ def linear_cross_entropy(
         labels: ``[tokens]`` long; ``ignore_index`` rows add nothing.
         num_chunks: how many contiguous row blocks the tokens are projected in.
         ignore_index: the label value of ignored rows.
+        softcap: the model's final-logit soft-cap (``model.head.softcap``), or None.
 
     Returns:
         fp32 scalar: the summed loss, differentiable with respect to ``hidden`` and ``weight``
         (backward once).
     """
-    return _LinearCrossEntropy.apply(hidden.contiguous(), weight, labels, num_chunks, ignore_index)
+    return _LinearCrossEntropy.apply(hidden.contiguous(), weight, labels, num_chunks, ignore_index, softcap)
