@@ -270,7 +270,29 @@ def vs_torchtune(result: dict | None = None) -> str:
         if bounds
         else "This results file predates the model-shaped bound; rerun the benchmark to measure it."
     )
-    return "\n\n".join(x for x in (table(header, rows, "lrrrrrrrrrr"), run_line, bound, where) if x)
+    return "\n\n".join(
+        x for x in (table(header, rows, "lrrrrrrrrrr"), run_line, bound, _generation(r), where) if x
+    )
+
+
+def _generation(r: dict) -> str:
+    """The results file's generation line: greedy decoding, ftune against transformers' `generate`."""
+    gen = r.get("generation")  # results files before it lack it; --quick runs none
+    if not gen:
+        return ""
+    by = {row["tool"]: row for row in gen["rows"]}
+    ft, hf = by["ftune"], by["transformers"]
+    w = gen["workload"]
+    return (
+        f"Generation in the same invocation (greedy, KV cache, batch 1, {w['new_tokens']} new tokens, fp32, "
+        f"`benchmarks/generate_vs_transformers.py`): ftune {ft['new_tokens_per_second']:.1f} new tok/s "
+        f"[{ft['new_tokens_per_second_range'][0]:.1f}-{ft['new_tokens_per_second_range'][1]:.1f}] against "
+        f"transformers' `generate` {hf['new_tokens_per_second']:.1f} "
+        f"[{hf['new_tokens_per_second_range'][0]:.1f}-{hf['new_tokens_per_second_range'][1]:.1f}] "
+        f"({ft['new_tokens_per_second'] / hf['new_tokens_per_second']:.2f}x); the eval path (batch "
+        f"{w['eval']['batch']}, stop tokens): {ft['eval_prompts_per_second']:.2f} against "
+        f"{hf['eval_prompts_per_second']:.2f} prompts/s, {ft['same_answers']} answers the same."
+    )
 
 
 def _of_bound(tt: dict, ft: dict) -> str:

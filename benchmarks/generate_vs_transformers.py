@@ -88,7 +88,7 @@ def eval_speed(
     ]  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -98,7 +98,10 @@ def main() -> None:
     parser.add_argument("--eval-prompts", type=int, default=64)
     parser.add_argument("--eval-batch", type=int, default=32, help="the eval recipe's batch_size")
     parser.add_argument("--eval-new-tokens", type=int, default=16)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "generate_vs_transformers.json"
+    )
+    args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ftune.checkpointing import load_hf
@@ -165,7 +168,7 @@ def main() -> None:
         for tool in times
     ]
     write_results(
-        ROOT / "benchmarks" / "results" / "generate_vs_transformers.json",
+        args.out,
         "generate_vs_transformers",
         rows,
         note=f"transformers {transformers.__version__}; threads {torch.get_num_threads()}",

@@ -10,8 +10,11 @@ text, each through its own recipe and config (vs_torchtune_configs.py), each run
 process, alternating torchtune, ftune, torchtune, ftune. Step time is the gap between consecutive
 step log lines; the file records every run's step times, peak RSS, time to the first step's
 line, step-1 loss (the same first batch on the same weights: equal losses show the work is the
-same), the load on the machine, and this machine's fp32 matrix-product peak measured in the same
-invocation. benchmarks/report.py renders docs/benchmarks.md's table from the results file.
+same), the load on the machine, and, measured in the same invocation before and after the runs, this
+machine's square fp32 matrix-product peak and the step's own matrix-product bound (its products with
+its shapes, timed alone: ftune.runtime.matmul_speed), of which each tool's fraction is reported.
+After the runs, greedy generation against transformers' `generate` (generate_vs_transformers.py).
+benchmarks/report.py renders docs/benchmarks.md's table from the results file.
 """
 
 from __future__ import annotations
@@ -205,6 +208,16 @@ def summarise(runs: list[dict], variants: list[dict], ctx: dict) -> list[dict]:
     return rows
 
 
+def generation(home: Path, tmp: Path, rounds: int) -> dict:
+    """Greedy generation, ftune against transformers' `generate` (generate_vs_transformers.py, in its own process)."""
+    out = tmp / "generation.json"
+    cmd = [sys.executable, str(BENCH / "generate_vs_transformers.py"), "--home", str(home), "--rounds", str(rounds),
+           "--new-tokens", "64", "--eval-prompts", "32", "--out", str(out)]  # fmt: skip
+    subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{BENCH}"})
+    result = json.loads(out.read_text())
+    return {k: result[k] for k in ("rows", "workload", "same_tokens", "note")}
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="3 steps of 2 x 256 tokens, one repeat (plumbing)")
@@ -261,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
                       f"loss1 {run['step1_loss']}, load {run['load1_before']}/{run['load1_after']}, "
                       f"others {run['others_cores']:.2f} cores" + (f"\n  ERROR {run['error']}; last lines:\n    " + "\n    ".join(run["log_tail"]) if "error" in run else ""),
                       flush=True)  # fmt: skip
+    gen = None if args.quick else generation(home, tmp, rounds=repeats)
     peaks.append(measure.matmul_peak_gflops())
     bounds = merge_bounds(bounds, measure_bounds(variants, configs.LORA))
     shutil.rmtree(tmp, ignore_errors=True)
@@ -271,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
                 "repeats": repeats, "threads": args.threads, "batch": batch, "seq_len": seq_len, "lora": configs.LORA, "lr": configs.LR,
                 "torchtune": TORCHTUNE_PINS, "skipped": [] if mach["native_bf16"] else ["bf16: no native bf16 on this CPU"]}  # fmt: skip
     summary = summarise(runs, variants, ctx)
-    result_extra = {"matmul_peak_gflops": [round(x, 1) for x in peaks], "matmul_bound": bounds, "contended": contended,
+    result_extra = {"matmul_peak_gflops": [round(x, 1) for x in peaks], "matmul_bound": bounds, "generation": gen, "contended": contended,
                     "quick": args.quick, "workload": workload, "runs": runs}  # fmt: skip
     write_results(args.out, "vs_torchtune", summary, note=note, **result_extra)
     measure.check_results(json.loads(args.out.read_text()))

@@ -130,6 +130,11 @@ def test_both_configs_set_the_same_workload(tmp_path, method):
         configs.torchtune_model({**hf, "rope_scaling": {"type": "llama3"}}, method)
 
 
+def _gen_row(tool: str, tok_s: float) -> dict:
+    return {"tool": tool, "new_tokens_per_second": tok_s, "new_tokens_per_second_range": [tok_s - 1, tok_s + 1],
+            "prefill_ms": 30.0, "eval_prompts_per_second": tok_s / 10, "same_answers": "32 of 32"}  # fmt: skip
+
+
 def _result(others: float, quick: bool = False) -> dict:
     rows = []
     runs = []
@@ -143,6 +148,8 @@ def _result(others: float, quick: bool = False) -> dict:
     return {"benchmark": "vs_torchtune", "commit": "0" * 40, "date": "2026-12-01", "command": "python x",
             "machine": {}, "note": "n", "rows": rows, "runs": runs, "matmul_peak_gflops": [170.0, 180.0],
             "matmul_bound": {"full-fp32": {"tokens": 2048, "seconds": [10.4, 10.24], "tok_s": 200.0}},
+            "generation": {"rows": [_gen_row("ftune", 30.0), _gen_row("transformers", 20.0)], "note": "n",
+                           "same_tokens": "s", "workload": {"new_tokens": 64, "eval": {"batch": 32}}},
             "contended": others > 0.2 or quick, "quick": quick,
             "workload": {"steps": 8, "batch": 4, "seq_len": 512, "repeats": 2}}  # fmt: skip
 
@@ -163,6 +170,9 @@ def test_docs_table_from_an_idle_run_and_no_figures_from_a_contended_one():
     assert "10.8123 / 10.8125" in text and "180 GFLOP/s" in text
     assert text.splitlines()[2].endswith("| 50% / 50% | 50% / 75% |")  # square peak, then the step's bound
     assert "full-fp32 200 tok/s" in text
+    assert (
+        "ftune 30.0 new tok/s [29.0-31.0] against transformers' `generate` 20.0 [19.0-21.0] (1.50x)" in text
+    )
     for busy in (_result(1.5), _result(0.0, quick=True)):
         text = figures_training.vs_torchtune(busy)
         assert text.startswith("No figures yet") and "150" not in text and "|" not in text
