@@ -164,7 +164,8 @@ class GroupedExperts(nn.Module):
         Args:
             x: (T, embed_dim) tokens.
             indices: (T, k) long, the experts each token goes to.
-            weights: (T, k) mixing weights, in x's dtype.
+            weights: (T, k) mixing weights, in x's dtype, or fp32 to weight and sum the experts'
+                outputs in fp32 before rounding to x's dtype.
 
         Returns:
             (T, embed_dim): sum over the k choices of weight * expert(x).
@@ -173,8 +174,8 @@ class GroupedExperts(nn.Module):
         rows = x[groups.token]  # (T * k, embed_dim), grouped by expert
         gate, up = self.project("gate_up_proj", rows, groups).chunk(2, dim=-1)  # (T * k, hidden) each
         out = self.project("down_proj", F.silu(gate) * up, groups)  # (T * k, embed_dim)
-        out = out * weights.reshape(-1)[groups.order, None]
-        return torch.zeros_like(x).index_add_(0, groups.token, out)  # (T, embed_dim)
+        out = out * weights.reshape(-1)[groups.order, None]  # in the wider of the two dtypes
+        return out.new_zeros(x.shape).index_add_(0, groups.token, out).to(x.dtype)  # (T, embed_dim)
 
     def extra_repr(self) -> str:
         return (

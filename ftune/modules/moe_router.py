@@ -12,7 +12,8 @@ class Routing(NamedTuple):
 
     Attributes:
         logits: (T, num_experts) router logits, in the input's dtype (what the balancing loss reads).
-        weights: (T, top_k) mixing weights of the chosen experts, in the input's dtype.
+        weights: (T, top_k) mixing weights of the chosen experts, in the input's dtype (fp32 with
+            `fp32_weights`).
         indices: (T, top_k) long, the chosen experts, most probable first.
     """
 
@@ -33,12 +34,23 @@ class TopKRouter(nn.Module):
         num_experts: experts to choose from.
         top_k: experts per token, 1 <= top_k <= num_experts.
         norm_topk_prob: renormalise the chosen probabilities to sum to 1.
+        fp32_weights: hand out the mixing weights in fp32 rather than the input's dtype, so that the
+            experts' outputs are weighted and summed in fp32 before rounding (Mixtral, as transformers
+            computes it); False rounds them first (Qwen3-MoE). The same numbers in fp32.
 
     Raises:
         ValueError: if top_k is out of range.
     """
 
-    def __init__(self, *, embed_dim: int, num_experts: int, top_k: int, norm_topk_prob: bool) -> None:
+    def __init__(
+        self,
+        *,
+        embed_dim: int,
+        num_experts: int,
+        top_k: int,
+        norm_topk_prob: bool,
+        fp32_weights: bool = False,
+    ) -> None:
         super().__init__()
         if not 1 <= top_k <= num_experts:
             raise ValueError(
@@ -46,6 +58,7 @@ class TopKRouter(nn.Module):
                 "num_experts_per_tok (HF) / top_k (ftune builder) to at most the number of experts."
             )
         self.num_experts, self.top_k, self.norm_topk_prob = num_experts, top_k, norm_topk_prob
+        self.fp32_weights = fp32_weights
         self.weight = nn.Parameter(torch.empty(num_experts, embed_dim))
         if not self.weight.is_meta:
             nn.init.normal_(self.weight, std=0.02)
@@ -58,10 +71,13 @@ class TopKRouter(nn.Module):
         top, indices = torch.topk(probs, self.top_k, dim=-1)  # (T, k) each
         if self.norm_topk_prob:
             top = top / top.sum(dim=-1, keepdim=True)
-        return Routing(logits, top.to(logits.dtype), indices)
+        return Routing(logits, top if self.fp32_weights else top.to(logits.dtype), indices)
 
     def extra_repr(self) -> str:
-        return f"num_experts={self.num_experts}, top_k={self.top_k}, norm_topk_prob={self.norm_topk_prob}"
+        return (
+            f"num_experts={self.num_experts}, top_k={self.top_k}, norm_topk_prob={self.norm_topk_prob}, "
+            f"fp32_weights={self.fp32_weights}"
+        )
 
 
 def load_balancing_loss(

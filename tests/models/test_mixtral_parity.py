@@ -184,3 +184,20 @@ def test_jitter_noise_is_redrawn_identically_under_activation_checkpointing() ->
     plain, checkpointed = grads(False), grads(True)
     for name, grad in plain.items():
         assert torch.allclose(checkpointed[name], grad, rtol=0, atol=1e-6), name
+
+
+def test_bf16_moe_block_is_bit_equal_to_transformers_grouped_mm(tmp_path: Path) -> None:
+    # transformers' default experts kernel weights Mixtral's expert outputs by fp32 mixing weights
+    # and sums them in fp32 before rounding; ftune's Mixtral router hands out fp32 weights to match.
+    hf = build_tiny_hf("mixtral", experts_implementation="grouped_mm")
+    hf.save_pretrained(tmp_path)
+    hf = hf.to(torch.bfloat16)
+    model = load_hf(tmp_path, dtype=torch.bfloat16).eval()
+    x = torch.randn(2, 48, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    block = model.layers[0].mlp
+    assert block.gate.fp32_weights
+    with torch.no_grad():
+        expected = hf.model.layers[0].mlp(x.clone())
+        assert torch.equal(block(x), expected)
+        block.gate.fp32_weights = False  # rounding the weights first (Qwen3-MoE's way) differs
+        assert not torch.equal(block(x), expected)

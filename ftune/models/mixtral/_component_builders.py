@@ -91,7 +91,14 @@ def mixtral(
             sliding_window=sliding_window,
         )
         mlp = MoEFeedForward(
-            gate=TopKRouter(embed_dim=embed_dim, num_experts=num_experts, top_k=top_k, norm_topk_prob=True),
+            # fp32 mixing weights: transformers weights and sums Mixtral's expert outputs in fp32.
+            gate=TopKRouter(
+                embed_dim=embed_dim,
+                num_experts=num_experts,
+                top_k=top_k,
+                norm_topk_prob=True,
+                fp32_weights=True,
+            ),
             experts=GroupedExperts(
                 num_experts=num_experts,
                 embed_dim=embed_dim,
