@@ -34,6 +34,15 @@ FULL = ("run", "full_finetune_single_device", "{tiny}")
 V = ("validate", "smollm2/135M_lora")
 GRPO = ("run", "lora_grpo_single_device", "{tiny}", "group_size=2", "max_new_tokens=4", "max_steps=1")
 DATA = ("~dataset", "dataset._component_=ftune.datasets.instruct_dataset")  # replaces the demo dataset
+# The tiny Qwen3-MoE of the `moe_ckpt` setup, in place of the tiny checkpoint's model.
+MOE_SIZES = dict(moe_intermediate_dim=32, num_experts=8, top_k=2, head_dim=16)
+MOE = (
+    "model=ftune.models.qwen3_moe.qwen3_moe",
+    *(f"model.{k}={v}" for k, v in MOE_SIZES.items()),
+    "checkpointer.checkpoint_dir={tmp}/moe",
+    "tokenizer.path={tmp}/moe",
+    "peft.targets=[q_proj,v_proj,experts]",
+)
 
 
 def _c(id, group, argv, what, where, given, fix, setup=None):
@@ -127,6 +136,7 @@ CASES: list[Case] = [
     _c('launch-nproc-negative', 'launches', ('run', '--nproc_per_node=-2', 'dist_check'), 'must be an integer >= 1', '--nproc_per_node', "'-2'", 'auto'),
     _c('launch-single-device-recipe', 'launches', ('run', '--nproc_per_node', '2', 'lora_finetune_single_device'), 'runs on one device', '--nproc_per_node 2', 'lora_finetune_single_device', 'Use lora_finetune_distributed'),
     _c('launch-qlora-distributed', 'launches', ('run', '--nproc_per_node', '2', 'lora_dpo_distributed', '--config', 'smollm2/135M_lora_dpo', 'peft.quantize_base=true'), 'is QLoRA', 'peft.quantize_base', 'true', 'run QLoRA with lora_finetune_distributed'),
+    _c('moe-dpo-refused', 'launches', ('run', 'lora_dpo_single_device', '--config', 'smollm2/135M_demo_lora_dpo', '{tiny}', *MOE), 'does not train mixture-of-experts models yet', "the config's model section", '8 experts a layer', 'lora_finetune_*', 'moe_ckpt'),
     _c('launch-bad-config-before-ranks', 'launches', ('run', '--nproc_per_node', '2', 'full_finetune_distributed', 'batchsize=2'), 'unknown key', 'batchsize', 'set on the command line', "Did you mean 'batch_size'?"),
     _c('launch-busy-port', 'launches', ('run', '--nproc_per_node', '2', '--master_port', '{busy_port}', 'dist_check'), 'could not start', 'the distributed launch of dist_check.py', 'port: {busy_port}', 'pass a free --master_port'),
     _c('launch-dead-rank', 'launches', ('run', '--nproc_per_node', '2', 'dist_check', 'fail_rank=1'), 'distributed run of dist_check.py failed', 'rank 1', 'rank 1 fails on purpose (fail_rank=1)', "The rank's own error is printed above"),
@@ -280,7 +290,47 @@ def _lora_step_folder(tmp, ckpt):
     _write(folder / ".complete", '{"complete": true, "step": 2}')
 
 
+def _moe_ckpt(tmp, ckpt):
+    """A tiny Qwen3-MoE checkpoint (the tiny checkpoint's widths and tokenizer, 8 experts, top 2)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from ftune.models import CONVERTERS
+    from ftune.models.qwen3_moe import qwen3_moe
+
+    base = json.loads((ckpt / "config.json").read_text())
+    sizes = dict(vocab_size=base["vocab_size"], num_layers=base["num_hidden_layers"])
+    sizes.update(embed_dim=base["hidden_size"], num_heads=base["num_attention_heads"])
+    sizes.update(num_kv_heads=base["num_key_value_heads"])
+    torch.manual_seed(0)
+    model = qwen3_moe(**sizes, **MOE_SIZES, intermediate_dim=base["intermediate_size"], max_seq_len=512)
+    folder = tmp / "moe"
+    folder.mkdir()
+    weights = CONVERTERS["qwen3_moe"].ftune_to_hf(model.state_dict())
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
+    config = {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        **{k: base[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")},
+        **{k: base[k] for k in ("num_attention_heads", "num_key_value_heads")},
+        "head_dim": MOE_SIZES["head_dim"],
+        "moe_intermediate_size": MOE_SIZES["moe_intermediate_dim"],
+        "num_experts": MOE_SIZES["num_experts"],
+        "num_experts_per_tok": MOE_SIZES["top_k"],
+        "norm_topk_prob": True,
+        "max_position_embeddings": 512,
+        "rope_theta": 1_000_000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ckpt / name, folder / name)
+
+
 SETUPS = {
+    "moe_ckpt": _moe_ckpt,
     "kd_tok_swapped": _kd_tok_swapped,
     "yaml_syntax": lambda tmp, ckpt: _write(tmp / "bad.yaml", "batch_size: 4\nmodel: [unclosed\n  x: 1\n"),
     "yaml_tab": lambda tmp, ckpt: _write(tmp / "tab.yaml", "batch_size: 4\n\tmodel: 1\n"),

@@ -229,11 +229,13 @@ def refuse_moe(model: nn.Module, method: str) -> None:
         ValueError: ``model`` is an ``MoETransformerDecoder``.
     """
     if isinstance(model, MoETransformerDecoder):
+        experts = model.moe_blocks()[0].gate.num_experts
         raise ValueError(
-            f"{method} does not train mixture-of-experts models yet: its loss does not add the router's "
-            f"load-balancing loss (aux_loss_coef={model.aux_loss_coef}), so the experts would drift out of "
-            "balance unseen. Fine-tune an MoE model with the SFT recipes (full_finetune_* or "
-            "lora_finetune_*), which add and log it, or pick a dense model for this recipe."
+            f"{method} does not train mixture-of-experts models yet: the config's model section builds a "
+            f"{type(model).__name__} with {experts} experts a layer, and this recipe's loss does not add the "
+            f"router's load-balancing loss (model.aux_loss_coef={model.aux_loss_coef}), so the experts would "
+            "drift out of balance unseen. Fine-tune it with full_finetune_* or lora_finetune_* (their loss "
+            "adds and logs it), or point model at a dense model for this recipe."
         )
 
 
