@@ -32,6 +32,7 @@ from ftune.checkpointing.model_build import build_model, meta_model, read_hf_con
 from ftune.checkpointing.native import QUANTIZED_FILE
 from ftune.checkpointing.quantized import load_quantized
 from ftune.checkpointing.readers import read_json
+from ftune.peft.moe_lora import expert_base_key
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +47,16 @@ def _check_adapter_fits(
         if not key.endswith(".lora_a.weight"):
             continue
         module = key.removesuffix(".lora_a.weight")
-        weight, b = state.get(f"{module}.weight"), adapter.get(f"{module}.lora_b.weight")
+        # An expert adapter's base is a stacked (experts, out, in) weight: B (E, out, r) · A (E, r, in).
+        weight = state.get(expert_base_key(module) or f"{module}.weight")
+        b = adapter.get(f"{module}.lora_b.weight")
         if weight is None:
             problems.append(f"{module} is not a layer of the base model")
         elif b is None:
             problems.append(f"{module}.lora_b.weight is missing")
-        elif (b.shape[0], a.shape[1]) != tuple(weight.shape):
+        elif (*b.shape[:-1], a.shape[-1]) != tuple(weight.shape):
             problems.append(
-                f"{module}: adapter gives shape ({b.shape[0]}, {a.shape[1]}), base weight is {tuple(weight.shape)}"
+                f"{module}: adapter gives shape {(*b.shape[:-1], a.shape[-1])}, base weight is {tuple(weight.shape)}"
             )
     if problems:
         raise ValueError(
@@ -102,13 +105,12 @@ def merge_adapter_folder(
     adapter = load_adapter(folder, family=family, base_shapes={k: v.shape for k, v in state.items()})
     _check_adapter_fits(adapter, state, folder)
     modules = {k.removesuffix(".lora_a.weight") for k in adapter if k.endswith(".lora_a.weight")}
-    full = {k: (v.float() if k.removesuffix(".weight") in modules else v) for k, v in state.items()}
+    targets = {expert_base_key(m) or f"{m}.weight" for m in modules}  # the base weights they change
+    full = {k: (v.float() if k in targets else v) for k, v in state.items()}
     merged = merged_state_dict({**full, **{k: v.float() for k, v in adapter.items()}}, config)
     base = Path(str(config.get("base_model_name_or_path", ""))).name
     logger.info("Merged the adapter of %s (%d layers, trained on %s)", folder, len(modules), base or "?")
-    return {
-        k: merged[k].to(state[k].dtype) if k.removesuffix(".weight") in modules else merged[k] for k in state
-    }
+    return {k: merged[k].to(state[k].dtype) if k in targets else merged[k] for k in state}
 
 
 def build_float_model(

@@ -1,7 +1,7 @@
 """Expert adapters through the checkpointer: a LoRA run of a tiny Qwen3-MoE saves its expert
 adapters in PEFT's format (peft loads the step folder onto transformers' model with the logits of
 ftune's trained model), resumes them exactly, and its merged save holds the merged expert weights
-(transformers loads it with the same logits)."""
+(transformers loads it with the same logits), as does the merge on load of generate/eval/export."""
 
 import json
 
@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file
 from test_moe_recipes import LORA, SIZES, make_tiny_moe, moe_overrides  # tests/recipes
 
-from ftune.checkpointing import load_hf
+from ftune.checkpointing import HFCheckpointer, load_hf
+from ftune.checkpointing.inference import load_inference_model
 from ftune.peft import apply_lora, from_peft
 
 transformers = pytest.importorskip("transformers")
@@ -83,8 +84,14 @@ def test_step_folder_holds_expert_adapters_that_peft_loads(run_moe, moe_checkpoi
 
     # The merged save: the expert updates folded into the stacked weights, which transformers loads.
     merged = transformers.AutoModelForCausalLM.from_pretrained(step / "merged", dtype=torch.float32).eval()
+    # generate / eval / export merge the step folder on load (adapter_dir): the same model.
+    cpu = torch.device("cpu")
+    served = load_inference_model(
+        HFCheckpointer(moe_checkpoint), adapter_dir=step, device=cpu, dtype=torch.float32
+    )
     with torch.no_grad():
         assert (merged(tokens).logits - want).abs().max() <= 1e-4
+        assert (served(tokens) - want).abs().max() <= 1e-4
 
 
 def test_resume_restores_the_expert_adapters_exactly(run_moe, tmp_path):
