@@ -64,10 +64,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad[torch.arange(grad.shape[0], device=grad.device), target] -= 1.0
             if not bool(valid.all()):
                 grad.mul_(valid[:, None])
-            if (
-                softcap is not None
-            ):  # chain rule through the cap: dc/dz = 1 - tanh(z / cap)^2 = 1 - (c / cap)^2
-                grad.mul_(logits.div_(softcap).square_().neg_().add_(1.0))
+            if softcap is not None:
+                # Through the cap: dc/dz = 1 - tanh(z / cap)^2 = 1 - (c / cap)^2; grad -= grad * t^2, in place.
+                grad.addcmul_(grad, logits.div_(softcap).square_(), value=-1.0)
             del logits
             grad = grad.to(weight.dtype)
             if need_hidden:
