@@ -200,3 +200,22 @@ def test_dpo_kd_and_grpo_refuse_an_moe_model():
         ReferenceModel.frozen(model)
     with pytest.raises(ValueError, match="Knowledge distillation does not train mixture-of-experts"):
         check_same_vocab(None, None, model, model)
+
+
+def test_activation_checkpointing_keeps_the_losses_and_aux(run_recipe, tiny_moe, tmp_path):
+    """The recompute in backward replaces each block's router logits: the aux term, computed in the
+    forward, must not change (and its gradient flows through the recomputed graph)."""
+    figures = {}
+    for ac in ("false", "true"):
+        rows, _ = run_recipe(
+            "full_finetune_single_device",
+            "smollm2/135M_full",
+            *moe_overrides(tiny_moe),
+            "max_steps=3",
+            "lr_scheduler.num_warmup_steps=0",
+            "optimizer.lr=3e-3",
+            f"activation_checkpointing={ac}",
+            output_dir=tmp_path / ac,
+        )
+        figures[ac] = [(row["loss"], row["aux_loss"]) for row in rows if "loss" in row]
+    assert len(figures["true"]) == 3 and figures["true"] == figures["false"]
