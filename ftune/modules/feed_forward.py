@@ -34,7 +34,11 @@ class SwiGLU(nn.Module):
         gate, up = self.gate_proj(x), self.up_proj(x)  # (..., hidden_dim) each
         needs_grad = torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)
         if needs_grad and self.lean_backward and not torch.compiler.is_compiling():
-            return self.down_proj(_SiluMul.apply(gate, up))
+            down = self.down_proj
+            if type(down) is nn.Linear and down.weight.requires_grad:
+                # A trained plain projection: its input, the product, is recomputed in backward too.
+                return _SiluMulLinear.apply(gate, up, down.weight, down.bias)
+            return down(_SiluMul.apply(gate, up))
         return self.down_proj(F.silu(gate) * up)
 
 
@@ -59,3 +63,36 @@ class _SiluMul(torch.autograd.Function):
         grad_up = grad * F.silu(gate) if ctx.needs_input_grad[1] else None
         grad_gate = torch.ops.aten.silu_backward(grad * up, gate) if ctx.needs_input_grad[0] else None
         return grad_gate, grad_up
+
+
+class _SiluMulLinear(torch.autograd.Function):
+    """``F.linear(silu(gate) * up, weight, bias)`` that saves only ``gate`` and ``up`` (and the weight).
+
+    A trained down projection needs its input, the product, for its weight gradient; autograd
+    would keep it (a third tensor of the hidden width). Here backward recomputes it from ``gate``
+    and ``up``, one elementwise product. The products run the kernels of ``nn.Linear``'s autograd
+    on the same 2-D views, so outputs and gradients are bit for bit the plain expression's (tested).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        ctx.save_for_backward(gate, up, weight)
+        ctx.has_bias = bias is not None
+        return F.linear(F.silu(gate) * up, weight, bias)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        gate, up, weight = ctx.saved_tensors
+        silu = F.silu(gate)
+        rows = grad.reshape(-1, grad.shape[-1])  # (tokens, out)
+        grad_weight = grad_bias = None
+        if ctx.needs_input_grad[2]:
+            grad_weight = rows.t().mm((silu * up).reshape(-1, up.shape[-1]))
+        if ctx.has_bias and ctx.needs_input_grad[3]:
+            grad_bias = rows.sum(0)
+        grad_product = grad.matmul(weight)  # (..., hidden)
+        grad_up = grad_product * silu if ctx.needs_input_grad[1] else None
+        grad_gate = torch.ops.aten.silu_backward(grad_product * up, gate) if ctx.needs_input_grad[0] else None
+        return grad_gate, grad_up, grad_weight, grad_bias

@@ -9,13 +9,16 @@ from ftune.modules import RMSNorm, SwiGLU
 from ftune.modules.rms_norm import rms_norm
 
 
-def saved_bytes(fn) -> int:
-    """Bytes of the distinct tensors autograd saves while running fn (parameters excluded)."""
+def saved_bytes(fn, module: nn.Module | None = None) -> int:
+    """Bytes of the distinct tensors autograd saves while running fn (parameters, and views of
+    `module`'s parameters such as a transposed weight, excluded)."""
     sizes = {}
+    weights = {p.untyped_storage().data_ptr() for p in (module.parameters() if module else ())}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        if not isinstance(t, nn.Parameter):
-            sizes[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        ptr = t.untyped_storage().data_ptr()
+        if not isinstance(t, nn.Parameter) and ptr not in weights:
+            sizes[ptr] = t.untyped_storage().nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -48,13 +51,15 @@ def test_rms_norm_output_exact_gradients_close_and_less_saved(dtype: torch.dtype
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_swiglu_output_and_gradients_bit_exact_and_less_saved(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("down", ["trained", "trained with bias", "frozen"])
+def test_swiglu_output_and_gradients_bit_exact_and_less_saved(dtype: torch.dtype, down: str) -> None:
     torch.manual_seed(0)
     mlp = SwiGLU(
         gate_proj=nn.Linear(32, 96, bias=False, dtype=dtype),
         up_proj=nn.Linear(32, 96, bias=False, dtype=dtype),
-        down_proj=nn.Linear(96, 32, bias=False, dtype=dtype),
+        down_proj=nn.Linear(96, 32, bias=down == "trained with bias", dtype=dtype),
     )
+    mlp.down_proj.requires_grad_(down != "frozen")
     x = torch.randn(2, 5, 32, dtype=dtype, requires_grad=True)
 
     def plain() -> torch.Tensor:
@@ -62,12 +67,16 @@ def test_swiglu_output_and_gradients_bit_exact_and_less_saved(dtype: torch.dtype
 
     got, want = mlp(x), plain()
     assert torch.equal(got, want)
-    params = (x, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    params = [x, mlp.gate_proj.weight, mlp.up_proj.weight]
+    params += [p for p in mlp.down_proj.parameters() if p.requires_grad]
     dy = torch.randn_like(got)
-    for g, w in zip(torch.autograd.grad(got, params, dy), torch.autograd.grad(want, params, dy)):
+    for g, w in zip(torch.autograd.grad(got, params, dy), torch.autograd.grad(want, params, dy), strict=True):
         assert torch.equal(g, w)
     hidden = 2 * 5 * 96 * x.element_size()  # one (2, 5, 96) activation
-    assert saved_bytes(plain) - saved_bytes(lambda: mlp(x)) == hidden  # silu(gate) is not kept
+    # silu(gate) is never kept; a trained down projection's input (the product) is recomputed too.
+    # A frozen one keeps no input: autograd needs only its weight.
+    kept_less = hidden if down == "frozen" else 2 * hidden
+    assert saved_bytes(plain, mlp) - saved_bytes(lambda: mlp(x), mlp) == kept_less
 
 
 def test_no_autograd_function_when_nothing_needs_a_gradient() -> None:
@@ -82,9 +91,9 @@ def test_lean_backward_switch_leaves_the_forward_to_autograd(monkeypatch) -> Non
     norm = RMSNorm(16)
     mlp = SwiGLU(gate_proj=nn.Linear(16, 48), up_proj=nn.Linear(16, 48), down_proj=nn.Linear(48, 16))
     x = torch.randn(4, 16, requires_grad=True)
-    lean = saved_bytes(lambda: norm(x)), saved_bytes(lambda: mlp(x))
+    lean = saved_bytes(lambda: norm(x)), saved_bytes(lambda: mlp(x), mlp)
     monkeypatch.setattr(RMSNorm, "lean_backward", False)
     monkeypatch.setattr(SwiGLU, "lean_backward", False)
-    plain = saved_bytes(lambda: norm(x)), saved_bytes(lambda: mlp(x))
+    plain = saved_bytes(lambda: norm(x)), saved_bytes(lambda: mlp(x), mlp)
     assert plain[0] == saved_bytes(lambda: rms_norm(x, norm.weight, norm.eps)[0]) > lean[0]
-    assert plain[1] - lean[1] == 4 * 48 * 4  # silu(gate) kept again
+    assert plain[1] - lean[1] == 2 * 4 * 48 * 4  # silu(gate) and the down projection's input kept again
