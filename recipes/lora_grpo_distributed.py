@@ -18,9 +18,9 @@ SETTINGS = training.LoRAGRPOSettings  # [lora+grpo]
 def main(cfg: config.Config) -> None:
     s = cfg.settings(SETTINGS)
     training.seed_everything(s.seed)
-    device, dtype = training.get_device(s.device), training.get_dtype(s.dtype)
-    training.announce(device, dtype)  # the device and dtype, and a warning where the dtype is slow
+    device = training.get_device(s.device)
     info = training.init_distributed(device, timeout_s=s.dist_timeout_s)  # [dist]
+    dtype = training.resolve_dtype(s.dtype, cfg, device)  # says which is faster here; "auto" picks
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
 

@@ -108,10 +108,13 @@ def time_product(
     ``repeats`` after a warm-up call (the first call picks kernels)."""
     device = device or torch.device("cpu")
 
+    # A generator of its own: timing must not move the run's random streams (a recipe seeds before it).
+    generator = torch.Generator(device).manual_seed(0)
+
     def matrix(rows: int, cols: int, transposed: bool) -> torch.Tensor:
         if transposed:
-            return torch.randn(cols, rows, device=device).to(dtype).T
-        return torch.randn(rows, cols, device=device).to(dtype)
+            return torch.randn(cols, rows, device=device, generator=generator).to(dtype).T
+        return torch.randn(rows, cols, device=device, generator=generator).to(dtype)
 
     a, b = matrix(p.m, p.k, p.a_t), matrix(p.k, p.n, p.b_t)
     torch.mm(a, b)

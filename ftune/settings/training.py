@@ -64,7 +64,10 @@ class FullSettings(Settings):
     output_dir: str = setting("output", "folder for step_<N>/ checkpoints and logs")
     seed: int = setting(0, "seed for weights init, data order and dropout")
     device: str = setting("cpu", "cpu, cuda, mps or auto")
-    dtype: Literal["fp32", "bf16", "fp16"] = setting("fp32", "parameter and compute dtype")
+    dtype: Literal["fp32", "bf16", "fp16", "auto"] = setting(
+        "fp32",
+        "parameter and compute dtype; auto: the faster of fp32 and bf16 here that fits (measured, cached)",
+    )
     epochs: int = setting(1, "passes over the dataset (max_steps stops earlier)")
     max_steps: int | None = setting(None, "stop after this many optimizer steps (null: run all epochs)")
     batch_size: int = setting(4, "samples per micro-batch (per rank when distributed)")

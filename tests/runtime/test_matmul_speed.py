@@ -60,3 +60,11 @@ def test_timing_multiplies_a_shape_by_its_count():
         Product(16, 4, 8, 1, False, False),
         Product(16, 8, 4, 1, False, True),
     ]
+
+
+def test_timing_leaves_the_global_random_stream_alone():
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    time_products([Product(8, 8, 8, 1, a_t=True)], torch.float32)
+    assert torch.equal(torch.rand(4), expected)

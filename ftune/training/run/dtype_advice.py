@@ -183,9 +183,11 @@ def advice(
 def resolve_dtype(name: str, cfg: Config, device: torch.device) -> torch.dtype:
     """The run's dtype: ``name``, or for ``"auto"`` the faster of fp32 and bf16 here that fits.
 
-    Prints, on rank zero, the start-up line (device, threads, dtype) and the measured advice
-    (:func:`advice`). The model is built on the meta device from ``cfg.model`` for its shapes (no
-    weights are read); ``cfg`` having a ``peft`` section means only adapters train.
+    Rank zero prints the start-up line (device, threads, dtype) and the measured advice
+    (:func:`advice`), and in a distributed run (call it after ``init_distributed``) decides
+    ``auto`` for every rank; the other ranks measure nothing. The model is built on the meta
+    device from ``cfg.model`` for its shapes (no weights are read); ``cfg`` having a ``peft``
+    section means only adapters train.
 
     Args:
         name: the ``dtype`` setting: fp32, bf16, fp16 or auto.
@@ -195,6 +197,17 @@ def resolve_dtype(name: str, cfg: Config, device: torch.device) -> torch.dtype:
     Raises:
         ValueError: for an unknown dtype name.
     """
+    if name != "auto":
+        get_dtype(name, device)  # an unknown name fails before anything is measured
+    decided: list[torch.dtype | None] = [None]
+    if is_rank_zero():
+        decided[0] = _decide_and_say(name, cfg, device)
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        torch.distributed.broadcast_object_list(decided, src=0)
+    return decided[0]
+
+
+def _decide_and_say(name: str, cfg: Config, device: torch.device) -> torch.dtype:
     with torch.device("meta"):
         model = instantiate(cfg.model, _path="model")
     full = "peft" not in cfg
@@ -221,11 +234,10 @@ def resolve_dtype(name: str, cfg: Config, device: torch.device) -> torch.dtype:
     else:
         dtype = get_dtype(name, device)
     what = "weights, gradients and AdamW state" if full else "base weights"
-    if is_rank_zero():
-        line = advice(speed, fp32_gib, bf16_gib, requested=name, chosen=dtype, what=what)
-        lines = [startup_message(device, dtype), line.removesuffix(".") + note + "."]
-        if dtype == torch.bfloat16 and native_bf16(device) is False:
-            lines[1] += " This CPU has no native bf16 instructions: PyTorch emulates bf16."
-        for line in lines:
-            print(f"ftune: {line}", file=sys.stderr, flush=True)
+    line = advice(speed, fp32_gib, bf16_gib, requested=name, chosen=dtype, what=what)
+    lines = [startup_message(device, dtype), line.removesuffix(".") + note + "."]
+    if dtype == torch.bfloat16 and native_bf16(device) is False:
+        lines[1] += " This CPU has no native bf16 instructions: PyTorch emulates bf16."
+    for text in lines:
+        print(f"ftune: {text}", file=sys.stderr, flush=True)
     return dtype
