@@ -63,7 +63,7 @@ def model_linears(
     """The linear layers of a decoder (built on any device, the meta device too) and its output projection.
 
     Args:
-        model: a TransformerDecoder (``output_weight`` gives the vocabulary projection, tied or not).
+        model: a TransformerDecoder (``output``, or the embeddings when tied, is the vocabulary projection).
         trains: whether the layers' weights train (full fine-tune); the output projection trains with
             them (tied embeddings train too) and is frozen under LoRA.
         lora_rank: the adapters' rank on ``lora_targets``.
@@ -74,7 +74,8 @@ def model_linears(
         if isinstance(module, nn.Linear):
             adapted = lora_rank if name.rsplit(".", 1)[-1] in lora_targets else 0
             found.append(Linear(module.in_features, module.out_features, trains, adapted))
-    vocab, dim = model.output_weight.shape
+    # Not model.output_weight: a soft-capped model (Gemma 2) refuses it, yet has the same projection.
+    vocab, dim = (model.tok_embeddings.weight if model.output is None else model.output.weight).shape
     if model.output is not None:  # untied: the loop above met it already
         found = [x for x in found if (x.in_features, x.out_features) != (dim, vocab)]
     found.append(Linear(dim, vocab, trains))
