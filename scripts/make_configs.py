@@ -278,6 +278,7 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     out.append(
         "optimizer:\n  _component_: torch.optim.AdamW\n"
         f"  lr: {lr}\n  weight_decay: 0.01\n"
+        "  fused: true  # one vectorised pass over all parameters (docs/benchmarks.md: optimizer step)\n"
         "lr_scheduler:\n  _component_: ftune.training.cosine_with_warmup\n"
         f"  num_warmup_steps: {10 if m.demo else 100}\n"
         "metric_logger:\n  _component_: ftune.training.DiskLogger\n  log_dir: ${output_dir}/logs\n"
