@@ -125,6 +125,7 @@ def low_precision_optimizers(run, tmp_path):
         "max_steps=2",
         "save_every_n_steps=1",
         "optimizer=ftune.training.AdamWBf16State",
+        "~optimizer.fused",
         output_dir=tmp_path / "bf16",
     )
     assert {t.dtype for t in moments(a)} == {torch.float32}
