@@ -92,9 +92,6 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return 0
     debug = ["--debug"] if "--debug" in argv else []
-    # Huge-page allocations (ftune.runtime.hardware.HUGE_PAGES_ENV): read by torch at its first
-    # allocation, so set before torch is imported; torchrun's ranks inherit it. A value the user set stays.
-    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     try:
         argv, trusted = take_trust(argv)
         if bad := importable_problems(trusted, "--trust"):

@@ -9,7 +9,6 @@ than fp32, approximate (the machine was busy; docs/glossary.md#mixed-precision).
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from pathlib import Path
@@ -74,23 +73,10 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
 
 
-# With THP_MEM_ALLOC_ENABLE=1 PyTorch aligns its large CPU allocations to 2 MiB and asks the kernel for
-# transparent huge pages on them. Measured on a full fine-tune of SmolLM2-135M (4 x 512 tokens, fp32,
-# docs/benchmarks.md): a lower peak resident memory, because large activation and gradient blocks are
-# mapped and returned whole instead of fragmenting the heap. `ftune run` sets it (ftune/cli/run.py)
-# unless the variable is set already (THP_MEM_ALLOC_ENABLE=0 keeps PyTorch's default).
-HUGE_PAGES_ENV = "THP_MEM_ALLOC_ENABLE"
-
-
-def allocator_note() -> str:
-    """For the start-up line: ", huge-page allocations (THP_MEM_ALLOC_ENABLE=1)" when they are on, else ""."""
-    return f", huge-page allocations ({HUGE_PAGES_ENV}=1)" if os.environ.get(HUGE_PAGES_ENV) == "1" else ""
-
-
 def startup_message(device: torch.device, dtype: torch.dtype, cpuinfo: str | None = None) -> str:
     """One line for the start of a run, e.g. `running on cpu (AMD EPYC, 2 threads) in fp32`."""
     if device.type == "cpu":
-        where = f"cpu ({cpu_model(cpuinfo)}, {torch.get_num_threads()} threads{allocator_note()})"
+        where = f"cpu ({cpu_model(cpuinfo)}, {torch.get_num_threads()} threads)"
     elif device.type == "cuda":
         where = f"{device} ({torch.cuda.get_device_name(device)})"
     else:
