@@ -11,10 +11,12 @@ from dataclasses import dataclass
 # Every method a model gets a config for unless its row says otherwise (make_configs.expected).
 ALL_METHODS = ("full", "lora", "qlora", "dora", "lora_dpo", "full_dpo", "lora_grpo", "full_grpo")
 # Mixture of experts: SFT only (DPO, GRPO and KD refuse MoE: they do not add the balancing loss);
-# no QLoRA (NF4 quantizes the 2-D linears, not the stacked experts, most of the weights) and no
-# DoRA (expert adapters are plain LoRA). LoRA adapts attention and every expert.
-MOE_METHODS = ("full", "lora")
+# QLoRA stores the adapted attention and the stacked experts in NF4; no DoRA (expert adapters are
+# plain LoRA). LoRA adapts attention and every expert.
+MOE_METHODS = ("full", "lora", "qlora")
 MOE_TARGETS = "[q_proj, k_proj, v_proj, o_proj, experts]"
+# Soft-capped logits (Gemma 2): the SFT losses apply the cap; DPO, GRPO and KD refuse such a model.
+SFT_METHODS = ("full", "lora", "qlora", "dora")
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,12 @@ MODELS = [
     Model("qwen2/7B", "qwen2_7b", "qwen2_tokenizer", "Qwen/Qwen2-7B-Instruct"),
     Model("gemma/2B", "gemma_2b", "gemma_tokenizer", "google/gemma-2b-it", note="gated"),
     Model("gemma/7B", "gemma_7b", "gemma_tokenizer", "google/gemma-7b-it", note="gated"),
-    Model("gemma2/2B", "gemma2_2b", "gemma2_tokenizer", "google/gemma-2-2b-it", note="gated"),
-    Model("gemma2/9B", "gemma2_9b", "gemma2_tokenizer", "google/gemma-2-9b-it", note="gated"),
-    Model("gemma2/27B", "gemma2_27b", "gemma2_tokenizer", "google/gemma-2-27b-it", note="gated"),
+    Model("gemma2/2B", "gemma2_2b", "gemma2_tokenizer", "google/gemma-2-2b-it", note="gated",
+          methods=SFT_METHODS),
+    Model("gemma2/9B", "gemma2_9b", "gemma2_tokenizer", "google/gemma-2-9b-it", note="gated",
+          methods=SFT_METHODS),
+    Model("gemma2/27B", "gemma2_27b", "gemma2_tokenizer", "google/gemma-2-27b-it", note="gated",
+          methods=SFT_METHODS),
     Model("code_llama2/7B", "code_llama2_7b", "code_llama2_tokenizer", "codellama/CodeLlama-7b-Instruct-hf",
           "tokenizer.model"),
     Model("phi3/mini", "phi3_3_8b", "phi3_tokenizer", "microsoft/Phi-3-mini-4k-instruct"),

@@ -5,9 +5,10 @@ from collections.abc import Collection
 
 from torch import nn
 
+from ftune.modules.moe_experts import GroupedExperts
 from ftune.peft.dora import DoRALinear
 from ftune.peft.lora import LoRALinear
-from ftune.peft.moe_lora import apply_expert_lora, expert_adapter_params
+from ftune.peft.moe_lora import EXPERT_WEIGHTS, apply_expert_lora, expert_adapter_params
 from ftune.peft.nf4 import check_nf4_shape
 
 log = logging.getLogger(__name__)
@@ -80,12 +81,20 @@ def apply_lora(
     if quantize_base:
         for fqn, _, _, child in matches:
             check_nf4_shape(child.weight, name=f"{fqn}.weight")
-    if experts and (use_dora or quantize_base):
+        for fqn, module in model.named_modules() if experts else ():
+            for name in EXPERT_WEIGHTS if type(module) is GroupedExperts else ():
+                stacked = getattr(module, name)  # NF4 over its (experts * out, in) view
+                check_nf4_shape(stacked.reshape(-1, stacked.shape[-1]), name=f"{fqn}.{name}")
+    if experts and use_dora:
         raise ValueError(
-            "apply_lora: target 'experts' takes plain LoRA only (no use_dora, no quantize_base); set them "
-            "to false, or adapt the experts' neighbours only (drop 'experts' from peft.targets)."
+            "apply_lora: target 'experts' takes LoRA or QLoRA, not DoRA; set peft.use_dora=false, or adapt the "
+            "experts' neighbours only (drop 'experts' from peft.targets)."
         )
-    expert_fqns = apply_expert_lora(model, rank=rank, alpha=alpha, dropout=dropout) if experts else []
+    expert_fqns = (
+        apply_expert_lora(model, rank=rank, alpha=alpha, dropout=dropout, quantize_base=quantize_base)
+        if experts
+        else []
+    )
     for _, parent, name, child in matches:
         layer = layer_type(child, rank=rank, alpha=alpha, dropout=dropout, quantize_base=quantize_base)
         setattr(parent, name, layer.train(child.training))  # an eval-mode model stays in eval mode

@@ -10,6 +10,11 @@ rows sorted by expert), never a loop over tokens. Base weights keep their names 
     layers.0.mlp.experts.lora.down_proj.lora_a.weight      (E, rank, hidden_dim)
     layers.0.mlp.experts.lora.down_proj.lora_b.weight      (E, embed_dim, rank)
 
+QLoRA (``quantize_base``): each stacked base weight is stored as NF4 over its 2-D view (E * out, in),
+under the same name, and dequantized to (E, out, in) inside each grouped product, forward and
+backward (`_NF4GroupedLinear` keeps only the 4-bit weight for backward, as torchao's `linear_nf4`
+does for a dense layer): no dense copy of an expert weight outlives its product.
+
 PEFT (0.17+) adapts such stacked weights with `target_parameters` (its `ParamWrapper`), on
 transformers 5's fused `mlp.experts.gate_up_proj` / `down_proj`: `to_peft_experts` gives its keys
 and tensor layout (lora_A (E * rank, in) expert-major; lora_B (out, rank * E) expert-minor).
@@ -23,6 +28,7 @@ import torch
 from torch import nn
 
 from ftune.modules.moe_experts import GroupedExperts, Groups, grouped_matmul
+from ftune.peft.nf4 import dequantize, is_nf4, to_nf4_parameter
 
 #: The stacked weights of `GroupedExperts` that expert LoRA adapts.
 EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")
@@ -57,6 +63,29 @@ class ExpertLoRA(nn.Module):
         nn.init.zeros_(self.lora_b.weight)
 
 
+class _NF4GroupedLinear(torch.autograd.Function):
+    """Rows of expert e times W_eᵀ for an NF4 stacked weight: dequantized in forward and again in backward.
+
+    The weight is frozen (no gradient); backward needs only it, so nothing but the 4-bit weight is
+    kept between the two passes.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, shape, offsets, backend):  # noqa: ANN001, PLR0913 - autograd.Function
+        ctx.save_for_backward(offsets)
+        ctx.weight, ctx.shape, ctx.backend = weight, shape, backend
+        with torch.no_grad():
+            return grouped_matmul(x, dequantize(weight).view(shape), offsets, backend)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001
+        (offsets,) = ctx.saved_tensors
+        dense = dequantize(ctx.weight).view(ctx.shape).transpose(1, 2)  # (E, in, out): rows times W_e
+        with torch.no_grad():
+            grad_x = grouped_matmul(grad.contiguous(), dense.contiguous(), offsets, ctx.backend)
+        return grad_x, None, None, None, None
+
+
 class LoRAGroupedExperts(GroupedExperts):
     """`GroupedExperts` with frozen stacked weights plus a per-expert LoRA update on some of them.
 
@@ -64,10 +93,18 @@ class LoRAGroupedExperts(GroupedExperts):
         base: the experts to adapt; its Parameters are reused (no copy) and frozen.
         targets: which stacked weights get adapters, a subset of `EXPERT_WEIGHTS`.
         rank: LoRA rank, > 0. alpha: updates scale by alpha / rank. dropout: on the adapter input.
+        quantize_base: store the stacked base weights as NF4 (QLoRA).
     """
 
-    def __init__(
-        self, base: GroupedExperts, *, targets: tuple[str, ...], rank: int, alpha: float, dropout: float = 0.0
+    def __init__(  # noqa: PLR0913 - the adapter's settings
+        self,
+        base: GroupedExperts,
+        *,
+        targets: tuple[str, ...],
+        rank: int,
+        alpha: float,
+        dropout: float = 0.0,
+        quantize_base: bool = False,
     ) -> None:
         nn.Module.__init__(self)
         self.num_experts, self.embed_dim, self.hidden_dim = base.num_experts, base.embed_dim, base.hidden_dim
@@ -81,12 +118,22 @@ class LoRAGroupedExperts(GroupedExperts):
                 for name in targets
             }
         )
+        #: (E, out, in) of each stacked weight: an NF4 one is stored as its (E * out, in) view.
+        self.shapes = {name: tuple(getattr(self, name).shape) for name in EXPERT_WEIGHTS}
+        if quantize_base:
+            for name, (experts, out_features, in_features) in self.shapes.items():
+                flat = getattr(self, name).detach().reshape(experts * out_features, in_features)
+                setattr(self, name, to_nf4_parameter(flat, name=name))
         #: False while `ftune.peft.adapters_disabled` runs the frozen base alone.
         self.adapter_enabled = True
 
     def project(self, name: str, x: torch.Tensor, groups: Groups) -> torch.Tensor:
         """Base grouped product plus scale·(x·A_eᵀ)·B_eᵀ for each expert e's rows."""
-        out = super().project(name, x, groups)  # (N, out)
+        weight = getattr(self, name)
+        if is_nf4(weight):
+            out = _NF4GroupedLinear.apply(x, weight, self.shapes[name], groups.offsets, self.backend)
+        else:
+            out = super().project(name, x, groups)  # (N, out)
         if name not in self.lora or not self.adapter_enabled:
             return out
         lora = self.lora[name]
@@ -95,15 +142,17 @@ class LoRAGroupedExperts(GroupedExperts):
 
     @torch.no_grad()
     def merged_weight(self, name: str) -> torch.Tensor:
-        """W + (alpha/rank)·B_e·A_e for every expert e: a new (E, out, in) tensor."""
-        weight = getattr(self, name)
+        """W + (alpha/rank)·B_e·A_e for every expert e: a new (E, out, in) tensor (NF4 dequantized)."""
+        weight = dequantize(getattr(self, name)).view(self.shapes[name])
         if name not in self.lora:
             return weight.clone()
         lora = self.lora[name]
         return merge_expert_lora(weight, lora.lora_a.weight, lora.lora_b.weight, lora.scale)
 
 
-def apply_expert_lora(model: nn.Module, *, rank: int, alpha: float, dropout: float = 0.0) -> list[str]:
+def apply_expert_lora(
+    model: nn.Module, *, rank: int, alpha: float, dropout: float = 0.0, quantize_base: bool = False
+) -> list[str]:
     """Swap every `GroupedExperts` of `model` for a `LoRAGroupedExperts` adapting both stacked weights.
 
     Used by `ftune.peft.apply_lora` for the target `experts`; freezing the rest is left to it.
@@ -126,7 +175,14 @@ def apply_expert_lora(model: nn.Module, *, rank: int, alpha: float, dropout: flo
             "only MoE models (e.g. qwen3_moe) have one. Remove 'experts' from peft.targets."
         )
     for _, parent, name, child in matches:
-        layer = LoRAGroupedExperts(child, targets=EXPERT_WEIGHTS, rank=rank, alpha=alpha, dropout=dropout)
+        layer = LoRAGroupedExperts(
+            child,
+            targets=EXPERT_WEIGHTS,
+            rank=rank,
+            alpha=alpha,
+            dropout=dropout,
+            quantize_base=quantize_base,
+        )
         setattr(parent, name, layer.train(child.training))
     return [fqn for fqn, *_ in matches]
 
