@@ -1,4 +1,5 @@
-"""The figures of the preference and distillation demos (benchmarks/method_demos.py) on their recipe pages."""
+"""The figures of the preference and distillation demos (benchmarks/method_demos.py) on their recipe pages,
+GRPO against TRL, and the mixture-of-experts expert computation (benchmarks/moe_experts.py)."""
 
 from __future__ import annotations
 
@@ -144,3 +145,28 @@ def grpo_vs_trl() -> str:
         f"Prompt token ids identical in both tools: {'yes' if w['same_prompt_tokens'] else 'NO'}."
     )
     return first + "\n\n" + second + "\n\n" + text + "\n\n" + provenance("grpo_vs_trl")
+
+
+def moe_experts() -> str:
+    """Mixture-of-experts experts on CPU (benchmarks/moe_experts.py): forward + backward time of each way."""
+    r = load("moe_experts")
+    ways = list(dict.fromkeys(row["way"] for row in r["rows"]))
+    cases = list(dict.fromkeys((row["shape"], row["threads"]) for row in r["rows"]))
+    by = {(row["shape"], row["threads"], row["way"]): row for row in r["rows"]}
+    rows = [
+        [f"{shape}, {threads} thread{'s' if threads > 1 else ''}"]
+        + [
+            f"{by[(shape, threads, way)]['fwd_bwd_ms']:.1f} ({by[(shape, threads, way)]['vs_hf_loop']:.2f}x)"
+            if (shape, threads, way) in by
+            else "-"
+            for way in ways
+        ]
+        for shape, threads in cases
+    ]
+    header = ["shape", *(f"{way} ms (vs hf_loop)" for way in ways)]
+    run_line = (
+        f"`{r['command']}`: median forward + backward ms of each way, and its speed-up over transformers' "
+        f"per-expert loop (hf_loop); fp32; 1-minute load {r['load_1min']}."
+        + ("" if r["note"] in r["command"] else f" {r['note']}")
+    )
+    return "\n\n".join((table(header, rows, "l" + "r" * len(ways)), run_line, provenance("moe_experts")))

@@ -49,6 +49,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "step_memory": ("docs/benchmarks.md", training.step_memory),
     "step_memory_allocator": ("docs/benchmarks.md", training.step_memory_allocator),
     "grpo_vs_trl": ("docs/benchmarks.md", methods.grpo_vs_trl),
+    "moe_experts": ("docs/benchmarks.md", methods.moe_experts),
     "readme_speed": ("README.md", pages.readme_speed),
     "readme_quickstart": ("README.md", pages.readme_quickstart),
     "readme_tests": ("README.md", text.readme_tests),
