@@ -82,7 +82,13 @@ def test_merged_weights_fold_the_adapters_into_the_dequantized_base():
 
 
 def test_experts_that_nf4_cannot_hold_are_refused_before_anything_changes():
-    sizes = {**SIZES, "embed_dim": 40, "head_dim": 10, "moe_intermediate_dim": 10, "num_experts": 3}  # 3 x 20 x 40
+    sizes = {
+        **SIZES,
+        "embed_dim": 40,
+        "head_dim": 10,
+        "moe_intermediate_dim": 10,
+        "num_experts": 3,
+    }  # 3 x 20 x 40
     model = qwen3_moe(**sizes)
     before = {n: type(m) for n, m in model.named_modules()}
     with pytest.raises(ValueError, match="Cannot quantize layers.0.mlp.experts.gate_up_proj to NF4"):
