@@ -158,7 +158,7 @@ def test_experts_target_errors() -> None:
     with pytest.raises(ValueError, match="target 'experts' matches no mixture-of-experts layer"):
         apply_lora(dense, targets=["q_proj", "experts"], rank=2, alpha=4.0)
     assert type(dense.layers[0].attn.q_proj) is torch.nn.Linear  # nothing swapped
-    with pytest.raises(ValueError, match="target 'experts' takes plain LoRA only"):
+    with pytest.raises(ValueError, match="target 'experts' takes LoRA or QLoRA, not DoRA"):
         apply_lora(qwen3_moe_tiny(), targets=["experts"], rank=2, alpha=4.0, use_dora=True)
     model = qwen3_moe_tiny()
     apply_lora(model, targets=["experts"], rank=2, alpha=4.0)
