@@ -23,6 +23,7 @@ from collections import defaultdict
 import torch
 
 from ftune.models._converter import Converter
+from ftune.models._expert_keys import ExpertLayout
 from ftune.models._hf_keys import HF_IGNORED, hf_table
 from ftune.models._key_rename import StateDict, key_pattern
 from ftune.models._table_converter import _ftune_to_hf, _hf_to_ftune
@@ -41,29 +42,7 @@ _LIVE_TABLE: dict[str, str] = {
 }
 _HF_EXPERT = re.compile(r"^model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.(w1|w2|w3)\.weight$")
 _FTUNE_EXPERTS = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
-_PROJS = ("w1", "w3", "w2")  # gate, up, down
-
-
-def _stack_layer(layer: str, parts: dict[tuple[int, str], torch.Tensor]) -> StateDict:
-    """One layer's per-expert w1/w3/w2 -> its stacked ftune tensors."""
-    num_experts = 1 + max(e for e, _ in parts)
-    if missing := [
-        f"model.layers.{layer}.block_sparse_moe.experts.{e}.{p}.weight"
-        for e in range(num_experts)
-        for p in _PROJS
-        if (e, p) not in parts
-    ]:
-        raise KeyError(
-            f"{FAMILY}: layer {layer} has experts up to {num_experts - 1} but lacks {missing[:3]} "
-            f"({len(missing)} missing): a checkpoint holds every expert's w1, w2 and w3. Check that all "
-            "the checkpoint's shards are in the folder."
-        )
-    stacked = {p: torch.stack([parts[(e, p)] for e in range(num_experts)]) for p in _PROJS}  # (E, out, in)
-    prefix = f"layers.{layer}.mlp.experts."
-    return {
-        prefix + "gate_up_proj": torch.cat([stacked["w1"], stacked["w3"]], dim=1),  # (E, 2I, H)
-        prefix + "down_proj": stacked["w2"],  # (E, H, I)
-    }
+_EXPERTS = ExpertLayout(FAMILY, "model.layers.{layer}.block_sparse_moe.experts.", ("w1", "w3", "w2"))
 
 
 def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> StateDict:
@@ -94,7 +73,7 @@ def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> St
                 )
             targets[target] = key
     for layer, parts in experts.items():
-        stacked = _stack_layer(layer, parts)
+        stacked = _EXPERTS.stack_layer(layer, parts)
         if twice := [k for k in stacked if k in out]:
             raise KeyError(
                 f"{FAMILY}: layer {layer} has both per-expert weights (model.layers.{layer}.block_sparse_moe."
@@ -117,15 +96,7 @@ def ftune_to_hf(sd: StateDict) -> StateDict:
         if match is None:
             rest[key] = value
             continue
-        layer, name = match.groups()
-        prefix = f"model.layers.{layer}.block_sparse_moe.experts."
-        if name == "down_proj":
-            out.update({f"{prefix}{e}.w2.weight": w for e, w in enumerate(value.unbind(0))})
-            continue
-        hidden = value.shape[1] // 2
-        for e, w in enumerate(value.unbind(0)):  # w (2I, H): gate rows, then up rows
-            out[f"{prefix}{e}.w1.weight"] = w[:hidden]
-            out[f"{prefix}{e}.w3.weight"] = w[hidden:]
+        out.update(_EXPERTS.unstack(*match.groups(), value))
     return {**_ftune_to_hf(rest, family=FAMILY, table=HF_TABLE), **out}
 
 

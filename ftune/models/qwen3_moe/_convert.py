@@ -21,6 +21,7 @@ from collections import defaultdict
 import torch
 
 from ftune.models._converter import Converter
+from ftune.models._expert_keys import ExpertLayout
 from ftune.models._hf_keys import HF_IGNORED, hf_table
 from ftune.models._key_rename import StateDict
 from ftune.models._table_converter import _ftune_to_hf, _hf_to_ftune
@@ -34,31 +35,9 @@ HF_TABLE: dict[str, str] = {
     "model.layers.{}.mlp.experts.gate_up_proj": "layers.{}.mlp.experts.gate_up_proj",
     "model.layers.{}.mlp.experts.down_proj": "layers.{}.mlp.experts.down_proj",
 }
-_HF_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
+_HF_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 _FTUNE_EXPERTS = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
-_PROJS = ("gate", "up", "down")
-
-
-def _stack_layer(layer: str, parts: dict[tuple[int, str], torch.Tensor]) -> StateDict:
-    """One layer's per-expert HF weights -> its stacked ftune tensors."""
-    num_experts = 1 + max(e for e, _ in parts)
-    if missing := [
-        f"model.layers.{layer}.mlp.experts.{e}.{p}_proj.weight"
-        for e in range(num_experts)
-        for p in _PROJS
-        if (e, p) not in parts
-    ]:
-        raise KeyError(
-            f"{FAMILY}: layer {layer} has experts up to {num_experts - 1} but lacks {missing[:3]} "
-            f"({len(missing)} missing): a checkpoint holds every expert's gate, up and down projections. "
-            "Check that all the checkpoint's shards are in the folder."
-        )
-    stacked = {p: torch.stack([parts[(e, p)] for e in range(num_experts)]) for p in _PROJS}  # (E, out, in)
-    prefix = f"layers.{layer}.mlp.experts."
-    return {
-        prefix + "gate_up_proj": torch.cat([stacked["gate"], stacked["up"]], dim=1),  # (E, 2I, H)
-        prefix + "down_proj": stacked["down"],  # (E, H, I)
-    }
+_EXPERTS = ExpertLayout(FAMILY, "model.layers.{layer}.mlp.experts.", ("gate_proj", "up_proj", "down_proj"))
 
 
 def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> StateDict:
@@ -77,7 +56,7 @@ def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> St
             rest[key] = value
     out = _hf_to_ftune(rest, family=FAMILY, table=HF_TABLE, tie_word_embeddings=tie_word_embeddings)
     for layer, parts in experts.items():
-        stacked = _stack_layer(layer, parts)
+        stacked = _EXPERTS.stack_layer(layer, parts)
         if twice := [k for k in stacked if k in out]:
             raise KeyError(
                 f"{FAMILY}: layer {layer} has both per-expert weights (model.layers.{layer}.mlp.experts.<e>.*) "
@@ -100,15 +79,7 @@ def ftune_to_hf(sd: StateDict) -> StateDict:
         if match is None:
             rest[key] = value
             continue
-        layer, name = match.groups()
-        prefix = f"model.layers.{layer}.mlp.experts."
-        if name == "down_proj":
-            out.update({f"{prefix}{e}.down_proj.weight": w for e, w in enumerate(value.unbind(0))})
-            continue
-        hidden = value.shape[1] // 2
-        for e, w in enumerate(value.unbind(0)):  # w (2I, H): gate rows, then up rows
-            out[f"{prefix}{e}.gate_proj.weight"] = w[:hidden]
-            out[f"{prefix}{e}.up_proj.weight"] = w[hidden:]
+        out.update(_EXPERTS.unstack(*match.groups(), value))
     return {**_ftune_to_hf(rest, family=FAMILY, table=HF_TABLE), **out}
 
 
