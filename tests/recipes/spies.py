@@ -74,10 +74,34 @@ class LargestVocabTensor(TorchDispatchMode):
         super().__init__()
         self.vocab = vocab
         self.rows = 0
+        self._probing = False
+
+    def __enter__(self):
+        # The dtype advice at start-up (ftune.training.resolve_dtype) times one product of the
+        # output projection's shape, [tokens, vocab], before training: not the loss's logits.
+        from ftune.training.run import dtype_advice
+
+        self._measure = dtype_advice.measure_speed
+
+        def unwatched(*args, **kwargs):
+            self._probing = True
+            try:
+                return self._measure(*args, **kwargs)
+            finally:
+                self._probing = False
+
+        dtype_advice.measure_speed = unwatched
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        from ftune.training.run import dtype_advice
+
+        dtype_advice.measure_speed = self._measure
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func.is_view or func._schema.is_mutable:
+        if func.is_view or func._schema.is_mutable or self._probing:
             return out
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.dim() >= 1:
