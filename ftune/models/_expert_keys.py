@@ -8,11 +8,15 @@ gate, up and down projections are called.
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
 
 from ftune.models._key_rename import StateDict
+
+_FTUNE_EXPERTS = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,49 @@ class ExpertLayout:
     family: str
     hf_prefix: str
     names: tuple[str, str, str]
+
+    def split_hf(self, sd: StateDict) -> tuple[dict[str, dict[tuple[int, str], torch.Tensor]], StateDict]:
+        """HF weights -> (per-expert weights by layer, keyed (expert, HF name); every other key)."""
+        prefix = re.escape(self.hf_prefix.format(layer="LAYER")).replace("LAYER", r"(\d+)")
+        pattern = re.compile(rf"^{prefix}(\d+)\.({'|'.join(map(re.escape, self.names))})\.weight$")
+        experts: dict[str, dict[tuple[int, str], torch.Tensor]] = defaultdict(dict)
+        rest: StateDict = {}
+        for key, value in sd.items():
+            if match := pattern.match(key):
+                experts[match.group(1)][(int(match.group(2)), match.group(3))] = value
+            else:
+                rest[key] = value
+        return experts, rest
+
+    def add_stacked(
+        self, out: StateDict, experts: dict[str, dict[tuple[int, str], torch.Tensor]]
+    ) -> StateDict:
+        """``out`` (the other weights, converted) with every layer's experts stacked into it.
+
+        Raises:
+            KeyError: a layer given both per-expert and fused (already in ``out``) expert weights, or
+                lacking some expert's projection (:meth:`stack_layer`).
+        """
+        for layer, parts in experts.items():
+            stacked = self.stack_layer(layer, parts)
+            if twice := [k for k in stacked if k in out]:
+                raise KeyError(
+                    f"{self.family}: layer {layer} has both per-expert weights ({self.hf_prefix.format(layer=layer)}"
+                    f"<e>.*) and fused ones ({twice[0]}); a checkpoint holds one layout. Remove one of them."
+                )
+            out.update(stacked)
+        return out
+
+    def split_ftune(self, sd: StateDict) -> tuple[StateDict, StateDict]:
+        """ftune weights -> (every other key; the stacked experts as HF per-expert weights, views)."""
+        rest: StateDict = {}
+        out: StateDict = {}
+        for key, value in sd.items():
+            if match := _FTUNE_EXPERTS.match(key):
+                out.update(self.unstack(*match.groups(), value))
+            else:
+                rest[key] = value
+        return rest, out
 
     def hf_key(self, layer: str, expert: int, name: str) -> str:
         return f"{self.hf_prefix.format(layer=layer)}{expert}.{name}.weight"

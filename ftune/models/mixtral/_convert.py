@@ -17,11 +17,6 @@ tensors (no copy). transformers 5's in-memory names (`model.layers.{L}.mlp.gate.
 embeddings are Mistral's.
 """
 
-import re
-from collections import defaultdict
-
-import torch
-
 from ftune.models._converter import Converter
 from ftune.models._expert_keys import ExpertLayout
 from ftune.models._hf_keys import HF_IGNORED, hf_table
@@ -40,8 +35,6 @@ _LIVE_TABLE: dict[str, str] = {
     "model.layers.{}.mlp.experts.gate_up_proj": "layers.{}.mlp.experts.gate_up_proj",
     "model.layers.{}.mlp.experts.down_proj": "layers.{}.mlp.experts.down_proj",
 }
-_HF_EXPERT = re.compile(r"^model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.(w1|w2|w3)\.weight$")
-_FTUNE_EXPERTS = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 _EXPERTS = ExpertLayout(FAMILY, "model.layers.{layer}.block_sparse_moe.experts.", ("w1", "w3", "w2"))
 
 
@@ -52,13 +45,7 @@ def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> St
         KeyError: an unknown key, a layer missing some expert's projection, or a tensor given in
             both layouts (per-expert and fused experts, or `block_sparse_moe.gate` and `mlp.gate`).
     """
-    experts: dict[str, dict[tuple[int, str], torch.Tensor]] = defaultdict(dict)
-    rest: StateDict = {}
-    for key, value in sd.items():
-        if match := _HF_EXPERT.match(key):
-            experts[match.group(1)][(int(match.group(2)), match.group(3))] = value
-        else:
-            rest[key] = value
+    experts, rest = _EXPERTS.split_hf(sd)
     table = {**HF_TABLE, **_LIVE_TABLE}
     out = _hf_to_ftune(rest, family=FAMILY, table=table, tie_word_embeddings=tie_word_embeddings)
     targets: dict[str, str] = {}
@@ -72,15 +59,7 @@ def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> St
                     "one layout (the files' block_sparse_moe or transformers' fused mlp). Remove one."
                 )
             targets[target] = key
-    for layer, parts in experts.items():
-        stacked = _EXPERTS.stack_layer(layer, parts)
-        if twice := [k for k in stacked if k in out]:
-            raise KeyError(
-                f"{FAMILY}: layer {layer} has both per-expert weights (model.layers.{layer}.block_sparse_moe."
-                f"experts.<e>.*) and fused ones ({twice[0]}); a checkpoint holds one layout. Remove one."
-            )
-        out.update(stacked)
-    return out
+    return _EXPERTS.add_stacked(out, experts)
 
 
 def ftune_to_hf(sd: StateDict) -> StateDict:
@@ -89,14 +68,7 @@ def ftune_to_hf(sd: StateDict) -> StateDict:
     Raises:
         KeyError: a key that is not part of the family's base model (e.g. LoRA weights).
     """
-    rest: StateDict = {}
-    out: StateDict = {}
-    for key, value in sd.items():
-        match = _FTUNE_EXPERTS.match(key)
-        if match is None:
-            rest[key] = value
-            continue
-        out.update(_EXPERTS.unstack(*match.groups(), value))
+    rest, out = _EXPERTS.split_ftune(sd)
     return {**_ftune_to_hf(rest, family=FAMILY, table=HF_TABLE), **out}
 
 

@@ -15,11 +15,6 @@ tensors (no copy). The fused in-memory names (`mlp.experts.gate_up_proj`, saved 
 with `save_original_format=False`) are read as a rename. Every other key is Qwen3's.
 """
 
-import re
-from collections import defaultdict
-
-import torch
-
 from ftune.models._converter import Converter
 from ftune.models._expert_keys import ExpertLayout
 from ftune.models._hf_keys import HF_IGNORED, hf_table
@@ -35,8 +30,6 @@ HF_TABLE: dict[str, str] = {
     "model.layers.{}.mlp.experts.gate_up_proj": "layers.{}.mlp.experts.gate_up_proj",
     "model.layers.{}.mlp.experts.down_proj": "layers.{}.mlp.experts.down_proj",
 }
-_HF_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
-_FTUNE_EXPERTS = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 _EXPERTS = ExpertLayout(FAMILY, "model.layers.{layer}.mlp.experts.", ("gate_proj", "up_proj", "down_proj"))
 
 
@@ -47,23 +40,9 @@ def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> St
         KeyError: an unknown key, a layer missing some expert's projection, or a layer given both
             per-expert and fused expert weights.
     """
-    experts: dict[str, dict[tuple[int, str], torch.Tensor]] = defaultdict(dict)
-    rest: StateDict = {}
-    for key, value in sd.items():
-        if match := _HF_EXPERT.match(key):
-            experts[match.group(1)][(int(match.group(2)), match.group(3))] = value
-        else:
-            rest[key] = value
+    experts, rest = _EXPERTS.split_hf(sd)
     out = _hf_to_ftune(rest, family=FAMILY, table=HF_TABLE, tie_word_embeddings=tie_word_embeddings)
-    for layer, parts in experts.items():
-        stacked = _EXPERTS.stack_layer(layer, parts)
-        if twice := [k for k in stacked if k in out]:
-            raise KeyError(
-                f"{FAMILY}: layer {layer} has both per-expert weights (model.layers.{layer}.mlp.experts.<e>.*) "
-                f"and fused ones ({twice[0]}); a checkpoint holds one layout. Remove one of them."
-            )
-        out.update(stacked)
-    return out
+    return _EXPERTS.add_stacked(out, experts)
 
 
 def ftune_to_hf(sd: StateDict) -> StateDict:
@@ -72,14 +51,7 @@ def ftune_to_hf(sd: StateDict) -> StateDict:
     Raises:
         KeyError: a key that is not part of the family's base model (e.g. LoRA weights).
     """
-    rest: StateDict = {}
-    out: StateDict = {}
-    for key, value in sd.items():
-        match = _FTUNE_EXPERTS.match(key)
-        if match is None:
-            rest[key] = value
-            continue
-        out.update(_EXPERTS.unstack(*match.groups(), value))
+    rest, out = _EXPERTS.split_ftune(sd)
     return {**_ftune_to_hf(rest, family=FAMILY, table=HF_TABLE), **out}
 
 
