@@ -58,15 +58,8 @@ class _SiluMul(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        # The kernels autograd runs for the plain expression, in the same order: identical gradients.
-        # In place on this function's own buffers (see _SiluMulLinear.backward); never on `grad`.
         gate, up = ctx.saved_tensors
-        grad_up = F.silu(gate).mul_(grad) if ctx.needs_input_grad[1] else None
-        grad_gate = None
-        if ctx.needs_input_grad[0]:
-            scaled = grad * up
-            grad_gate = torch.ops.aten.silu_backward.grad_input(scaled, gate, grad_input=scaled)
-        return grad_gate, grad_up
+        return _silu_mul_grads(grad, gate, up, F.silu(gate), ctx.needs_input_grad, grad_is_ours=False)
 
 
 class _SiluMulLinear(torch.autograd.Function):
@@ -96,12 +89,32 @@ class _SiluMulLinear(torch.autograd.Function):
             grad_weight = rows.t().mm((silu * up).reshape(-1, up.shape[-1]))
         if ctx.has_bias and ctx.needs_input_grad[3]:
             grad_bias = rows.sum(0)
-        grad_product = grad.matmul(weight)  # (..., hidden)
-        # In place where a buffer is done with: each hidden-width allocation costs page faults on
-        # CPU (fresh memory), about as much as the product itself. Same kernels, same values.
-        grad_up = silu.mul_(grad_product) if ctx.needs_input_grad[1] else None  # silu is not read again
-        grad_gate = None
-        if ctx.needs_input_grad[0]:
-            scaled = grad_product.mul_(up)  # grad_product is not read again
-            grad_gate = torch.ops.aten.silu_backward.grad_input(scaled, gate, grad_input=scaled)
+        grad_product = grad.matmul(weight)  # (..., hidden), this function's own buffer
+        grad_gate, grad_up = _silu_mul_grads(
+            grad_product, gate, up, silu, ctx.needs_input_grad, grad_is_ours=True
+        )
         return grad_gate, grad_up, grad_weight, grad_bias
+
+
+def _silu_mul_grads(  # noqa: PLR0913 - the saved tensors and what backward needs
+    grad: torch.Tensor,
+    gate: torch.Tensor,
+    up: torch.Tensor,
+    silu: torch.Tensor,
+    needs: tuple[bool, ...],
+    *,
+    grad_is_ours: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The gradients of ``silu(gate) * up`` with respect to ``gate`` and ``up``, given ``grad`` of the product.
+
+    The kernels autograd runs for the plain expression, in the same order: identical gradients. They
+    run in place where a buffer is done with (``silu``, which the caller computed for this and reads
+    no more; ``grad`` too when ``grad_is_ours``): each hidden-width allocation costs page faults on
+    CPU (fresh memory), about as much as the product itself.
+    """
+    grad_up = silu.mul_(grad) if needs[1] else None
+    grad_gate = None
+    if needs[0]:
+        scaled = grad.mul_(up) if grad_is_ours else grad * up
+        grad_gate = torch.ops.aten.silu_backward.grad_input(scaled, gate, grad_input=scaled)
+    return grad_gate, grad_up
