@@ -69,7 +69,8 @@ def native_bf16(device: torch.device, cpuinfo: str | None = None) -> bool | None
     return any(flag in flags for flag in NATIVE_BF16_FLAGS)
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """The setting's name of a dtype: fp32, bf16, fp16 (else torch's)."""
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
 
 
@@ -81,7 +82,7 @@ def startup_message(device: torch.device, dtype: torch.dtype, cpuinfo: str | Non
         where = f"{device} ({torch.cuda.get_device_name(device)})"
     else:
         where = str(device)
-    return f"running on {where} in {_dtype_name(dtype)}"
+    return f"running on {where} in {dtype_name(dtype)}"
 
 
 def dtype_warning(device: torch.device, dtype: torch.dtype, cpuinfo: str | None = None) -> str | None:

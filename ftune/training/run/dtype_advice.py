@@ -25,7 +25,7 @@ import torch
 from ftune.config import Config, instantiate
 from ftune.config.loading import ftune_home
 from ftune.runtime.device import get_dtype
-from ftune.runtime.hardware import cpu_flags, cpu_model, native_bf16, startup_message
+from ftune.runtime.hardware import cpu_flags, cpu_model, dtype_name, native_bf16, startup_message
 from ftune.runtime.matmul_speed import Linear, Product, model_linears, step_products, time_product
 from ftune.runtime.rank import is_rank_zero
 
@@ -167,7 +167,7 @@ def advice(
     faster = (
         f"bf16 {ratio:.1f}x faster than fp32" if ratio >= 1 else f"bf16 {1 / ratio:.1f}x slower than fp32"
     )
-    name = "bf16" if chosen == torch.bfloat16 else "fp32" if chosen == torch.float32 else str(chosen)
+    name = dtype_name(chosen)
     line = (
         f"measured here, this model's matrix products run {faster} ({speed.fp32_s * 1e3:.0f} vs "
         f"{speed.bf16_s * 1e3:.0f} ms for a step of {speed.tokens} tokens); {what}: fp32 {fp32_gib:.2f} GiB, bf16 {bf16_gib:.2f} GiB. "
@@ -197,17 +197,36 @@ def resolve_dtype(name: str, cfg: Config, device: torch.device) -> torch.dtype:
     Raises:
         ValueError: for an unknown dtype name.
     """
-    if name != "auto":
-        get_dtype(name, device)  # an unknown name fails before anything is measured
-    decided: list[torch.dtype | None] = [None]
-    if is_rank_zero():
-        decided[0] = _decide_and_say(name, cfg, device)
+    fixed = None if name == "auto" else get_dtype(name, device)  # an unknown name fails before measuring
+    if not is_rank_zero():  # a set dtype is the same on every rank; "auto" comes from rank zero
+        return fixed if fixed is not None else _from_rank_zero(None)
+    dtype = _decide_and_say(name, fixed, cfg, device)
+    return dtype if fixed is not None else _from_rank_zero(dtype)
+
+
+def _from_rank_zero(dtype: torch.dtype | None) -> torch.dtype:
+    """Rank zero's ``dtype`` on every rank of a distributed run (as it is without one)."""
+    decided = [dtype]
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
         torch.distributed.broadcast_object_list(decided, src=0)
     return decided[0]
 
 
-def _decide_and_say(name: str, cfg: Config, device: torch.device) -> torch.dtype:
+def _choose(speed: DtypeSpeed, need: dict[torch.dtype, float], free: float | None) -> tuple[torch.dtype, str]:
+    """``auto``: the faster of fp32 and bf16 whose memory ``need`` fits in ``free`` GiB, and a note on why not
+    the faster one (``""`` when it is)."""
+    order = [torch.bfloat16, torch.float32] if speed.bf16_speedup >= 1 else [torch.float32, torch.bfloat16]
+    fitting = [d for d in order if free is None or need[d] <= free]
+    if not fitting:
+        note = f" (neither fits in the {free:.1f} GiB available now: bf16 is the smaller; expect to run out of memory)"
+        return torch.bfloat16, note
+    if fitting[0] != order[0]:
+        return fitting[0], f" (the faster one needs more than the {free:.1f} GiB available now)"
+    return fitting[0], ""
+
+
+def _decide_and_say(name: str, fixed: torch.dtype | None, cfg: Config, device: torch.device) -> torch.dtype:
+    """Measure (or read the cache), decide ``auto`` (``fixed`` None), print the two start-up lines."""
     with torch.device("meta"):
         model = instantiate(cfg.model, _path="model")
     full = "peft" not in cfg
@@ -217,24 +236,10 @@ def _decide_and_say(name: str, cfg: Config, device: torch.device) -> torch.dtype
     num_params = sum(p.numel() for p in model.parameters())
     del model
     speed, _ = cached_speed(products, device, Path(ftune_home()) / "cache", tokens=tokens)
-    fp32_gib, bf16_gib = (state_gib(num_params, d, full=full) for d in (torch.float32, torch.bfloat16))
-    note = ""
-    if name == "auto":
-        free = available_gib(device)
-        order = (
-            [torch.bfloat16, torch.float32] if speed.bf16_speedup >= 1 else [torch.float32, torch.bfloat16]
-        )
-        need = {torch.float32: fp32_gib, torch.bfloat16: bf16_gib}
-        fitting = [d for d in order if free is None or need[d] <= free]
-        dtype = fitting[0] if fitting else torch.bfloat16
-        if free is not None and dtype != order[0]:
-            note = f" (the faster one needs more than the {free:.1f} GiB available now)"
-        if not fitting:
-            note = f" (neither fits in the {free:.1f} GiB available now: bf16 is the smaller; expect to run out of memory)"
-    else:
-        dtype = get_dtype(name, device)
+    need = {d: state_gib(num_params, d, full=full) for d in (torch.float32, torch.bfloat16)}
+    dtype, note = (fixed, "") if fixed is not None else _choose(speed, need, available_gib(device))
     what = "weights, gradients and AdamW state" if full else "base weights"
-    line = advice(speed, fp32_gib, bf16_gib, requested=name, chosen=dtype, what=what)
+    line = advice(speed, need[torch.float32], need[torch.bfloat16], requested=name, chosen=dtype, what=what)
     lines = [startup_message(device, dtype), line.removesuffix(".") + note + "."]
     if dtype == torch.bfloat16 and native_bf16(device) is False:
         lines[1] += " This CPU has no native bf16 instructions: PyTorch emulates bf16."
