@@ -41,6 +41,7 @@ from ftune import training  # noqa: E402
 from ftune.checkpointing import load_hf  # noqa: E402
 from ftune.config import instantiate  # noqa: E402
 from ftune.peft import apply_lora  # noqa: E402
+from ftune.runtime.device import get_dtype  # noqa: E402
 from ftune.training.run.memory import peak_memory_gib  # noqa: E402
 from ftune.training.step.batch_loss import batch_loss  # noqa: E402
 
@@ -62,16 +63,13 @@ def category(name: str, region: str) -> str:
     return "other"
 
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
 def build(
     method: str, model_dir: Path, dtype: str
 ) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.nn.Module]:
     shipped = yaml.safe_load(
         (configs.REPO / "recipes" / "configs" / "smollm2" / f"135M_{method}.yaml").read_text()
     )
-    model = load_hf(model_dir, dtype=DTYPES[dtype]).train()
+    model = load_hf(model_dir, dtype=get_dtype(dtype)).train()
     if method == "lora":
         lora = configs.LORA
         apply_lora(model, targets=lora["targets"], rank=lora["rank"], alpha=lora["alpha"])
@@ -180,7 +178,9 @@ def main(argv: list[str] | None = None) -> None:
         "--steps", type=int, default=3, help="timed steps a method, after 2 warm-up steps (default 3)"
     )
     p.add_argument("--methods", nargs="+", default=["full", "lora"], choices=["full", "lora"])
-    p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="the model's dtype (default fp32)")
+    p.add_argument(
+        "--dtype", default="fp32", choices=["bf16", "fp32"], help="the model's dtype (default fp32)"
+    )
     p.add_argument("--ftune-home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "/tmp/bench_home")))
     p.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "step_profile.json"

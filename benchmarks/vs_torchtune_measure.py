@@ -187,6 +187,7 @@ def model_bound_seconds(method: str, dtype: str, tokens: int, lora: dict[str, An
     import torch
 
     from ftune.models.smollm2 import smollm2_135m
+    from ftune.runtime.device import get_dtype
     from ftune.runtime.matmul_speed import model_linears, step_products, time_products
 
     with torch.device("meta"):
@@ -197,9 +198,7 @@ def model_bound_seconds(method: str, dtype: str, tokens: int, lora: dict[str, An
         linears = model_linears(
             model, trains=False, lora_rank=lora["rank"], lora_targets=tuple(lora["targets"])
         )
-    return time_products(
-        step_products(linears, tokens), {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    )
+    return time_products(step_products(linears, tokens), get_dtype(dtype))
 
 
 RUN_KEYS = {"variant", "tool", "repeat", "returncode", "step_seconds", "peak_rss_gib", "first_step_s",
