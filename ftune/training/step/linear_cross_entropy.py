@@ -36,14 +36,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
         need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         loss_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = (
-            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
-        )
+        grad_weight = None  # the first block's product, then accumulated: no zero-filled [vocab, dim]
+        chunks = list(zip(hidden.chunk(num_chunks), labels.chunk(num_chunks)))
+        # One fp32 [block, vocab] buffer for every block: logits, then softmax in place, then gradient.
+        block = torch.empty(chunks[0][0].shape[0], weight.shape[0], dtype=torch.float32, device=hidden.device)
         start = 0
-        for h, y in zip(hidden.chunk(num_chunks), labels.chunk(num_chunks)):
+        for h, y in chunks:
             rows = slice(start, start + h.shape[0])
             start += h.shape[0]
-            logits = (h @ weight.T).float()  # (tokens, vocab), the only block-sized buffer
+            logits = block[: h.shape[0]]  # (tokens, vocab)
+            if weight.dtype == torch.float32:
+                torch.mm(h, weight.T, out=logits)
+            else:
+                logits.copy_(h @ weight.T)
             if softcap is not None:  # Gemma 2: c = cap * tanh(z / cap), in place
                 logits.div_(softcap).tanh_().mul_(softcap)
             valid = y != ignore_index
@@ -51,14 +56,22 @@ class _LinearCrossEntropy(torch.autograd.Function):
             # torch.softmax is one vectorised pass; an exp over (logits - max) is several times
             # slower on this CPU once values underflow. loss = -log p(label), exactly
             # logsumexp - logit(label) as long as p(label) is a normal float; rows past that (a
-            # loss above ~87 nats) get their logsumexp computed.
-            grad = torch.softmax(logits, dim=-1)
+            # loss above ~87 nats) get their logsumexp computed from their logits made again.
+            # Uncapped, the softmax overwrites the logits (the kernel reads each row before it
+            # writes it); capped, the cap's derivative needs them, so it gets its own buffer.
+            if softcap is None:
+                grad = torch.ops.aten._softmax.out(logits, -1, False, out=logits)
+            else:
+                grad = torch.softmax(logits, dim=-1)
             p_label = grad.gather(1, target[:, None]).squeeze(1)
             token_loss = -torch.log(p_label)
             tiny = p_label < torch.finfo(torch.float32).tiny
             if bool(tiny.any()):
-                picked = logits[tiny].gather(1, target[tiny][:, None]).squeeze(1)
-                token_loss[tiny] = torch.logsumexp(logits[tiny], dim=-1) - picked
+                again = (h[tiny] @ weight.T).float()
+                if softcap is not None:
+                    again.div_(softcap).tanh_().mul_(softcap)
+                picked = again.gather(1, target[tiny][:, None]).squeeze(1)
+                token_loss[tiny] = torch.logsumexp(again, dim=-1) - picked
             loss_sum += (token_loss * valid).sum()
             # d(loss)/d(logits) = softmax(logits) - one_hot(label), zero on ignored rows; in place.
             grad[torch.arange(grad.shape[0], device=grad.device), target] -= 1.0
@@ -67,15 +80,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if softcap is not None:
                 # Through the cap: dc/dz = 1 - tanh(z / cap)^2 = 1 - (c / cap)^2; grad -= grad * t^2, in place.
                 grad.addcmul_(grad, logits.div_(softcap).square_(), value=-1.0)
-            del logits
             grad = grad.to(weight.dtype)
             if need_hidden:
                 torch.mm(grad, weight, out=grad_hidden[rows])
-            if need_weight and grad_weight.dtype == h.dtype:
+            if need_weight and grad_weight is None:
+                grad_weight = (grad.T @ h).float()
+            elif need_weight and h.dtype == torch.float32:
                 grad_weight.addmm_(grad.T, h)  # accumulates in place, no [vocab, dim] temporary
             elif need_weight:
                 grad_weight += (grad.T @ h).float()
             del grad
+        del block, logits
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         ctx.used = False
