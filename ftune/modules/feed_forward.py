@@ -54,7 +54,7 @@ class _SiluMul(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(gate, up)
-        return F.silu(gate) * up
+        return F.silu(gate).mul_(up)  # the product in silu's buffer: one hidden-width tensor, not two
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -77,7 +77,7 @@ class _SiluMulLinear(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.save_for_backward(gate, up, weight)
         ctx.has_bias = bias is not None
-        return F.linear(F.silu(gate) * up, weight, bias)
+        return F.linear(F.silu(gate).mul_(up), weight, bias)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:

@@ -68,15 +68,16 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight, rstd = ctx.saved_tensors
-        normed = x.float() * rstd  # (..., dim) fp32
+        normed = x.float() * rstd  # (..., dim) fp32, this function's own buffer
         grad_x = grad_weight = None
         if ctx.needs_input_grad[1]:
             # The forward multiplied by normed rounded to x's dtype; use the same factor.
             rows = (grad.float() * normed.to(x.dtype).float()).reshape(-1, normed.shape[-1])
             grad_weight = rows.sum(0).to(weight.dtype)
         if ctx.needs_input_grad[0]:
-            grad_normed = (grad * weight).float()  # (..., dim)
-            # d/dx of x·rstd(x): rstd·(g - normed·mean(g·normed)).
+            grad_normed = (grad * weight).float()  # (..., dim), a new buffer
+            # d/dx of x·rstd(x): rstd·(g - normed·mean(g·normed)); the last three steps run in place
+            # in this function's own buffers, in the expression's order (the same roundings).
             mean = (grad_normed * normed).mean(-1, keepdim=True)
-            grad_x = (rstd * (grad_normed - normed * mean)).to(x.dtype)
+            grad_x = grad_normed.sub_(normed.mul_(mean)).mul_(rstd).to(x.dtype)
         return grad_x, grad_weight, None

@@ -97,3 +97,31 @@ def test_lean_backward_switch_leaves_the_forward_to_autograd(monkeypatch) -> Non
     plain = saved_bytes(lambda: norm(x)), saved_bytes(lambda: mlp(x), mlp)
     assert plain[0] == saved_bytes(lambda: rms_norm(x, norm.weight, norm.eps)[0]) > lean[0]
     assert plain[1] - lean[1] == 2 * 4 * 48 * 4  # silu(gate) and the down projection's input kept again
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_rotation_and_gradient_bit_exact(dtype: torch.dtype) -> None:
+    """RotaryEmbedding's in-place halves equal the rotate_half expression, forward and backward."""
+    from ftune.modules.rope import RotaryEmbedding, rotate_half
+
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(16)
+    pos = torch.arange(12)[None].expand(2, 12)
+    # (b, s, h, d) projections seen as (b, h, s, d): the non-contiguous layout attention passes.
+    q = torch.randn(2, 12, 4, 16, dtype=dtype).transpose(1, 2).requires_grad_()
+    k = torch.randn(2, 12, 2, 16, dtype=dtype).transpose(1, 2).requires_grad_()
+    cos, sin = rope.cos_sin(pos, dtype)
+    got = rope(q, k, pos)
+    want = tuple(x * cos + rotate_half(x) * sin for x in (q, k))
+    dy = [torch.randn_like(w) for w in want]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    got_grads = torch.autograd.grad(got, (q, k), dy)
+    want_grads = torch.autograd.grad(want, (q, k), dy)
+    for g, w in zip(got_grads, want_grads):
+        assert torch.equal(g, w)
+    with torch.no_grad():  # inference takes the same in-place rotation
+        for g, w in zip(rope(q, k, pos), want):
+            assert torch.equal(g, w)
+    # Saved for backward: cos and sin only, nothing of q's or k's size.
+    assert saved_bytes(lambda: rope(q, k, pos)) == 2 * cos.numel() * cos.element_size()
