@@ -12,6 +12,9 @@ step's operator time into matrix products (their FLOPs counted by the profiler),
 kernels, the loss's softmax work, the optimizer and clipping, and everything else, listing the
 largest "everything else" operators. The fraction of the matmul peak is vs_torchtune's:
 `flops_per_step` / step time / this machine's fp32 matrix-product peak, measured in the same run.
+The profiler inflates that step by 40-70%, short kernels most, so the shares are of profiled time;
+one unprofiled step before it is split by module with hooks instead (step_split.py: projections,
+attention core, MLP rest, norms, residual glue, head + loss, optimizer, in wall seconds).
 Writes benchmarks/results/step_profile.json; benchmarks/report.py renders docs/benchmarks.md's table.
 """
 
@@ -35,6 +38,7 @@ import vs_torchtune_configs as configs  # noqa: E402
 import vs_torchtune_measure as measure  # noqa: E402
 from results_file import load1, write_results  # noqa: E402
 from step_ablation import saved_activation_mib  # noqa: E402
+from step_split import step_split  # noqa: E402
 from vs_torchtune import MODEL_NAME, corpus_rows  # noqa: E402
 
 from ftune import training  # noqa: E402
@@ -107,19 +111,25 @@ def memory_parts(model, optimizer, loss_fn, batch, runtime_gib: float, peak_gib:
     return {k: round(v, 2) for k, v in parts.items()}
 
 
-def train_step(model, optimizer, loss_fn, batch: dict, step: int) -> None:
-    """One training step of this workload: forward, backward, clipping at 1.0, optimizer step (regions named for the profiler)."""
+def train_step(model, optimizer, loss_fn, batch: dict, step: int) -> dict[str, float]:
+    """One training step of this workload: forward, backward, clipping at 1.0, optimizer step (regions
+    named for the profiler); returns each region's wall seconds."""
     cpu = torch.device("cpu")
     micro = [training.on_device(batch, cpu)]
     step_loss = training.StepLoss(micro, optimizer, step=step, device=cpu, per=training.per_token)
+    walls = [time.perf_counter()]
     with torch.profiler.record_function("## forward"):
         loss = training.Loss(*batch_loss(model, loss_fn, micro[0], device=cpu), {})
+    walls.append(time.perf_counter())
     with torch.profiler.record_function("## backward"):
         step_loss.scaled(loss).backward()
+    walls.append(time.perf_counter())
     with torch.profiler.record_function("## optimizer"):
         step_loss.finish(torch.nn.utils.clip_grad_norm_(training.trainable_params(model), 1.0))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    walls.append(time.perf_counter())
+    return {region: b - a for region, a, b in zip(REGIONS, walls, walls[1:])}
 
 
 def profile_method(method: str, batch: dict, model_dir: Path, steps: int, dtype: str) -> dict:
@@ -134,11 +144,12 @@ def profile_method(method: str, batch: dict, model_dir: Path, steps: int, dtype:
     for i in range(2):
         step(i)
     times = [step(i + 2) for i in range(steps)]
+    split = step_split(model, lambda: train_step(model, optimizer, loss_fn, batch, steps + 2))
     peak_gib = peak_memory_gib("cpu")[
         "peak_rss_gib"
     ]  # before the profiler, which holds every event in memory
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as prof:
-        step(steps + 2)
+        step(steps + 3)
     memory = memory_parts(model, optimizer, loss_fn, batch, runtime_gib, peak_gib)
     events = list(prof.events())
     spans = {e.name[3:]: e.time_range for e in events if e.name.startswith("## ")}
@@ -169,6 +180,7 @@ def profile_method(method: str, batch: dict, model_dir: Path, steps: int, dtype:
         "top_other": [[name, round(us / total, 3)] for name, us in others.most_common(6)],
         "region_s": {r: round((spans[r].end - spans[r].start) / 1e6, 2) for r in REGIONS},
         "memory_gib": memory,
+        "split_s": split,
     }
 
 
