@@ -6,7 +6,8 @@
 A generated block sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->` in a page; edit
 the results file (or rerun the benchmark that writes it), never the block. Every block ends with
 the machine, commit and date its figures were measured on. The renderers, one small function a
-block, live in figures_training.py (docs/benchmarks.md, training recipes), figures_pages.py (README,
+block, live in figures_training.py (docs/benchmarks.md, training recipes), figures_step.py (where
+one step's time and memory go), figures_pages.py (README,
 quickstart, QAT tables, inference recipes) and figures_text.py (sentences of prose built from the
 results); tests/docs/test_doc_figures.py also fails on a measured figure written outside a block.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import figures_methods as methods  # noqa: E402
 import figures_pages as pages  # noqa: E402
+import figures_step as step  # noqa: E402
 import figures_text as text  # noqa: E402
 import figures_training as training  # noqa: E402
 from figures_common import ROOT  # noqa: E402
@@ -45,9 +47,10 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "vs_torchtune": ("docs/benchmarks.md", training.vs_torchtune),
     "vs_torchtune_compile": ("docs/benchmarks.md", training.vs_torchtune_compile),
     "vs_torchtune_instruct": ("docs/benchmarks.md", training.vs_torchtune_instruct),
-    "step_profile": ("docs/benchmarks.md", training.step_profile),
-    "step_memory": ("docs/benchmarks.md", training.step_memory),
-    "step_memory_allocator": ("docs/benchmarks.md", training.step_memory_allocator),
+    "step_profile": ("docs/benchmarks.md", step.step_profile),
+    "step_split": ("docs/benchmarks.md", step.step_split),
+    "step_memory": ("docs/benchmarks.md", step.step_memory),
+    "step_memory_allocator": ("docs/benchmarks.md", step.step_memory_allocator),
     "grpo_vs_trl": ("docs/benchmarks.md", methods.grpo_vs_trl),
     "moe_experts": ("docs/benchmarks.md", methods.moe_experts),
     "readme_speed": ("README.md", pages.readme_speed),

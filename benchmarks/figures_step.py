@@ -1,0 +1,104 @@
+"""docs/benchmarks.md's figures of where one training step's time and memory go (step_profile.json,
+allocator_settings.json)."""
+
+from __future__ import annotations
+
+from figures_common import load, provenance, table
+from figures_training import no_figures
+
+SPLIT_PARTS = (
+    ("projections", ("forward projections", "backward projections")),
+    ("attention core", ("forward attention core", "backward attention core")),
+    ("MLP rest", ("forward mlp rest", "backward mlp rest")),
+    ("norms", ("forward norms", "backward norms")),
+    ("residual glue", ("forward glue", "backward glue")),
+    ("head + loss", ("head + loss", "backward rest")),
+    ("optimizer", ("optimizer",)),
+)
+
+
+def step_split() -> str:
+    """The unprofiled step split by module with hooks (step_profile.json's split_s, step_split.py)."""
+    r = load("step_profile")
+    rows = []
+    for row in r["rows"]:
+        split = row["split_s"]
+        cells = []
+        for _, keys in SPLIT_PARTS:
+            seconds = sum(split[k] for k in keys)
+            cells.append(f"{seconds:.2f} ({seconds / split['step']:.0%})")
+        rows.append([row["method"], f"{split['step']:.2f}", f"{row['bound_s']:.2f}", *cells])
+    header = ["method", "step s", "matmul bound s", *(f"{name} s" for name, _ in SPLIT_PARTS)]
+    how = (
+        "One unprofiled step after the timed ones, each decoder sub-module's forward and backward timed "
+        "with module hooks and summed over the layers (`benchmarks/step_split.py`); the projections are "
+        "the linear layers whose hooks fire (a trained SwiGLU down projection runs inside the MLP's own "
+        'autograd function and counts in "MLP rest"), "head + loss" is the forward and backward '
+        "outside the layers. The matmul bound is the same step's matrix products timed alone. "
+        + "; ".join(
+            f"{row['method']}: timed step {row['step_s']:.2f} s, hooked {row['split_s']['step']:.2f} s, "
+            f"profiled {row['profiled_step_s']:.2f} s"
+            for row in r["rows"]
+        )
+        + "."
+    )
+    return "\n\n".join((table(header, rows, "lrr" + "r" * len(SPLIT_PARTS)), how, provenance("step_profile")))
+
+
+def step_profile() -> str:
+    """Where a step's time goes (benchmarks/step_profile.py): shares of the profiled step, the matmul rate."""
+    r = load("step_profile")
+    peak = max(r["matmul_peak_gflops"])
+    rows = []
+    for row in r["rows"]:
+        s = row["shares"]
+        others = ", ".join(
+            f"{name.removeprefix('aten::')} {share:.0%}" for name, share in row["top_other"][:4]
+        )
+        rows.append([
+            row["method"], f"{row['step_s']:.1f}", f"{row['tok_s']:.0f}", f"{row['matmul_fraction']:.0%}",
+            f"{s['matmul']:.0%}", f"{row['matmul_gflop_s']:.0f} ({row['matmul_rate_of_peak']:.0%})",
+            f"{s['attention']:.0%}", f"{s['loss']:.0%}", f"{s['optimizer']:.0%}", f"{s['other']:.0%} ({others})",
+        ])  # fmt: skip
+    header = ["method", "step s", "tok/s", "of matmul peak", "matmul share", "matmul GFLOP/s (of peak)",
+              "attention", "loss softmax", "optimizer + clipping", "other (largest)"]  # fmt: skip
+    run_line = (
+        f"`{r['command']}`: median of {len(r['rows'][0]['step_s_all'])} steps after 2 warm-up steps, then "
+        f"one step under `torch.profiler` for the shares; fp32 matrix-product peak {peak:.0f} GFLOP/s "
+        f"(measured before and after); {r['note']}."
+    )
+    return "\n\n".join((table(header, rows, "lrrrrrrrrl"), run_line, provenance("step_profile")))
+
+
+def step_memory() -> str:
+    """What holds the peak RSS of each variant (benchmarks/step_profile.py)."""
+    r = load("step_profile")
+    parts = ["runtime", "weights", "gradients", "optimizer_state", "activations", "rest"]
+    rows = [[row["method"], f"{row['memory_gib']['peak_rss']:.2f}", *(f"{row['memory_gib'][k]:.2f}" for k in parts)]
+            for row in r["rows"]]  # fmt: skip
+    header = ["method", "peak RSS GiB", "Python + torch + data", "weights", "gradients", "optimizer state",
+              "saved activations", "rest (allocator, transients)"]  # fmt: skip
+    return "\n\n".join((table(header, rows, "lrrrrrrr"), provenance("step_profile")))
+
+
+def step_memory_allocator() -> str:
+    """The step under three allocator settings, alternating in fresh processes (allocator_settings.json)."""
+    r = load("allocator_settings")
+    if r["contended"]:
+        return no_figures(r | {"quick": False}, "allocator_settings.py", "")
+    rows = [[row["method"], f"{row['setting']}" + (f" (`{' '.join(f'{k}={v}' for k, v in row['env'].items())}`)" if row["env"] else ""),
+             f"{row['peak_rss_gib']:.2f} {row['peak_rss_rounds']}", f"{row['peak_vs_default']:.2f}x",
+             f"{row['step_s']:.1f} {row['step_s_rounds']}", f"{row['time_vs_default']:.2f}x"]
+            for row in r["rows"]]  # fmt: skip
+    header = ["method", "allocator setting", "peak RSS GiB [rounds]", "peak vs default", "step s [rounds]",
+              "step time vs default"]  # fmt: skip
+    w = r["workload"]
+    how = (f"{w['rounds']} rounds, the settings alternating, each run a fresh process of {w['steps']} steps "
+           f"(the first {w['warmup']} untimed); medians over the rounds.")  # fmt: skip
+    said = []
+    for method in dict.fromkeys(row["method"] for row in r["rows"]):
+        by = {row["setting"]: row for row in r["rows"] if row["method"] == method}
+        parts = [f"{name}: {by[name]['peak_vs_default']:.2f}x the peak RSS at {by[name]['time_vs_default']:.2f}x the "
+                 "step time" for name in by if name != "default"]  # fmt: skip
+        said.append(f"{method}, against the default: " + "; ".join(parts) + ".")
+    return "\n\n".join((table(header, rows, "llrrlr"), how, " ".join(said), provenance("allocator_settings")))
