@@ -46,7 +46,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.T
     """``weight * (x / sqrt(mean(x^2) + eps))`` and the fp32 reciprocal root ``(..., 1)``."""
     x_fp32 = x.float()
     rstd = torch.rsqrt(x_fp32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * (x_fp32 * rstd).to(x.dtype), rstd
+    normed = (x_fp32 * rstd).to(x.dtype)
+    if weight.dtype == normed.dtype and not (
+        torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    ):
+        return normed.mul_(weight), rstd  # no graph records it: the scale in normed's own buffer, same bits
+    return weight * normed, rstd
 
 
 class _RMSNormFunction(torch.autograd.Function):
