@@ -9,6 +9,7 @@ the mask excludes for every query of a block, so the result is that of one SDPA 
 rounding (``tests/modules/test_cpu_attention.py``).
 """
 
+import weakref
 from typing import Any
 
 import torch
@@ -107,14 +108,35 @@ def _causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool, o_proj
     return _blocked(q, k, v, causal, blocks, gqa, o_proj)
 
 
+# The last mask's blocks: every layer of a forward (and a checkpointed layer's recompute) gets the
+# same mask tensor, so its blocks, with their host syncs, are found once a forward, not once a layer.
+# (weak reference to the mask, its version counter, block, split_documents, blocks)
+_last_blocks: list[tuple[Any, int, int, bool, Blocks | None]] = []
+
+
+def cached_key_blocks(mask: torch.Tensor, block: int, *, split_documents: bool) -> Blocks | None:
+    """`key_blocks` of `mask`, reused while the same, unmodified mask tensor comes back."""
+    if _last_blocks:
+        ref, version, last_block, last_split, blocks = _last_blocks[0]
+        if (
+            ref() is mask
+            and version == mask._version
+            and (last_block, last_split) == (block, split_documents)
+        ):
+            return blocks
+    blocks = key_blocks(mask, block, split_documents=split_documents)
+    _last_blocks[:] = [(weakref.ref(mask), mask._version, block, split_documents, blocks)]
+    return blocks
+
+
 @torch.compiler.disable  # the blocks depend on the mask's values: run eagerly (one graph break)
 def _masked(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool, o_proj: nn.Module
 ) -> torch.Tensor:
     if q.shape[0] == 1:  # one row (padding-free batches): document-aligned blocks of up to 256 rows
-        blocks = key_blocks(mask, CPU_ROW_BLOCK, split_documents=True)
+        blocks = cached_key_blocks(mask, CPU_ROW_BLOCK, split_documents=True)
     else:
-        blocks = key_blocks(mask)
+        blocks = cached_key_blocks(mask, CPU_QUERY_BLOCK, split_documents=False)
     if blocks is None:
         return o_proj(_sdpa(q, k, v, mask[:, None], gqa).transpose(1, 2).flatten(2))
     return _blocked(q, k, v, mask, blocks, gqa, o_proj)

@@ -148,3 +148,23 @@ def test_causal_blocks_compile_to_the_same_result() -> None:
     grads = torch.autograd.grad(compiled.square().sum(), (q, k, v))
     for g, w in zip(grads, torch.autograd.grad(eager.square().sum(), (q, k, v))):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_blocks_are_found_once_per_mask_and_again_when_it_changes(monkeypatch) -> None:
+    """Every layer gets the same mask tensor: its blocks (and their host syncs) are found once; a
+    new mask, or the same tensor changed in place, is looked at again."""
+    import ftune.modules.cpu_attention as ca
+
+    used = []
+    monkeypatch.setattr(ca, "key_blocks", lambda *a, **kw: used.append(1) or key_blocks(*a, **kw))
+    mask = MASKS["packed documents"]()
+    q, k, v, o_proj = inputs(torch.float32)
+    for _ in range(3):  # three layers
+        cpu_attention(q, k, v, mask, gqa=True, o_proj=o_proj)
+    assert len(used) == 1
+    cpu_attention(q, k, v, mask.clone(), gqa=True, o_proj=o_proj)
+    assert len(used) == 2
+    mask[:, 100:, :100] = False  # one more document boundary, in place
+    got = cpu_attention(q, k, v, mask, gqa=True, o_proj=o_proj)
+    assert len(used) == 3
+    torch.testing.assert_close(got, reference(q, k, v, mask, o_proj), rtol=1e-5, atol=1e-5)
