@@ -12,8 +12,8 @@ step's operator time into matrix products (their FLOPs counted by the profiler),
 kernels, the loss's softmax work, the optimizer and clipping, and everything else, listing the
 largest "everything else" operators. The fraction of the matmul peak is vs_torchtune's:
 `flops_per_step` / step time / this machine's fp32 matrix-product peak, measured in the same run.
-The profiler inflates that step by 40-70%, short kernels most, so the shares are of profiled time;
-one unprofiled step before it is split by module with hooks instead (step_split.py: projections,
+The profiler inflates that step, short kernels most, so the shares are of profiled time; one
+unprofiled step before it is split by module with hooks as well (step_split.py: projections,
 attention core, MLP rest, norms, residual glue, head + loss, optimizer, in wall seconds).
 Writes benchmarks/results/step_profile.json; benchmarks/report.py renders docs/benchmarks.md's table.
 """

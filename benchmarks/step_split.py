@@ -1,10 +1,11 @@
 """Where a training step's wall time goes, by module, without the profiler's per-operator cost.
 
-torch.profiler records every operator, and on this workload that inflates the profiled step by
-40-70% (many short elementwise kernels), unevenly: short kernels look several times slower than
-they run. This split times one unprofiled step with module hooks instead: the wall time of each
+torch.profiler records every operator, and on this workload that inflates the profiled step
+(many short elementwise kernels) unevenly: short kernels look several times slower than they
+run. This split times one unprofiled step with module hooks instead: the wall time of each
 decoder sub-module's forward and backward (a few hundred hook calls a step), summed over the
-layers. What the hooks cannot see is derived by subtraction:
+layers; the hooks add some time of their own (docs/benchmarks.md prints the timed, hooked and
+profiled step side by side). What the hooks cannot see is derived by subtraction:
 
 - `attention core`: the attention module less its q/k/v/o projections (RoPE, SDPA, blocking);
 - `mlp rest`: the MLP less the projections whose hooks fire (SwiGLU's product and its backward;

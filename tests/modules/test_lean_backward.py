@@ -7,6 +7,7 @@ from torch import nn
 
 from ftune.modules import RMSNorm, SwiGLU
 from ftune.modules.rms_norm import rms_norm
+from ftune.modules.rope import RotaryEmbedding, rotate_half
 
 
 def saved_bytes(fn, module: nn.Module | None = None) -> int:
@@ -102,8 +103,6 @@ def test_lean_backward_switch_leaves_the_forward_to_autograd(monkeypatch) -> Non
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rope_rotation_and_gradient_bit_exact(dtype: torch.dtype) -> None:
     """RotaryEmbedding's in-place halves equal the rotate_half expression, forward and backward."""
-    from ftune.modules.rope import RotaryEmbedding, rotate_half
-
     torch.manual_seed(0)
     rope = RotaryEmbedding(16)
     pos = torch.arange(12)[None].expand(2, 12)
