@@ -77,11 +77,96 @@ def check_utf8(path: Path) -> None:
         raise ValueError(f"Dataset source {path}: ends inside a UTF-8 character (truncated file?).") from None
 
 
-def diagnose(path: Path) -> str | None:
-    """The first problem of a local data file as `file:line: what, fix`, or None if none is found."""
+def diagnose(path: Path, builder: str | None = None) -> str | None:
+    """The first problem of a local data file as `file:line: what, fix`, or None if none is found.
+
+    Args:
+        path: the file.
+        builder: the `datasets` builder reading it (``source=json data_files=...``); None: the one
+            its suffix names.
+    """
     if path.stat().st_size == 0:
         return f"{path} is empty: it holds no training examples. Point the dataset's source at a file with records."
+    if builder == "json" and path.suffix.lower() not in (".json", ".jsonl"):
+        return _json_problem(path)
     return _first_bad_line(path)
+
+
+def _json_problem(path: Path) -> str | None:
+    """What keeps `datasets`' json builder from reading a file of any suffix: one JSON document or JSON Lines."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return _first_bad_line(path)
+    try:
+        json.loads(text)
+        return None
+    except json.JSONDecodeError:
+        pass
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            return (
+                f"{path}:{number}: not valid JSON ({e.msg} at column {e.colno}): {line.strip()[:80]!r}. The json "
+                "builder reads one JSON document or JSON Lines (one object a line): fix that line, or read the "
+                f"file with its own builder ({', '.join(b for b in BUILDERS if b != 'json')})."
+            )
+        if not isinstance(record, dict):
+            return (
+                f"{path}:{number}: a JSON {type(record).__name__}, not an object. Each line of a JSON Lines "
+                'file must be one JSON object such as {"input": ..., "output": ...}.'
+            )
+    return None
+
+
+def local_data_files(data_files: Any) -> list[Path]:
+    """The local paths named by `data_files` (a path, a list, or split -> path or list); globs and URLs left out."""
+    if isinstance(data_files, Mapping):
+        values = list(data_files.values())
+    elif isinstance(data_files, (list, tuple)):
+        values = list(data_files)
+    else:
+        values = [data_files]
+    out = []
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            out += local_data_files(value)
+        elif isinstance(value, (str, os.PathLike)):
+            text = str(value)
+            if "://" not in text and not any(c in text for c in "*?["):
+                out.append(Path(text).expanduser())
+    return out
+
+
+def check_data_files(source: str, data_files: Any, *, every_line: bool, max_bytes: int = 64 << 20) -> None:
+    """The files of ``source=<builder> data_files=...``: each must exist, hold records, be UTF-8 text
+    for a text builder, and (with `every_line`) parse as the builder reads it.
+
+    Raises:
+        FileNotFoundError, ValueError: naming the file (and line), with the fix.
+
+    Args:
+        source: the builder name.
+        data_files: as for `load_source`.
+        every_line: parse each json file up to `max_bytes` (what `load_source` does only after `datasets` failed).
+        max_bytes: the largest file parsed here.
+    """
+    for path in local_data_files(data_files):
+        if not path.is_file():
+            what = "is a folder, not a file" if path.is_dir() else "does not exist"
+            raise FileNotFoundError(
+                f"Dataset data_files {str(path)!r} {what} (source={source}, working directory: {os.getcwd()}). "
+                "Check the path: data_files names the files the builder reads."
+            )
+        size = path.stat().st_size
+        if size == 0 or (every_line and source == "json" and size <= max_bytes):
+            if (problem := diagnose(path, source)) is not None:
+                raise ValueError(f"Dataset data_files {problem}")
+        if source in ("json", "csv", "text"):
+            check_utf8(path)
 
 
 def json_records(path: Path) -> list[tuple[int, Any]] | None:
@@ -279,6 +364,7 @@ def check_local_source(source: str, data_files: Any = None, *, every_line: bool 
                 f"Dataset source {source!r} is a file-format builder and needs data_files, e.g. "
                 f"source={source} data_files=path/to/file; or pass the file path as source."
             )
+        check_data_files(source, data_files, every_line=every_line)
     elif looks_like_path(source):
         raise FileNotFoundError(
             f"Dataset source {source!r} looks like a local path but does not exist (working directory: "

@@ -27,6 +27,11 @@ class Message:
     eot: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.content, str):
+            raise ValueError(
+                f"Message content must be a string, got {type(self.content).__name__} "
+                f"({' '.join(repr(self.content).split())[:60]}) for a {self.role!r} message."
+            )
         if self.role not in ROLES:
             raise ValueError(
                 f"Message role {self.role!r} is not supported; accepted roles are {', '.join(ROLES)}."

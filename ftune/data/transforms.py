@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ftune.config.record_checks import text_problem
 from ftune.data.messages import Message
 
 ALPACA_PROMPT_WITH_INPUT = (
@@ -73,6 +74,21 @@ def _get(record: Mapping[str, Any], transform: str, expected: str, actual: str) 
         ) from None
 
 
+def column_text(value: Any, where: str) -> str:
+    """A single-turn column's value as text: a string, or a number written as its text (CSV and
+    parquet readers type a column of numbers as numbers). A null, a bool, a list or a mapping is refused.
+
+    Raises:
+        ValueError: naming `where` (the column), what it holds and the fix.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    problem = text_problem(value, where)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 def _with_system_prompt(messages: list[Message], new_system_prompt: str | None) -> list[Message]:
     if new_system_prompt is None:
         return messages
@@ -95,6 +111,9 @@ class _ColumnTransform:
 
     def _field(self, record: Mapping[str, Any], expected: str) -> Any:
         return _get(record, type(self).__name__, expected, self.columns[expected])
+
+    def _text(self, record: Mapping[str, Any], expected: str) -> str:
+        return column_text(self._field(record, expected), f"column {self.columns[expected]!r}")
 
 
 class InputOutputToMessages(_ColumnTransform):
@@ -121,8 +140,8 @@ class InputOutputToMessages(_ColumnTransform):
 
     def __call__(self, record: Mapping[str, Any]) -> list[Message]:
         messages = [
-            Message("user", str(self._field(record, "input")), masked=not self.train_on_input),
-            Message("assistant", str(self._field(record, "output"))),
+            Message("user", self._text(record, "input"), masked=not self.train_on_input),
+            Message("assistant", self._text(record, "output")),
         ]
         return _with_system_prompt(messages, self.new_system_prompt)
 
@@ -150,15 +169,16 @@ class AlpacaToMessages(_ColumnTransform):
         return [self.columns["instruction"], self.columns["output"]]
 
     def __call__(self, record: Mapping[str, Any]) -> list[Message]:
-        instruction = str(self._field(record, "instruction"))
-        extra = record.get(self.columns["input"]) or ""
+        instruction = self._text(record, "instruction")
+        extra = record.get(self.columns["input"])
+        extra = "" if extra is None else column_text(extra, f"column {self.columns['input']!r}")
         if extra:
             prompt = ALPACA_PROMPT_WITH_INPUT.format(instruction=instruction, input=extra)
         else:
             prompt = ALPACA_PROMPT_NO_INPUT.format(instruction=instruction)
         return [
             Message("user", prompt, masked=not self.train_on_input),
-            Message("assistant", str(self._field(record, "output"))),
+            Message("assistant", self._text(record, "output")),
         ]
 
 
@@ -172,9 +192,7 @@ def _text_content(content: Any, where: str) -> str:
     """OpenAI content is a string or a list of parts; only text parts are supported."""
     if isinstance(content, str):
         return content
-    if content is None:
-        return ""
-    if isinstance(content, Sequence):
+    if isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
         texts = []
         for part in content:
             if not isinstance(part, Mapping) or part.get("type") != "text":
@@ -183,11 +201,12 @@ def _text_content(content: Any, where: str) -> str:
                     f"{where}: content part of type {kind!r} is not supported; only text parts "
                     "({'type': 'text', 'text': ...}) or plain string content are accepted."
                 )
-            texts.append(str(part.get("text", "")))
+            problem = text_problem(part.get("text"), f"{where}: a content part's 'text'")
+            if problem is not None:
+                raise ValueError(problem)
+            texts.append(part["text"])
         return "".join(texts)
-    raise ValueError(
-        f"{where}: content must be a string or a list of text parts, got {type(content).__name__}."
-    )
+    raise ValueError(f"{text_problem(content, f'{where}.content')} (or a list of text parts)")
 
 
 class ShareGPTToMessages(_ColumnTransform):
@@ -226,7 +245,10 @@ class ShareGPTToMessages(_ColumnTransform):
                     f"{where}: unknown 'from' value {turn['from']!r}; accepted values are "
                     f"{sorted(SHAREGPT_ROLES)}."
                 )
-            messages.append(Message(role, str(turn["value"]), masked=_mask_for(role, self.train_on_input)))
+            problem = text_problem(turn["value"], f"{self.columns['conversations']}[{i}].value")
+            if problem is not None:
+                raise ValueError(f"ShareGPTToMessages: {problem}")
+            messages.append(Message(role, turn["value"], masked=_mask_for(role, self.train_on_input)))
         return _with_system_prompt(messages, self.new_system_prompt)
 
 
@@ -320,7 +342,12 @@ class ChosenRejectedToMessages(_ColumnTransform):
     def _side(self, record: Mapping[str, Any], side: str) -> list[Message]:
         value = self._field(record, side)
         prompt = record.get(self.columns["prompt"])
-        user = Message("user", str(prompt), masked=not self.train_on_input) if prompt is not None else None
+        where = f"column {self.columns['prompt']!r}"
+        user = (
+            Message("user", column_text(prompt, where), masked=not self.train_on_input)
+            if prompt is not None
+            else None
+        )
         if isinstance(value, str):
             if user is None:
                 raise KeyError(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from ftune.config.record_checks import prompt_problem
 from ftune.data.messages import Message
 from ftune.datasets.demo import HELDOUT_FILE, TRAIN_FILE, read_demo_examples, write_demo_data
 from ftune.datasets.sft import check_columns
@@ -68,17 +69,16 @@ class PromptDataset(torch.utils.data.Dataset):
     def messages(self, index: int) -> tuple[str, list[Message]]:
         """The prompt's text (what the rewards see) and its messages (what the model reads)."""
         prompt = self.records[index][self.prompt_column]
-        if isinstance(prompt, str) and prompt.strip():
+        problem = prompt_problem(prompt, self.prompt_column)
+        if problem is not None:
+            raise ValueError(
+                f"prompt_dataset ({self.source}) row {index + 1}: {problem}. Fix the record or delete it."
+            )
+        if isinstance(prompt, str):
             text, messages = prompt, [Message("user", prompt)]
-        elif isinstance(prompt, list) and prompt and all(isinstance(m, Mapping) for m in prompt):
+        else:
             messages = [Message(m["role"], m["content"]) for m in prompt]
             text = messages[-1].content
-        else:
-            raise ValueError(
-                f"prompt_dataset ({self.source}) row {index + 1}: column {self.prompt_column!r} must hold a "
-                f"non-empty string or a list of {{role, content}} messages; got {prompt!r:.80}. Fix the record "
-                "or point column_map at the prompt column."
-            )
         if self.new_system_prompt is not None:
             messages = [Message("system", self.new_system_prompt)] + [
                 m for m in messages if m.role != "system"
@@ -122,7 +122,8 @@ def prompt_dataset(
 
     Raises:
         KeyError: the data has no prompt column.
-        ValueError: ``max_prompt_len`` below 1, or an empty prompt (row named) among the first rows.
+        ValueError: ``max_prompt_len`` below 1, or a prompt (row named) that is empty or not text (a
+            number, a null, a message whose content is not a string).
     """
     if max_prompt_len is not None and (isinstance(max_prompt_len, bool) or max_prompt_len < 1):
         raise ValueError(
@@ -145,8 +146,10 @@ def prompt_dataset(
         max_prompt_len=max_prompt_len,
         source=source,
     )
-    for i in range(min(len(dataset), 32)):  # an unusable prompt fails here, not mid-run
-        dataset.messages(i)
+    prompts = records[column] if hasattr(records, "column_names") else [r[column] for r in records]
+    for i, prompt in enumerate(prompts):  # one column read: every prompt checked here, not mid-run
+        if prompt_problem(prompt, column) is not None:
+            dataset.messages(i)
     return dataset
 
 

@@ -96,6 +96,7 @@ class SFTDataset(torch.utils.data.Dataset):
         tokenizer: turns messages into tokens and a loss mask.
         message_transform: record -> list[Message] (see `ftune.data.transforms`).
         max_seq_len: when set, tokens and labels are truncated to this length.
+        source: where the records came from, for messages (``<source> row N``).
 
     Items are {"tokens": list[int], "labels": list[int]} of equal length.
     """
@@ -107,17 +108,48 @@ class SFTDataset(torch.utils.data.Dataset):
         message_transform: Callable[[Mapping[str, Any]], list[Message]],
         *,
         max_seq_len: int | None = None,
+        source: str = "records",
     ) -> None:
         self.records = records
         self.tokenizer = tokenizer
         self.message_transform = message_transform
         self.max_seq_len = max_seq_len
+        self.source = source
+
+    def messages(self, index: int, record: Mapping[str, Any] | None = None) -> list[Message]:
+        """Record `index` as messages; a record the transform refuses is named by its row.
+
+        Raises:
+            ValueError: ``Dataset <source> row N: <what the transform refused>``.
+        """
+        try:
+            return self.message_transform(self.records[index] if record is None else record)
+        except (ValueError, KeyError) as e:
+            text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            raise ValueError(f"Dataset {self.source} row {index + 1}: {text}") from e
+
+    def check_rows(self, batch_size: int = 1000) -> None:
+        """Run the transform over every record (no tokenizing), so a bad one fails now, not mid-run.
+
+        Raises:
+            ValueError: the first record the transform refuses, by its row.
+        """
+        batches = getattr(self.records, "iter", None)
+        if batches is None:  # a list of records
+            for i in range(len(self.records)):
+                self.messages(i)
+            return
+        at = 0
+        for batch in batches(batch_size=batch_size):
+            for row in zip(*batch.values()):
+                self.messages(at, dict(zip(batch, row)))
+                at += 1
 
     def __len__(self) -> int:
         return len(self.records)
 
     def __getitem__(self, index: int) -> dict[str, list[int]]:
-        messages = self.message_transform(self.records[index])
+        messages = self.messages(index)
         tokens, mask = self.tokenizer.tokenize_messages(messages, add_eos=True)
         labels = labels_from_mask(tokens, mask)
         if self.max_seq_len is not None:
@@ -191,7 +223,8 @@ def build_sft(
     check_columns(records, required, type(message_transform).__name__, source)
     # when packing with "split" or "drop", the packer must see the full length of over-long samples
     truncate = max_seq_len if not packed or overlong == "truncate" else None
-    ds = SFTDataset(records, tokenizer, message_transform, max_seq_len=truncate)
+    ds = SFTDataset(records, tokenizer, message_transform, max_seq_len=truncate, source=source)
+    ds.check_rows()
     key = None
     if packed and pack_cache_dir is not None:
         key = dataset_cache_key(

@@ -29,6 +29,7 @@ from ftune.config.data_files import (
     check_local_source,
     diagnose,
     json_records,
+    local_data_files,
 )
 
 if TYPE_CHECKING:
@@ -133,20 +134,42 @@ def load_source(
     check_local_source(source, data_files)
     if path.is_file():
         builder = SUFFIX_TO_BUILDER[path.suffix.lower()]
-        try:
+        with _reported(source, str(path), builder, what="source"):
             records = datasets.load_dataset(builder, data_files=str(path), name=name, **kwargs)
-        except Exception:
-            if (problem := diagnose(path)) is not None:
-                raise ValueError(f"Dataset source {problem}") from None
-            raise
         if builder == "json" and _has_temporal(records.features):
             return _strings_kept(path, split, records)
         return records
     if path.is_dir():
-        return datasets.load_dataset(str(path), data_files=data_files, name=name, **kwargs)
+        with _reported(source, data_files, str(path)):
+            return datasets.load_dataset(str(path), data_files=data_files, name=name, **kwargs)
     if source in BUILDERS:
-        return datasets.load_dataset(source, data_files=data_files, name=name, **kwargs)
+        with _reported(source, data_files, source):
+            return datasets.load_dataset(source, data_files=data_files, name=name, **kwargs)
     return _load_hub(source, data_files=data_files, name=name, **kwargs)
+
+
+def _root_cause(e: BaseException) -> BaseException:
+    while e.__cause__ is not None or (e.__context__ is not None and not e.__suppress_context__):
+        e = e.__cause__ or e.__context__
+    return e
+
+
+@contextlib.contextmanager
+def _reported(source: str, data_files: Any, builder: str, what: str = "data_files") -> Iterator[None]:
+    """`datasets`' failure to read local files as one ftune error naming the file (and line when found)."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - datasets raises its own errors, wrapping Arrow's
+        for file in local_data_files(data_files):
+            if file.is_file() and (problem := diagnose(file, builder)) is not None:
+                raise ValueError(f"Dataset {what} {problem}") from None
+        cause = _root_cause(e)
+        said = " ".join(str(cause).split())[:200].rstrip(".") or type(cause).__name__
+        raise ValueError(
+            f"Dataset source {source!r} (data_files {data_files!r}): `datasets` could not read it with the "
+            f"{builder!r} builder: {type(cause).__name__}: {said}. Check that each file is {builder} data, or "
+            f"give the builder that matches the files ({', '.join(BUILDERS)})."
+        ) from None
 
 
 def _has_temporal(feature: Any) -> bool:

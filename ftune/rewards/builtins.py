@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ftune.config.record_checks import reference_problem
+
 # A number as people write answers: a minus sign only where it cannot be subtraction (not after a
 # word character or a closing bracket: "12-4" holds 12 and 4, "x = -4" holds -4), digits and commas,
 # an optional decimal part. Commas are thousands separators only in groups of three ("1,234,567");
@@ -26,6 +28,14 @@ def _field(sample: Mapping[str, Any], field: str, reward: str) -> Any:
             f"{sorted(sample)}); set the reward's `field` to one of them"
         )
     return sample[field]
+
+
+def _reference(sample: Mapping[str, Any], field: str, reward: str) -> str:
+    value = _field(sample, field, reward)
+    problem = reference_problem(value, field)
+    if problem is not None:
+        raise ValueError(f"{reward}: {problem}")
+    return str(value)
 
 
 def _check_field(field: Any, reward: str) -> None:
@@ -66,8 +76,8 @@ class ExactMatch:
         return text.casefold() if self.ignore_case else text
 
     def __call__(self, prompt: str, completion: str, sample: Mapping[str, Any]) -> float:
-        reference = _field(sample, self.field, "ExactMatch")
-        return float(self._norm(completion) == self._norm(str(reference)))
+        reference = _reference(sample, self.field, "ExactMatch")
+        return float(self._norm(completion) == self._norm(reference))
 
 
 class RegexMatch:
@@ -125,7 +135,7 @@ class NumericAnswer:
         self.field, self.tolerance = field, float(tolerance)
 
     def __call__(self, prompt: str, completion: str, sample: Mapping[str, Any]) -> float:
-        value = str(_field(sample, self.field, "NumericAnswer"))
+        value = _reference(sample, self.field, "NumericAnswer")
         reference = final_number(value)
         if reference is None:
             shown = value if len(value) <= 60 else value[:57] + "..."

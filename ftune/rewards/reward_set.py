@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ftune.rewards.scoring import Reward, check_rewards, score_rewards
+from ftune.config.time_limit import check_time_limit
+from ftune.rewards.scoring import REWARD_TIME_LIMIT_S, Reward, check_rewards, score_rewards
 
 
 class RewardSet:
@@ -19,19 +20,30 @@ class RewardSet:
             correct: {_component_: ftune.rewards.ExactMatch, field: answer}
             short: {_component_: ftune.rewards.LengthPenalty, max_chars: 40}
           weights: {correct: 1.0, short: 0.1}
+          time_limit_s: 10.0
 
     Args:
         rewards: name -> reward callable ``(prompt, completion, sample) -> float``. The names name
             the logged metrics ``rewards/<name>/mean`` and ``/std``.
         weights: name -> weight, one per reward (1.0 each for a plain sum; negative: a penalty).
+        time_limit_s: the seconds one reward may take on one completion (default 10; null: no
+            limit). A reward still running then is stopped and the run ends with an error naming
+            the reward and the completion (a regex that backtracks, a loop). Enforced on the main
+            thread, where the recipes score rollouts (`ftune.config.time_limit`).
 
     Raises:
         ValueError: every problem :func:`ftune.rewards.check_rewards` finds, in one message.
     """
 
-    def __init__(self, rewards: Mapping[str, Reward], weights: Mapping[str, float]) -> None:
+    def __init__(
+        self,
+        rewards: Mapping[str, Reward],
+        weights: Mapping[str, float],
+        time_limit_s: float | None = REWARD_TIME_LIMIT_S,
+    ) -> None:
         check_rewards(rewards, weights)
         self.rewards, self.weights = dict(rewards), dict(weights)
+        self.time_limit_s = check_time_limit(time_limit_s, "rewards.time_limit_s")
 
     @property
     def names(self) -> list[str]:
@@ -41,7 +53,9 @@ class RewardSet:
         self, prompts: Sequence[str], completions: Sequence[str], samples: Sequence[Mapping[str, Any]]
     ) -> tuple[list[float], dict[str, list[float]]]:
         """``(total, per_reward)`` of each completion: see :func:`ftune.rewards.score_rewards`."""
-        return score_rewards(self.rewards, self.weights, prompts, completions, samples)
+        return score_rewards(
+            self.rewards, self.weights, prompts, completions, samples, time_limit_s=self.time_limit_s
+        )
 
     def __repr__(self) -> str:
         return f"RewardSet({', '.join(f'{n}={self.weights[n]}' for n in self.rewards)})"

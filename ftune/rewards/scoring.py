@@ -9,6 +9,13 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ftune.config.time_limit import TimeLimitError, call_with_time_limit, check_time_limit
+
+# The time a reward may take on one completion by default (RewardSet's `time_limit_s`, in seconds):
+# a reward on one completion takes microseconds to milliseconds; a reward still running after this
+# long is stuck (a backtracking regex, a loop), not slow.
+REWARD_TIME_LIMIT_S = 10.0
+
 Reward = Callable[[str, str, Mapping[str, Any]], float]
 
 
@@ -94,6 +101,8 @@ def score_rewards(
     prompts: Sequence[str],
     completions: Sequence[str],
     samples: Sequence[Mapping[str, Any]],
+    *,
+    time_limit_s: float | None = REWARD_TIME_LIMIT_S,
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Each reward of each completion, and their weighted sum.
 
@@ -102,6 +111,8 @@ def score_rewards(
         weights: name -> weight (the same names).
         prompts, completions, samples: one entry per completion (a prompt's G completions repeat
             its prompt and sample).
+        time_limit_s: the seconds one reward may take on one completion (None: no limit); a call
+            still running then is stopped (`ftune.config.time_limit`).
 
     Returns:
         ``(total, per_reward)``: the weighted sums, and each reward's values, in completion order.
@@ -109,10 +120,11 @@ def score_rewards(
     Raises:
         ValueError: what :func:`check_rewards` refuses; prompts, completions and samples of different
             lengths.
-        RewardError: a reward that raised or returned a non-number or a non-finite number, naming the
-            reward, the sample and the value.
+        RewardError: a reward that raised, returned a non-number or a non-finite number, or ran past
+            `time_limit_s`, naming the reward, the sample and the value.
     """
     check_rewards(rewards, weights)
+    time_limit_s = check_time_limit(time_limit_s, "rewards.time_limit_s")
     if not len(prompts) == len(completions) == len(samples):
         raise ValueError(
             f"score_rewards: {len(prompts)} prompts, {len(completions)} completions and {len(samples)} samples; "
@@ -127,7 +139,20 @@ def score_rewards(
                 f"{_short(completion)})"
             )
             try:
-                value = reward(prompt, completion, sample)
+                value = call_with_time_limit(
+                    reward,
+                    prompt,
+                    completion,
+                    sample,
+                    seconds=time_limit_s,
+                    message=lambda where=where: where,
+                )
+            except TimeLimitError:
+                raise RewardError(
+                    f"{where} ran longer than rewards.time_limit_s={time_limit_s:g} s and was stopped: a reward "
+                    "takes milliseconds unless it is stuck (a regex that backtracks, such as (a+)+$, or a loop). "
+                    "Fix the reward, or raise rewards.time_limit_s (null: no limit)."
+                ) from None
             except Exception as e:  # noqa: BLE001 - any failure of user code is reported the same way
                 text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
                 raise RewardError(

@@ -17,7 +17,7 @@ import ast
 from pathlib import Path
 
 from ftune import settings as recipe_settings_module  # this package: every shipped class
-from ftune.config import data_files
+from ftune.config import data_files, record_checks
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config, load_config
 from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems
@@ -93,6 +93,35 @@ def fast_problems(cfg, recipe: Path) -> list[str] | None:
 _EVERY_LINE_MAX_BYTES = 64 << 20
 # Dataset builders whose records are preference pairs read from `source` (ftune.datasets).
 _PREFERENCE_BUILDERS = ("ftune.datasets.preference_dataset", "ftune.datasets.preference.preference_dataset")
+_PROMPT_BUILDERS = ("ftune.datasets.prompt_dataset", "ftune.datasets.prompts.prompt_dataset")
+
+
+def _local_records(node: dict) -> tuple[Path, list] | None:
+    """A dataset section's local .json/.jsonl records with their lines, when the whole file is its split."""
+    path = Path(str(node.get("source", ""))).expanduser()
+    if (
+        node.get("data_files") is not None
+        or node.get("split", "train") != "train"
+        or path.suffix.lower() not in (".json", ".jsonl")
+        or not path.is_file()
+        or path.stat().st_size > _EVERY_LINE_MAX_BYTES
+    ):
+        return None  # the dataset's own load reports these
+    lines = data_files.json_records(path)
+    return (path, lines) if lines is not None else None
+
+
+def _check_prompt_file(node: dict, rewards: object) -> None:
+    """A GRPO prompt file: every prompt text, every reference answer a built-in reward reads (file:line)."""
+    column_map = node.get("column_map") or {}
+    if not isinstance(column_map, dict) or set(column_map) - {"prompt"}:
+        return  # the dataset's own load reports a bad column_map
+    found = _local_records(node)
+    if found is not None:
+        path, lines = found
+        rows = [(f"{path}:{number}", record) for number, record in lines]
+        fields = record_checks.reference_fields_of(rewards)
+        record_checks.check_prompt_rows(rows, column_map.get("prompt", "prompt"), fields, str(node["source"]))
 
 
 def check_data_files(cfg) -> None:
@@ -101,7 +130,9 @@ def check_data_files(cfg) -> None:
     The checks the dataset makes when it loads, made before the recipe starts, so a bad file fails
     here and not after the model loads: a missing, empty, non-UTF-8 or unsupported file and a
     broken JSON line (`ftune.config.data_files.check_local_source`), and for preference data, a
-    record without an answer or the prompt, or with one empty (same module). Hub
+    record without an answer or the prompt, or with one empty (same module); for prompt data (GRPO),
+    a prompt that is not text and a reference answer a built-in reward reads that is missing or null
+    (`ftune.config.record_checks`). Hub
     ids, folders and split slices are left to the dataset's own check.
 
     Raises:
@@ -116,7 +147,10 @@ def check_data_files(cfg) -> None:
         if isinstance(node.get("source"), str):
             path = Path(node["source"]).expanduser()
             small = path.is_file() and path.stat().st_size <= _EVERY_LINE_MAX_BYTES
-            data_files.check_local_source(node["source"], node.get("data_files"), every_line=small)
+            every_line = small or node["source"] in data_files.BUILDERS  # each data file up to the same size
+            data_files.check_local_source(node["source"], node.get("data_files"), every_line=every_line)
+        if component in _PROMPT_BUILDERS:
+            _check_prompt_file(node, data.get("rewards"))
         if component not in _PREFERENCE_BUILDERS:
             continue
         column_map = node.get("column_map") or {}

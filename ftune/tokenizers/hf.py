@@ -18,6 +18,7 @@ from typing import Any
 
 import tokenizers
 
+from ftune.config.time_limit import TimeLimitError, call_with_time_limit, check_time_limit
 from ftune.data.messages import Message
 from ftune.tokenizers.base import MessageTokenizer, check_max_seq_len, check_messages
 from ftune.tokenizers.chat_template import compile_chat_template, render_chat, render_with_spans
@@ -25,6 +26,11 @@ from ftune.tokenizers.files import find_tokenizer_file
 from ftune.tokenizers.formats import ChatMLFormat, PromptFormat
 
 logger = logging.getLogger(__name__)
+
+# The time one conversation's chat-template rendering may take by default (HFTokenizer's
+# `template_time_limit_s`): a template renders in well under a millisecond; one still rendering
+# after this long loops without end (nested loops over large ranges).
+TEMPLATE_TIME_LIMIT_S = 10.0
 
 # The special-token attributes transformers passes to chat templates.
 _TEMPLATE_TOKENS = (
@@ -85,6 +91,10 @@ class HFTokenizer(MessageTokenizer):
         add_bos: whether `encode(add_bos=True)` prepends the config's `bos_token`. Default: as
             transformers does, i.e. if the config says `add_bos_token: true` or the
             tokenizer.json post-processor prepends the BOS. When it does not, `bos_id` is None.
+        template_time_limit_s: the seconds the chat template may take to render one conversation
+            (default 10; null: no limit). A rendering still running then is stopped with an error
+            naming the template and the conversation's roles (`ftune.config.time_limit`: enforced
+            on the main thread, which renders in the recipes and in DataLoader worker processes).
 
     Special token strings inside text become special tokens, as in transformers.
 
@@ -104,7 +114,11 @@ class HFTokenizer(MessageTokenizer):
         eos_token: str | None = None,
         pad_token: str | None = None,
         add_bos: bool | None = None,
+        template_time_limit_s: float | None = TEMPLATE_TIME_LIMIT_S,
     ) -> None:
+        self.template_time_limit_s = check_time_limit(
+            template_time_limit_s, "tokenizer.template_time_limit_s"
+        )
         tokenizer_file = find_tokenizer_file(path, ("tokenizer.json",), who="HFTokenizer")
         folder = tokenizer_file.parent
         try:
@@ -227,13 +241,33 @@ class HFTokenizer(MessageTokenizer):
                 "replaces it. Use tokenize_messages, or pass chat_template=."
             )
         dicts = [{"role": m.role, "content": m.content} for m in messages]
-        return render_chat(
+        return self._limited(
+            render_chat,
+            messages,
             self._template,
             dicts,
             add_generation_prompt=add_generation_prompt,
             special_tokens=self.template_tokens,
             origin=self._template_origin,
         )
+
+    def _limited(self, render: Any, messages: list[Message], *args: Any, **kwargs: Any) -> Any:
+        """`render(*args, **kwargs)` under `template_time_limit_s`."""
+        limit = self.template_time_limit_s
+
+        def message() -> str:
+            return (
+                f"{self._template_origin} ran longer than tokenizer.template_time_limit_s={limit:g} s rendering a "
+                f"conversation with roles {[m.role for m in messages]} and was stopped: a chat template renders in "
+                "milliseconds unless it loops without end (nested loops over large ranges). Fix the template (or "
+                "pass chat_template=), or raise template_time_limit_s (an argument of ftune.tokenizers.HFTokenizer; "
+                "null: no limit)."
+            )
+
+        try:
+            return call_with_time_limit(render, *args, seconds=limit, message=message, **kwargs)
+        except TimeLimitError as e:
+            raise ValueError(str(e)) from None
 
     def tokenize_messages(
         self, messages: list[Message], *, add_eos: bool = True, add_generation_prompt: bool = False
@@ -250,7 +284,9 @@ class HFTokenizer(MessageTokenizer):
                 messages, add_eos=add_eos, add_generation_prompt=add_generation_prompt
             )
         check_messages(messages, add_eos=add_eos, add_generation_prompt=add_generation_prompt)
-        text, ends = render_with_spans(
+        text, ends = self._limited(
+            render_with_spans,
+            messages,
             self._template,
             messages,
             add_generation_prompt=add_generation_prompt,
