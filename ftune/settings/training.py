@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from ftune.config.positions import max_seq_len_problems
 from ftune.config.settings import Settings, setting
 from ftune.settings.dist import dist_timeout_problems
 
@@ -180,7 +181,7 @@ def _peft_and_tokenizer_problems(data: dict[str, Any]) -> list[str]:
             f"tokenizer.max_seq_len: must be an int >= 1 or null (no truncation), got {length!r}, "
             "e.g. tokenizer.max_seq_len=2048."
         )
-    return out
+    return out + max_seq_len_problems(data)
 
 
 def _is_number(value: Any) -> bool:
