@@ -1,13 +1,21 @@
-"""Which dtype is faster for this model on this machine: measured once, cached, said on the run's first lines.
+"""Which dtype is faster for this model on this machine: measured once, cached, said before the first step.
 
 Whether bf16 beats fp32 on a CPU depends on the CPU, not on its flags alone: without native bf16
 (AVX2 only) PyTorch emulates it and a product is tens to hundreds of times slower; with avx512_bf16
 but no AMX, still slower than fp32; with AMX, several times faster. So the run measures it: the
 matrix products of one step of *this* model (each distinct shape once, ``ftune.runtime.matmul_speed``)
 in fp32 and in bf16, a second or less, cached per machine, torch version, thread count and model
-shape under ``$FTUNE_HOME/cache/``. The recipe's first lines say which is faster here and by how
-much, and what the weights (and, for a full fine-tune, gradients and AdamW state) cost in each;
-``dtype=auto`` takes the faster one whose cost fits in the memory available now.
+shape under ``$FTUNE_HOME/cache/``. The run says which is faster here and by how much, and what the
+weights (and, for a full fine-tune, gradients and AdamW state) cost in each; ``dtype=auto`` takes the
+faster one whose cost fits in the memory available now.
+
+When the dtype is set, the measurement waits until the run is about to train (the ``Reporter`` asks
+for it, :func:`say_pending_advice`): a refusal of a missing checkpoint folder, a bad data file or an
+output path never waits for it. A measurement made while the machine was busy is cached too, marked
+so (its line says it), and reused while the machine stays busy; the first start on an idle machine
+measures again and replaces it. A cache entry is read only if it is well formed (its CPU, torch
+version and tokens are this run's, its times finite and plausible): anything else is ignored with
+one warning and measured again.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +51,10 @@ CACHE_NAME = "matmul_speed.json"
 # A CPU measurement is cached only when the 1-minute load was below this share of the cores: other
 # processes' work makes matrix products slower by an amount that changes with every run.
 BUSY_LOAD = 0.5
+# A cached entry's times must lie in this range (seconds) and its bf16/fp32 ratio within MAX_RATIO either
+# way (emulated bf16 is a few hundred times slower at most): anything else is not a measurement.
+MIN_S, MAX_S, MAX_RATIO = 1e-7, 1e5, 1e3
+ENTRY_KEYS = ("fp32_s", "bf16_s", "tokens", "cpu", "torch", "busy")
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,7 @@ class DtypeSpeed:
     fp32_s: float
     bf16_s: float
     tokens: int
+    busy: bool = False  # timed while other processes loaded the machine: the figures are rough
 
     @property
     def bf16_speedup(self) -> float:
@@ -94,14 +108,78 @@ def measure_speed(products: list[Product], device: torch.device, *, tokens: int)
     )
 
 
+def _where(device: torch.device) -> str:
+    """The processor a measurement belongs to: the GPU's name, or the CPU's model, flags and thread count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{cpu_model()} [{' '.join(sorted(cpu_flags() or []))}] {torch.get_num_threads()} threads"
+
+
 def _machine_key(products: list[Product], device: torch.device) -> str:
     """What a measurement depends on: the processor, torch, the thread count and the model's shapes."""
-    if device.type == "cuda":
-        where = torch.cuda.get_device_name(device)
-    else:
-        where = f"{cpu_model()} [{' '.join(sorted(cpu_flags() or []))}] {torch.get_num_threads()} threads"
     shapes = hashlib.sha256(repr(products).encode()).hexdigest()[:16]
-    return f"{where} | torch {torch.__version__} | {device.type} | shapes {shapes}"
+    return f"{_where(device)} | torch {torch.__version__} | {device.type} | shapes {shapes}"
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and MIN_S <= value <= MAX_S
+
+
+def entry_problem(entry: object, *, tokens: int, where: str) -> str | None:
+    """What is wrong with a cache entry for this run (None: it is a measurement this run can use).
+
+    Accepted: a mapping of exactly :data:`ENTRY_KEYS`, ``fp32_s``/``bf16_s`` finite seconds within
+    [:data:`MIN_S`, :data:`MAX_S`] whose ratio is within :data:`MAX_RATIO` either way, ``tokens``
+    this run's probe size, ``cpu`` and ``torch`` this machine's and this torch's, ``busy`` a bool.
+    """
+    if not isinstance(entry, dict):
+        return f"the entry is a {type(entry).__name__}, not a mapping"
+    if sorted(entry) != sorted(ENTRY_KEYS):
+        return f"its keys are {sorted(entry)}, not {sorted(ENTRY_KEYS)} (written by another ftune version?)"
+    fp32, bf16 = entry["fp32_s"], entry["bf16_s"]
+    if not (_seconds(fp32) and _seconds(bf16)):
+        return (
+            f"fp32_s={fp32!r} and bf16_s={bf16!r} are not both finite times between {MIN_S:g} and {MAX_S:g} s"
+        )
+    if not 1 / MAX_RATIO <= bf16 / fp32 <= MAX_RATIO:
+        return f"bf16_s/fp32_s = {bf16 / fp32:g}, beyond the {MAX_RATIO:g}x a measurement can give"
+    if entry["tokens"] != tokens or isinstance(entry["tokens"], bool):
+        return f"tokens={entry['tokens']!r}, and this run times {tokens}"
+    if entry["cpu"] != where or entry["torch"] != torch.__version__:
+        return f"it was measured on {entry['cpu']!r} with torch {entry['torch']!r}, not here with torch {torch.__version__}"
+    if not isinstance(entry["busy"], bool):
+        return f"busy={entry['busy']!r} is not true or false"
+    return None
+
+
+def _read_entries(path: Path) -> dict:
+    """The cache file's entries ({} when it is missing, unreadable or not a JSON object: said once)."""
+    if not path.is_file():
+        return {}
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        logger.warning("ignoring the unreadable dtype-speed cache %s (%s); measuring again", path, e)
+        return {}
+    if not isinstance(entries, dict):
+        logger.warning(
+            "ignoring the dtype-speed cache %s: it holds a JSON %s, not an object of measurements; measuring again",
+            path, type(entries).__name__,
+        )  # fmt: skip
+        return {}
+    return entries
+
+
+def _machine_busy(device: torch.device) -> tuple[bool, str]:
+    """Whether other work loads the CPU now (the 1-minute load above :data:`BUSY_LOAD` of the cores), and the figures."""
+    if device.type != "cpu":
+        return False, ""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this platform: take the machine to be quiet
+        return False, ""
+    cores = os.cpu_count() or 1
+    return load > BUSY_LOAD * cores, f"load {load:.1f} on {cores} cores"
 
 
 def cached_speed(
@@ -109,27 +187,39 @@ def cached_speed(
 ) -> tuple[DtypeSpeed, bool]:
     """The measured speeds, from ``cache_dir``'s file when this machine measured this model before.
 
+    An entry that does not pass :func:`entry_problem` is ignored with one warning. An entry measured
+    on a busy machine is used while the machine is busy, and measured again once it is idle.
+
     Returns:
-        ``(speed, cached)``; a new measurement is written back (a cache that cannot be written is
-        logged and skipped: the run goes on).
+        ``(speed, cached)``; a new measurement is written back, marked busy or not (a cache that cannot
+        be written is logged and skipped: the run goes on).
     """
     path = cache_dir / CACHE_NAME
     key = _machine_key(products, device)
-    try:
-        entries = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError) as e:
-        logger.warning("ignoring the unreadable dtype-speed cache %s (%s); measuring again", path, e)
-        entries = {}
+    entries = _read_entries(path)
+    busy, load = _machine_busy(device)
     if key in entries:
-        return DtypeSpeed(**entries[key]), True
+        entry = entries[key]
+        problem = entry_problem(entry, tokens=tokens, where=_where(device))
+        if problem is not None:
+            logger.warning(
+                "ignoring this machine's entry in the dtype-speed cache %s: %s; measuring again",
+                path,
+                problem,
+            )
+        elif busy or not entry["busy"]:  # a busy figure is replaced on the first idle start
+            return DtypeSpeed(entry["fp32_s"], entry["bf16_s"], entry["tokens"], entry["busy"]), True
     speed = measure_speed(products, device, tokens=tokens)
-    if device.type == "cpu" and (load := os.getloadavg()[0]) > BUSY_LOAD * (os.cpu_count() or 1):
+    if busy:
+        speed = DtypeSpeed(speed.fp32_s, speed.bf16_s, speed.tokens, busy=True)
         logger.warning(
-            "the machine was busy while ftune timed fp32 against bf16 (load %.1f on %d cores): the figures are "
-            "not cached, and the next run measures again", load, os.cpu_count() or 1,
+            "the machine was busy while ftune timed fp32 against bf16 (%s): the figures are cached marked busy, "
+            "reused while it stays busy, and measured again on the first start on an idle machine", load,
         )  # fmt: skip
-        return speed, False
-    entries[key] = {"fp32_s": speed.fp32_s, "bf16_s": speed.bf16_s, "tokens": speed.tokens}
+    entries[key] = {
+        "fp32_s": speed.fp32_s, "bf16_s": speed.bf16_s, "tokens": speed.tokens,
+        "cpu": _where(device), "torch": torch.__version__, "busy": speed.busy,
+    }  # fmt: skip
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -187,7 +277,9 @@ def resolve_dtype(name: str, cfg: Config, device: torch.device) -> torch.dtype:
     (:func:`advice`), and in a distributed run (call it after ``init_distributed``) decides
     ``auto`` for every rank; the other ranks measure nothing. The model is built on the meta
     device from ``cfg.model`` for its shapes (no weights are read); ``cfg`` having a ``peft``
-    section means only adapters train.
+    section means only adapters train. A set dtype needs no measurement to be decided: its advice
+    is measured and said by :func:`say_pending_advice` (the ``Reporter`` calls it when the run is
+    about to train), so whatever the run refuses before that is refused without waiting for it.
 
     Args:
         name: the ``dtype`` setting: fp32, bf16, fp16 or auto.
@@ -200,8 +292,23 @@ def resolve_dtype(name: str, cfg: Config, device: torch.device) -> torch.dtype:
     fixed = None if name == "auto" else get_dtype(name, device)  # an unknown name fails before measuring
     if not is_rank_zero():  # a set dtype is the same on every rank; "auto" comes from rank zero
         return fixed if fixed is not None else _from_rank_zero(None)
-    dtype = _decide_and_say(name, fixed, cfg, device)
-    return dtype if fixed is not None else _from_rank_zero(dtype)
+    _pending.clear()
+    if fixed is not None:
+        print(f"ftune: {startup_message(device, fixed)}", file=sys.stderr, flush=True)
+        _pending.append(lambda: _decide_and_say(name, fixed, cfg, device))
+        return fixed
+    return _from_rank_zero(_decide_and_say(name, None, cfg, device, startup=True))
+
+
+# The advice a run with a set dtype has still to say (rank zero, at most one): see say_pending_advice.
+_pending: list[Callable[[], object]] = []
+
+
+def say_pending_advice() -> None:
+    """Measure (or read the cache) and say the advice of the run whose set dtype :func:`resolve_dtype`
+    returned without it; nothing when there is none (``auto``, another rank, said already)."""
+    while _pending:
+        _pending.pop()()
 
 
 def _from_rank_zero(dtype: torch.dtype | None) -> torch.dtype:
@@ -225,8 +332,11 @@ def _choose(speed: DtypeSpeed, need: dict[torch.dtype, float], free: float | Non
     return fitting[0], ""
 
 
-def _decide_and_say(name: str, fixed: torch.dtype | None, cfg: Config, device: torch.device) -> torch.dtype:
-    """Measure (or read the cache), decide ``auto`` (``fixed`` None), print the two start-up lines."""
+def _decide_and_say(
+    name: str, fixed: torch.dtype | None, cfg: Config, device: torch.device, *, startup: bool = False
+) -> torch.dtype:
+    """Measure (or read the cache), decide ``auto`` (``fixed`` None), print the advice line (after the
+    start-up line when ``startup``)."""
     with torch.device("meta"):
         model = instantiate(cfg.model, _path="model")
     full = "peft" not in cfg
@@ -240,9 +350,13 @@ def _decide_and_say(name: str, fixed: torch.dtype | None, cfg: Config, device: t
     dtype, note = (fixed, "") if fixed is not None else _choose(speed, need, available_gib(device))
     what = "weights, gradients and AdamW state" if full else "base weights"
     line = advice(speed, need[torch.float32], need[torch.bfloat16], requested=name, chosen=dtype, what=what)
-    lines = [startup_message(device, dtype), line.removesuffix(".") + note + "."]
+    lines = [line.removesuffix(".") + note + "."]
     if dtype == torch.bfloat16 and native_bf16(device) is False:
-        lines[1] += " This CPU has no native bf16 instructions: PyTorch emulates bf16."
+        lines[0] += " This CPU has no native bf16 instructions: PyTorch emulates bf16."
+    if speed.busy:
+        lines[0] += " (Timed while the machine was busy: rough figures, timed again on the first idle start.)"
+    if startup:
+        lines.insert(0, startup_message(device, dtype))
     for text in lines:
         print(f"ftune: {text}", file=sys.stderr, flush=True)
     return dtype

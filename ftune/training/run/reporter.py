@@ -10,6 +10,7 @@ import torch
 
 from ftune.runtime.rank import is_rank_zero, world_size
 from ftune.training.run.cadence import every
+from ftune.training.run.dtype_advice import say_pending_advice
 from ftune.training.run.memory import peak_memory_gib
 from ftune.training.run.progress import ProgressBar
 from ftune.training.run.throughput import Throughput
@@ -43,6 +44,9 @@ class Reporter:
         log_every_n_steps: int = 1,
         progress_bar: bool = True,
     ) -> None:
+        # A set dtype's measured advice: said here, as the run is about to train, so that nothing the
+        # run refuses while it sets up waits for the measurement (ftune.training.run.dtype_advice).
+        say_pending_advice()
         self.metric_logger = metric_logger
         self.device = device
         self.every = log_every_n_steps
