@@ -8,6 +8,7 @@ recipe wrote it, and `transformers` / `peft` load it.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,47 @@ def _restore_rng(saved: dict[str, Any] | list[dict[str, Any]]) -> None:
             )  # fmt: skip
         saved = saved[get_rank() % len(saved)]
     set_rng_state(saved)
+
+
+def _threads_to_resume_at(saved: int | None) -> int | None:
+    """The thread count a resumed run continues at: ``OMP_NUM_THREADS`` when set, else the saved run's.
+
+    Matrix products and reductions split their sums by the thread count, so another count rounds the
+    last bits differently (a loss 2e-7 apart after one step on the tiny test model, docs/checkpoints.md).
+    The process's current count is whatever ran before in it (a library, a test, an earlier run)
+    and never decides. None: nothing saved (a folder written before ftune recorded it) and no
+    ``OMP_NUM_THREADS``: the current count stays.
+    """
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return saved
+
+
+def _restore_threads(saved: Any) -> None:
+    """Continue at the saved run's thread count (or ``OMP_NUM_THREADS``), saying so when it changes anything."""
+    saved = saved if isinstance(saved, int) and not isinstance(saved, bool) and saved > 0 else None
+    now, target = torch.get_num_threads(), _threads_to_resume_at(saved)
+    if target is None:
+        return
+    if target != now:
+        torch.set_num_threads(target)
+    if not is_rank_zero():
+        return
+    if saved is not None and target != saved:
+        logger.warning(
+            "the step folder was saved by a run at %d thread(s) and OMP_NUM_THREADS=%s sets %d: sums split "
+            "over another thread count round differently, so the resumed steps differ from an uninterrupted "
+            "run's in the last bits. Set OMP_NUM_THREADS=%d (or unset it) to resume bit for bit.",
+            saved, os.environ.get("OMP_NUM_THREADS"), target, saved,
+        )  # fmt: skip
+    elif target != now:
+        logger.warning(
+            "resuming at %d thread(s), as the step folder was saved (this process was at %d): the resumed "
+            "steps equal an uninterrupted run's bit for bit. OMP_NUM_THREADS=<n> resumes at n threads "
+            "instead (the losses then differ from an uninterrupted run's in the last bits).",
+            target, now,
+        )  # fmt: skip
 
 
 def _optimizer_state(model: nn.Module, optimizer: Any) -> dict[str, Any]:
@@ -133,7 +175,8 @@ def snapshot(
 
     Returns:
         {"ftune_recipe", "ftune_recipe_kind", "step", "epoch", "optimizer", "lr_scheduler", "rng",
-        "dataloader"}; call on every rank. The recipe's name and objective (None for a recipe the
+        "dataloader", "threads"}; call on every rank. "threads" is this process's intra-op thread
+        count, which a resume continues at (:func:`restore`). The recipe's name and objective (None for a recipe the
         registry does not know) let a resume refuse a folder of another kind of run.
         "rng" is one state on a single device and a list, one per rank, when distributed.
     """
@@ -147,6 +190,7 @@ def snapshot(
         "lr_scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": _rng_states(),
         "dataloader": loader.state_dict(),
+        "threads": torch.get_num_threads(),
     }
 
 
@@ -154,6 +198,10 @@ def restore(
     state: dict[str, Any] | None, *, model: nn.Module, optimizer: Any, scheduler: Any | None, loader: Any
 ) -> int:
     """Load a `snapshot` back (nothing on a fresh run) and return the number of steps already done.
+
+    The run continues at the thread count the snapshot was taken at (``OMP_NUM_THREADS``, when set,
+    wins, with a warning that the resume is then exact only to the last bits): the process's own
+    count is whatever ran before in it, so it does not decide.
 
     Raises:
         ValueError: when the saved state lacks a part this recipe needs (names it), was written by
@@ -180,6 +228,7 @@ def restore(
         scheduler.load_state_dict(state["lr_scheduler"])
     loader.load_state_dict(state["dataloader"])
     _restore_rng(state["rng"])
+    _restore_threads(state.get("threads"))
     return int(state["step"])
 
 
