@@ -35,6 +35,7 @@ from ftune.checkpointing.model_build import (
     build_model,
     cast_floating,
     meta_model,
+    model_from_checkpoint,
     read_hf_config,
 )
 from ftune.checkpointing.model_fit import check_fits, check_tokenizer_fits, load_into, split_adapter
@@ -87,6 +88,7 @@ __all__ = [
     "load_quantized_model",
     "merge_adapter_folder",
     "meta_model",
+    "model_from_checkpoint",
     "read_hf_config",
     "write_native",
 ]

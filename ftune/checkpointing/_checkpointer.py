@@ -214,6 +214,7 @@ class Checkpointer(abc.ABC):
         saved = (recipe_state or {}).get("step")
         self._start_step = saved if isinstance(saved, int) else (atomic.step_of(step) or 0) if step else 0
         if self.output_dir is not None:
+            output_guard.refuse_foreign_step_folders(self.output_dir, self._start_step)
             output_guard.warn_foreign_step_folders(self.output_dir, self._start_step, self.checkpoint_dir)
 
     def load_base_model(self) -> StateDict:
@@ -281,11 +282,12 @@ class Checkpointer(abc.ABC):
             )
         folder = atomic.step_dir(self.output_dir, step)
         output_guard.check_step_folder(folder, step, self.checkpoint_dir)  # before writing
+        save_id = atomic.begin_step(folder, step)  # refuses a folder ftune did not write; records it
         family = self.family_of(self.checkpoint_dir)
         self._announce_output()
         try:
             self._write_step(
-                folder, step, model_state, base, adapter, family, recipe_state, adapter_config, epoch
+                folder, step, save_id, model_state, base, adapter, family, recipe_state, adapter_config, epoch
             )
         except OSError as e:
             raise self._save_failed(folder, step, e) from e
@@ -305,6 +307,7 @@ class Checkpointer(abc.ABC):
         self,
         folder: Path,
         step: int,
+        save_id: str,
         model_state: StateDict,
         base: StateDict,
         adapter: StateDict,
@@ -344,7 +347,7 @@ class Checkpointer(abc.ABC):
         self._copy_side_files(folder)
         if recipe_state is not None:
             save_recipe_state(recipe_state, folder)
-        atomic.mark_complete(folder, {"step": step, "epoch": epoch})
+        atomic.finish_step(folder, step, save_id, {"step": step, "epoch": epoch})
 
     def _save_failed(self, folder: Path, step: int, error: OSError) -> OSError:
         """The error of a save that failed half-way (disk full...): what is safe, what to do."""

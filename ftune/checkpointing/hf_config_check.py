@@ -7,7 +7,9 @@ compared, and any difference is an error naming the key, both values and the mod
 change: the shapes (layers, vocabulary, widths, heads, head_dim), RoPE (base, scaling type and its
 parameters, the base of Gemma 3's sliding-window layers), the norm epsilon, tied embeddings, the
 attention window and which layers use it, and Gemma 3's query scale. The context length
-(`max_position_embeddings`) is a limit, not a computation: one warning line.
+(`max_position_embeddings`) is a limit, not a computation: one warning line. Floats are compared as
+the model computes them: two values equal in float32 agree (a GGUF stores them as float32, so
+transformers' GGUF loader writes 1e-05 as 9.999999747378752e-06); any larger difference is an error.
 
 RoPE is read in both layouts transformers writes: up to 4.x top-level `rope_theta`, `rope_scaling`
 (and Gemma 3's `rope_local_base_freq`), from 5.0 `rope_parameters` (flat, or keyed by layer type as
@@ -17,8 +19,8 @@ for Gemma 3). A config.json that states one of them twice with two values is ref
 from __future__ import annotations
 
 import logging
-import math
 import re
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -81,10 +83,21 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _float32(x: float) -> float:
+    """`x` rounded to float32 (the precision a model computes norm epsilons, RoPE bases, soft caps and
+    scales in, and GGUF stores them in); a value beyond float32's range stays as it is."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return x
+
+
 def _same(a: Any, b: Any) -> bool:
-    """Equal; numbers within 1e-9 relative (a derived float, a JSON int for a float field)."""
+    """Equal; numbers of a float field equal once in float32, as the model computes them (transformers'
+    GGUF loader writes `rms_norm_eps: 9.999999747378752e-06` for the 1e-05 stored as a float32; a JSON
+    int for a float field is the same number)."""
     if _is_number(a) and _is_number(b) and (isinstance(a, float) or isinstance(b, float)):
-        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+        return float(a) == float(b) or _float32(float(a)) == _float32(float(b))
     return a == b
 
 
@@ -274,8 +287,9 @@ def check_against_model(config: Mapping[str, Any], path: Path, model: nn.Module)
         raise ValueError(
             f"{str(path)!r} disagrees with {against}: {'; '.join(errors)}. Each changes what the model "
             "computes, so what ftune trains is not what transformers loads from this folder. Set each "
-            "model argument named in parentheses to config.json's value, or drop the model section so "
-            f"that config.json sizes the model. Else: {_FIX}"
+            "model argument named in parentheses to config.json's value, or "
+            "leave the model section out of the config (`~model` on the command line) so that "
+            f"config.json gives the family and sizes. Else: {_FIX}"
         )
 
 

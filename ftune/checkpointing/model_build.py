@@ -3,12 +3,14 @@
 Training, generate, eval, quantize and `ftune.models.load_hf` all build their model here: the
 architecture on the meta device (no memory, no init), then the checkpoint's tensors assigned
 into it (memory-mapped ones stay mapped), so an 8B model never exists twice in memory. The
-architecture comes from the config's `model` section, else from the checkpoint's config.json.
+architecture comes from the config's `model` section, else from the checkpoint's config.json
+(`model_from_checkpoint`, what a training config without a model section reads as).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,10 @@ from ftune.checkpointing.hf_config_check import check_against_model
 from ftune.checkpointing.model_fit import load_into
 from ftune.checkpointing.readers import read_json
 from ftune.config import instantiate
+from ftune.config.model_source import is_checkpoint_model
 from ftune.models import model_from_hf_config, text_model_config
 from ftune.runtime.device import default_dtype
+from ftune.runtime.rank import is_rank_zero
 
 HF_CONFIG_FILE = "config.json"
 
@@ -53,7 +57,8 @@ def meta_model(
     Args:
         checkpoint_dir: the folder the weights come from; its `config.json` sizes the model when
             `model` is None, and is checked against the built model otherwise.
-        model: the config's `model` section (a `_component_` builder), or None.
+        model: the config's `model` section (a `_component_` builder), or None (or the
+            `model_from_checkpoint` component a training config without one reads as).
         dtype: parameter dtype.
 
     Raises:
@@ -63,20 +68,53 @@ def meta_model(
             layouts, `rope_theta` and transformers 5's `rope_parameters`). A different
             `max_position_embeddings` is a warning.
     """
-    if model is not None:
+    if model is not None and not is_checkpoint_model(model):
         with default_dtype(dtype), torch.device("meta"):
             net = instantiate(model, _path="model")
         if checkpoint_dir is not None and (config := read_hf_config(checkpoint_dir)) is not None:
             check_against_model(config, Path(checkpoint_dir) / HF_CONFIG_FILE, net)
         return net
+    family, net = _from_config_json(checkpoint_dir, dtype=dtype, device="meta")
+    if is_rank_zero():
+        print(f"ftune: {sized_line(family, net, checkpoint_dir)}", file=sys.stderr, flush=True)
+    return net
+
+
+def _from_config_json(
+    checkpoint_dir: str | os.PathLike | None, *, dtype: torch.dtype | None, device: str | None
+) -> tuple[str, nn.Module]:
     config = read_hf_config(checkpoint_dir) if checkpoint_dir is not None else None
     if config is None:
         raise ValueError(
             f"checkpoint folder {str(checkpoint_dir)!r} has no {HF_CONFIG_FILE}, so the model architecture is "
-            "unknown. Add a model section to the config (e.g. model=ftune.models.llama3.llama3_8b), or point "
-            "checkpointer.checkpoint_dir at a Hugging Face folder."
+            "unknown. Add a model section to the config (e.g. model._component_=ftune.models.llama3.llama3_8b), "
+            "or point checkpointer.checkpoint_dir at a Hugging Face folder."
         )
-    return model_from_hf_config(config, dtype=dtype, device="meta")[1]
+    return model_from_hf_config(config, dtype=dtype, device=device)
+
+
+def sized_line(family: str, model: nn.Module, checkpoint_dir: str | os.PathLike | None) -> str:
+    """The start-up line of a model sized by its checkpoint: the family and the sizes config.json gave."""
+    layers = getattr(model, "layers", ())
+    embed = getattr(getattr(model, "tok_embeddings", None), "weight", None)
+    sizes = f"{len(layers)} layers"
+    if embed is not None:
+        sizes += f", width {embed.shape[1]}, vocabulary {embed.shape[0]}"
+    path = Path(str(checkpoint_dir)) / HF_CONFIG_FILE
+    return f"model: {family} ({sizes}), as {str(path)!r} says (no model section in the config)."
+
+
+def model_from_checkpoint(checkpoint_dir: str | os.PathLike) -> nn.Module:
+    """The model `checkpoint_dir`'s config.json describes (family and sizes), with random weights.
+
+    What a training config without a `model` section builds (`ftune.config.model_source`): reading
+    `cfg.model` then gives ``{_component_: ftune.checkpointing.model_from_checkpoint, checkpoint_dir:
+    <checkpointer.checkpoint_dir>}``. Built on the current default device and dtype.
+
+    Raises:
+        ValueError: no config.json in `checkpoint_dir`, or one naming an architecture ftune does not build.
+    """
+    return _from_config_json(checkpoint_dir, dtype=None, device=None)[1]
 
 
 def build_model(

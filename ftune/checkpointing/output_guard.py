@@ -5,7 +5,8 @@
   reference model's folder, the step folder resumed from) is refused. The reverse is fine: an
   input inside the output folder (continuing from `output_dir/step_50`) is a normal use.
 - Step-folder retention (`keep_last_n_checkpoints`) prunes only the run's own folders, in the
-  order of the run's own steps, and never a folder that holds an input.
+  order of the run's own steps, never a folder that holds an input, and only folders the output
+  folder's records say ftune wrote (`atomic.ftune_state`): a user's `step_0/` of notes survives.
 
     check_output_dir("out/step_50/more", {"checkpointer.checkpoint_dir": "out/step_50"})  # refused
     check_output_file(Path("new.yaml"), option="-o", force=False, inputs={"the input config": "old.yaml"})
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -153,9 +153,10 @@ def prune_run(
     The run's folders are those it wrote (`written`) and, when it resumed at `start_step`, the
     earlier ones (`step_<N>` with N <= start_step: the run's history). A folder with a higher step
     that this run did not write belongs to another run and is neither counted nor removed, nor is
-    any folder that is, holds or lies inside an input (`inputs`: checkpoint_dir...). Order: the
-    run's steps (history first, then what it wrote). An incomplete folder below the newest step the
-    run wrote is stale (an interrupted save) and removed.
+    any folder that is, holds or lies inside an input (`inputs`: checkpoint_dir...), nor any folder
+    the output folder's records do not call ftune's (`atomic.ftune_state`). Order: the run's steps
+    (history first, then what it wrote). An interrupted save of ftune's below the newest step the run
+    wrote is stale and removed.
 
     Args:
         output_dir: the run's output folder.
@@ -177,17 +178,33 @@ def prune_run(
     root = Path(output_dir)
     found = sorted((s, p) for p in root.iterdir() if p.is_dir() and (s := atomic.step_of(p)) is not None)
     protected = list(inputs)
-    found = [(s, p) for s, p in found if not any(overlaps(p, src) for src in protected)]
-    ours = [(s, p) for s, p in found if s in own or s <= start_step]
-    complete = [p for _, p in ours if atomic.is_complete(p)]
+    found = [
+        (s, p, atomic.ftune_state(p)) for s, p in found if not any(overlaps(p, src) for src in protected)
+    ]
+    ours = [(s, p, state) for s, p, state in found if s in own or s <= start_step]
+    complete = [p for _, p, state in ours if state == "complete"]
     doomed = complete[:-keep_last_n]
     newest = max(own)
-    doomed += [p for s, p in found if not atomic.is_complete(p) and s < newest]
+    doomed += [p for s, p, state in found if state == "interrupted" and s < newest]
     for folder in doomed:
-        logger.info("Removing old checkpoint folder %s", folder)
-        atomic.mark_incomplete(folder)  # a crash mid-rmtree leaves an ignored folder, not a broken one
-        shutil.rmtree(folder)
+        atomic.remove_step(folder)
     return doomed
+
+
+def refuse_foreign_step_folders(output_dir: PathLike, start_step: int) -> None:
+    """Refuse, before a run starts, a `step_<N>` folder above `start_step` that ftune did not write (a user's
+    folder, a copy from elsewhere): a save of step N would write into it.
+
+    Raises:
+        FileExistsError: naming the first such folder, and how to fix it.
+    """
+    root = Path(output_dir)
+    if not root.is_dir():
+        return
+    found = sorted((s, p) for p in root.iterdir() if p.is_dir() and (s := atomic.step_of(p)) is not None)
+    for step, folder in found:
+        if step > start_step and atomic.ftune_state(folder) is None:
+            raise FileExistsError(atomic.foreign_message(folder, f"a save of step {step}"))
 
 
 def warn_foreign_step_folders(output_dir: PathLike, start_step: int, checkpoint_dir: PathLike) -> list[Path]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
 from ftune import registry
 from ftune.config.errors import did_you_mean
+from ftune.config.output_path import OutputPathError, output_file, replace_file
 
 
 def source_for(name: str) -> Path:
@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "name", help="recipe name (e.g. lora_finetune_single_device) or config (e.g. smollm2/135M_lora)"
     )
-    parser.add_argument("dest", help="destination file or folder")
+    parser.add_argument("dest", help="destination file, or folder (an existing one, or one ending in '/')")
     overwrite = parser.add_mutually_exclusive_group()
     overwrite.add_argument(
         "--force", action="store_true", help="overwrite an existing file (without it, ftune cp refuses)"
@@ -48,28 +48,22 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"ftune: error: {e}", file=sys.stderr)
         return 1
-    dest = Path(args.dest)
-    if dest.is_dir():
-        dest = dest / src.name
+    try:  # the rule `ftune export` shares (ftune.config.output_path)
+        dest = output_file(
+            args.dest,
+            option="dest",
+            force=args.force or args.no_clobber,
+            make_parents=args.make_parents,
+            into=src.name,
+            inputs={f"the shipped {src.name} itself": src},
+        )
+    except (OutputPathError, FileExistsError) as e:
+        # As cp -i / uv init do: the user's edits are never lost silently.
+        print(f"ftune: error: {e}", file=sys.stderr)
+        return 1
     if dest.exists() and args.no_clobber:
         print(f"ftune cp: {dest} exists; left unchanged (--no-clobber).", file=sys.stderr)
         return 0
-    if dest.exists() and not args.force:
-        # As cp -i / uv init do: the user's edits are never lost silently.
-        print(
-            f"ftune: error: {dest} already exists; ftune cp does not overwrite it. Pass --force to replace it "
-            f"with the shipped {src.name}, or give another destination.",
-            file=sys.stderr,
-        )
-        return 1
-    if not dest.parent.exists():
-        if not args.make_parents:
-            print(
-                f"ftune: error: the folder {dest.parent} does not exist; create it or pass --make-parents.",
-                file=sys.stderr,
-            )
-            return 1
-        dest.parent.mkdir(parents=True)
-    shutil.copyfile(src, dest)
+    replace_file(src, dest)
     print(f"Copied {src.name} to {dest}")
     return 0

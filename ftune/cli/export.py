@@ -1,11 +1,13 @@
-"""`ftune export gguf <model folder> <out.gguf> --type T [--adapter DIR] [--force]`: a model for llama.cpp.
+"""`ftune export gguf <model folder> <out.gguf> --type T [--adapter DIR] [--force] [--make-parents]`: a model for llama.cpp.
 
 The model folder is any HF-layout folder ftune reads (a base model, a full fine-tune's step folder,
 a LoRA run's merged/ folder); `--adapter` merges a LoRA/DoRA step folder into it first. Beside the
 file goes `<name>.Modelfile` for Ollama.
 
 Outputs never land on inputs (`ftune.checkpointing.output_guard`): the file and its Modelfile are
-replaced only with --force, never inside the model or adapter folder; checked before anything loads.
+replaced only with --force, never inside the model or adapter folder, never through a symbolic link, and
+a missing parent folder is created only with --make-parents (`ftune.config.output_path`, the rule
+`ftune cp` shares); checked before anything loads.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 
 from ftune.checkpointing.gguf_export import export_gguf, modelfile_path
 from ftune.checkpointing.gguf_export_tensors import FILE_TYPES, lookup_file_type
-from ftune.checkpointing.output_guard import check_output_dir, check_output_file
+from ftune.checkpointing.output_guard import check_output_dir
+from ftune.config.output_path import output_file
 from ftune.config.run import report
 
 
@@ -28,7 +31,7 @@ def main(argv: list[str]) -> int:
     g.add_argument(
         "model_dir", type=Path, help="HF-layout model folder (config.json, weights, tokenizer.json)"
     )
-    g.add_argument("output", type=Path, help="the .gguf file to write")
+    g.add_argument("output", help="the .gguf file to write (its folder must exist, or pass --make-parents)")
     g.add_argument(
         "--type",
         required=True,
@@ -38,6 +41,7 @@ def main(argv: list[str]) -> int:
     g.add_argument("--adapter", type=Path, help="a LoRA/DoRA step folder to merge into the model first")
     g.add_argument("--name", help="general.name in the file (default: the model folder's name)")
     g.add_argument("--force", action="store_true", help="replace an existing output file and its Modelfile")
+    g.add_argument("--make-parents", action="store_true", help="create the output's missing parent folders")
     g.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -61,9 +65,11 @@ def main(argv: list[str]) -> int:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse outputs that are not a new .gguf file outside the inputs, before any model loads."""
+    given = args.output
+    args.output = Path(given).expanduser()
     if args.output.suffix != ".gguf":
         raise ValueError(
-            f"output {str(args.output)!r} does not end in .gguf; llama.cpp and Ollama expect a .gguf file. "
+            f"output {given!r} does not end in .gguf; llama.cpp and Ollama expect a .gguf file. "
             f"Give a file name such as {args.output.with_suffix('.gguf').name}."
         )
     if not args.model_dir.is_dir():
@@ -72,6 +78,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
             "config.json, the weights and tokenizer.json (a base model, a step folder, a merged/ folder)."
         )
     inputs = {"the model folder": args.model_dir, "the --adapter folder": args.adapter}
-    for path in (args.output, modelfile_path(args.output)):
+    for path in (given, modelfile_path(args.output)):  # the rule `ftune cp` shares (ftune.config.output_path)
         check_output_dir(path, inputs, key="output", fix="Write the .gguf file outside the input folders.")
-        check_output_file(path, option="output", force=args.force)
+        output_file(path, option="output", force=args.force, make_parents=args.make_parents)

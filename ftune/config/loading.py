@@ -12,6 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ftune import registry
 from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.model_source import checkpoint_model_nodes
 from ftune.config.overrides import Override, is_component_path, parse_override
 from ftune.config.settings import absent_values, read_settings
 from ftune.config.trust import (
@@ -51,11 +52,15 @@ class Config:
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "overridden", set(overridden or ()))
         object.__setattr__(self, "declared", None)  # set by declare(): {key: value when absent}
+        object.__setattr__(self, "sized", {})  # set by declare(): {section: model from config.json}
         object.__setattr__(self, "values_checked", set())  # classes whose key/type/range check passed
 
     def __getattr__(self, key: str) -> Any:
         if key.startswith("__"):
             raise AttributeError(key)
+        sized = object.__getattribute__(self, "sized")
+        if key in sized:  # no model section: the model config.json describes (ftune.config.model_source)
+            return sized[key]
         if key in self.node:
             return self.node[key]
         declared = object.__getattribute__(self, "declared")
@@ -98,9 +103,11 @@ class Config:
     def declare(self, cls: type) -> None:
         """Declare the keys of the settings class `cls`: attribute access then also accepts the keys
         `cls` declares but the YAML leaves out (optional sections read as None, fields as their
-        default). `ftune run` and ``config.run`` declare the recipe's SETTINGS when they load the
-        config, before ``main`` runs, so no read can come before it."""
+        default; a section of ``cls.FROM_CHECKPOINT`` left out or null reads as the model the
+        checkpoint's config.json describes). `ftune run` and ``config.run`` declare the recipe's
+        SETTINGS when they load the config, before ``main`` runs, so no read can come before it."""
         object.__setattr__(self, "declared", absent_values(cls))
+        object.__setattr__(self, "sized", checkpoint_model_nodes(self.node, cls))
 
     def settings(self, cls: type) -> Any:
         """Check the config against `cls`, declare its keys, and read the recipe-level scalars into it.

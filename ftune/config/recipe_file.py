@@ -2,17 +2,21 @@
 
 `ftune run`, `ftune validate` and ``<recipe> --help`` read the settings from the recipe file itself,
 so a copied recipe that declares its own settings (a dataclass with a new key) is checked
-against them, not against the shipped recipe's.
+against them, not against the shipped recipe's. A config names its recipe in its header comment
+(`# Run: ftune run <recipe> --config <this file>`, as `ftune convert` writes and the shipped configs
+have): `recipe_in_header` reads it, for `ftune validate` without `--recipe`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
+from ftune import registry
 from ftune.config.errors import ConfigError
 from ftune.config.settings import Settings
 
@@ -68,3 +72,24 @@ def settings_of(module: ModuleType) -> type:
 def recipe_settings(path: str | Path) -> type:
     """The settings class declared by the recipe file at `path`."""
     return settings_of(load_recipe_module(path))
+
+
+# `ftune run [--nproc_per_node N] <recipe>` in a comment line of a config's header.
+_RUN = re.compile(r"^#.*?\bftune run\s+(?:--nproc_per_node[ =]\S+\s+)?([A-Za-z0-9_]+)\b")
+
+
+def recipe_in_header(path: str | Path) -> str | None:
+    """The shipped recipe a config file names in its header: the first `ftune run <recipe>` of the
+    comment lines it starts with (None: no such line, or no shipped recipe of that name)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines:
+        if not line.startswith("#"):
+            if line.strip():
+                return None  # the header ends at the first key
+            continue
+        if (m := _RUN.match(line)) and m.group(1) in registry.RECIPES:
+            return m.group(1)
+    return None

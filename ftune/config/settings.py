@@ -32,6 +32,9 @@ class Settings:
     """
 
     COMPONENTS: ClassVar[dict[str, bool]] = {}
+    # Optional sections that, left out or null, are the model the checkpoint's config.json describes:
+    # section -> the checkpointer section whose checkpoint_dir holds it (ftune.config.model_source).
+    FROM_CHECKPOINT: ClassVar[dict[str, str]] = {}
     # Keyword arguments the recipe passes at run time, per section (not required in the YAML).
     RUNTIME: ClassVar[dict[str, tuple[str, ...]]] = {}
 

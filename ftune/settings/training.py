@@ -49,7 +49,7 @@ class FullSettings(Settings):
     """Full fine-tuning (full_finetune_single_device, full_finetune_distributed)."""
 
     COMPONENTS: ClassVar[dict[str, bool]] = {
-        "model": True,
+        "model": False,  # left out: the checkpoint's config.json gives the family and sizes
         "tokenizer": True,
         "checkpointer": True,
         "dataset": True,
@@ -61,6 +61,7 @@ class FullSettings(Settings):
         "metric_logger": False,
     }
     RUNTIME: ClassVar[dict[str, tuple[str, ...]]] = {"lr_scheduler": ("num_training_steps",)}
+    FROM_CHECKPOINT: ClassVar[dict[str, str]] = {"model": "checkpointer"}
 
     output_dir: str = setting("output", "folder for step_<N>/ checkpoints and logs")
     seed: int = setting(0, "seed for weights init, data order and dropout")

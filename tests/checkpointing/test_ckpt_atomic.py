@@ -36,11 +36,22 @@ def test_writers_round_trip(tmp_path: Path) -> None:
 
 
 def _make_step(out: Path, step: int, complete: bool) -> Path:
+    """A step folder as ftune's checkpointer writes it: recorded, then written, then marked."""
     folder = atomic.step_dir(out, step)
+    save_id = atomic.begin_step(folder, step)
     folder.mkdir(parents=True)
     (folder / "w.bin").write_bytes(b"x")
     if complete:
-        atomic.mark_complete(folder, {"step": step})
+        atomic.finish_step(folder, step, save_id, {"step": step})
+    return folder
+
+
+def _user_folder(out: Path, name: str, marker: str | None = None) -> Path:
+    folder = out / name
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_text("my notes")
+    if marker is not None:
+        (folder / atomic.COMPLETE_MARKER).write_text(marker)
     return folder
 
 
@@ -62,7 +73,36 @@ def test_prune_keeps_newest_complete_and_drops_stale_incomplete(tmp_path: Path) 
     removed = atomic.prune(tmp_path, keep_last_n=2)
     assert sorted(p.name for p in removed) == ["step_1", "step_2"]
     # step_5 is newer than every complete folder: maybe a save in progress, left alone.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_3", "step_4", "step_5"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [atomic.RECORDS, "step_3", "step_4", "step_5"]
+    assert sorted(json.loads((tmp_path / atomic.RECORDS).read_text())["steps"]) == ["3", "4", "5"]
+
+
+def test_prune_deletes_only_folders_ftune_wrote(tmp_path: Path) -> None:
+    notes = _user_folder(tmp_path, "step_0")  # a user's notes, no marker: looks like an interrupted save
+    copied = _user_folder(tmp_path, "step_1", '{"complete": true, "step": 1, "id": "from-elsewhere"}')
+    for step in (2, 3, 4):
+        _make_step(tmp_path, step, True)
+    assert [atomic.ftune_state(p) for p in (notes, copied, tmp_path / "step_2")] == [None, None, "complete"]
+    removed = atomic.prune(tmp_path, keep_last_n=1)
+    assert sorted(p.name for p in removed) == ["step_2", "step_3"]  # ftune's completed steps, as before
+    assert (notes / "notes.txt").read_text() == "my notes" and (copied / "notes.txt").is_file()
+    with pytest.raises(
+        FileExistsError, match=r"saving step 0 would write into '.*step_0', a folder ftune did not"
+    ):
+        atomic.begin_step(notes, 0)
+    assert sorted(p.name for p in notes.iterdir()) == ["notes.txt"]
+
+
+def test_folders_of_an_older_ftune_count_by_their_marker(tmp_path: Path) -> None:
+    """Before the records, ftune wrote `{"complete": true, "step": N, ...}` last: such folders are ftune's;
+    an old folder without a marker may be a user's and is left alone."""
+    old = [_user_folder(tmp_path, f"step_{s}", json.dumps({"complete": True, "step": s})) for s in (1, 2)]
+    stale = _user_folder(tmp_path, "step_3")
+    renamed = _user_folder(tmp_path, "step_4", json.dumps({"complete": True, "step": 9}))
+    _make_step(tmp_path, 5, True)
+    assert atomic.ftune_state(old[0]) == "complete" and atomic.ftune_state(renamed) is None
+    assert sorted(p.name for p in atomic.prune(tmp_path, keep_last_n=1)) == ["step_1", "step_2"]
+    assert stale.is_dir() and renamed.is_dir()
 
 
 def test_prune_rejects_non_positive(tmp_path: Path) -> None:

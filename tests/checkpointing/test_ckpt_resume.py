@@ -113,7 +113,7 @@ def test_keep_last_n_prunes_old_steps(tmp_path: Path, src: Path) -> None:
     base = ckpt.load().model
     for step in (1, 2, 3, 4):
         ckpt.save(step, base)
-    assert sorted(p.name for p in out.iterdir()) == ["step_3", "step_4"]
+    assert sorted(p.name for p in out.iterdir()) == [atomic.RECORDS, "step_3", "step_4"]
     with pytest.raises(
         ValueError, match=r"keep_last_n_checkpoints must be a positive int or None \(keep all\), got 0"
     ):
@@ -131,4 +131,6 @@ def test_recipe_state_that_would_not_resume_fails_the_save(tmp_path: Path, src: 
 def test_marker_records_step_and_epoch(tmp_path: Path, src: Path) -> None:
     ckpt = HFCheckpointer(src, tmp_path / "out")
     folder = ckpt.save(12, ckpt.load().model, epoch=3)
-    assert json.loads((folder / ".complete").read_text()) == {"complete": True, "step": 12, "epoch": 3}
+    marker = json.loads((folder / ".complete").read_text())
+    assert marker.pop("id") == json.loads((folder.parent / atomic.RECORDS).read_text())["steps"]["12"]["id"]
+    assert marker == {"complete": True, "step": 12, "epoch": 3}

@@ -84,8 +84,8 @@ def test_rope_base_differing_in_the_transformers_5_layout_is_an_error(tmp_path):
         match=rf"^'{tmp_path}/hf/config\.json' disagrees with the model built from the config's model section: "
         r"rms_norm_eps is 1e-05 there, 1e-06 in the model \(model\.norm_eps\); "
         r"rope_parameters\.rope_theta is 10000\.0 there, 500000\.0 in the model \(model\.rope_base\)\. Each changes what the model "
-        r"computes.*Set each model argument named in parentheses to config\.json's value, or drop the "
-        r"model section.*Fix config\.json",
+        r"computes.*Set each model argument named in parentheses to config\.json's value, or leave the "
+        r"model section out of the config \(`~model` on the command line\).*Fix config\.json",
     ):
         meta_model(folder, {**MODEL, "rope_base": 500000.0, "norm_eps": 1e-6}, dtype=torch.float32)
 
@@ -205,3 +205,27 @@ def test_gemma3_rope_theta_is_the_global_layers_base(tmp_path, caplog):
             tmp_path / "config.json",
             model,
         )
+
+
+# transformers' GGUF loader writes the float32 a GGUF stores, widened: SmolLM2's 1e-05 becomes this.
+GGUF_EPS = 9.999999747378752e-06
+
+
+def test_floats_equal_in_float32_agree_as_the_model_computes_them(tmp_path):
+    folder = write_hf_folder(tmp_path / "hf", "smollm2")
+    # rms_norm_eps as transformers writes it from the SmolLM2 GGUF; a RoPE base off by less than float32 resolves
+    _edit(folder, rms_norm_eps=GGUF_EPS, rope_theta=10000.0004)
+    assert meta_model(folder, MODEL, dtype=torch.float32) is not None
+    assert meta_model(folder, MODEL, dtype=torch.bfloat16) is not None  # computed in float32 in bf16 too
+
+
+def test_a_float_that_really_differs_is_still_refused(tmp_path):
+    folder = write_hf_folder(tmp_path / "hf", "smollm2")
+    _edit(folder, rms_norm_eps=1.0001e-5)  # another float32 (the neighbours are ~1e-12 apart)
+    with pytest.raises(
+        ValueError,
+        match=r"rms_norm_eps is 1\.0001e-05 there, 1e-05 in the model \(model\.norm_eps\)\. .* or leave the "
+        r"model section out of the config \(`~model` on the command line\) so that config\.json gives the "
+        r"family and sizes\.",
+    ):
+        meta_model(folder, MODEL, dtype=torch.float32)

@@ -1,5 +1,6 @@
 """Outputs never land on inputs (issue 26): output folders vs input folders, and step-folder retention."""
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -91,13 +92,24 @@ def test_merged_subfolder_as_input_protects_its_step_folder(src: Path, tmp_path:
         ckpt.save(5, base)
 
 
-def test_resumed_run_prunes_its_history_but_not_another_branch(src: Path, tmp_path: Path) -> None:
+def _interrupted_save(ckpt: HFCheckpointer, step: int, base, monkeypatch) -> None:
+    """A save killed after its files and before its marker (as by SIGKILL)."""
+    with monkeypatch.context() as m:
+        m.setattr(atomic, "finish_step", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            ckpt.save(step, base)
+
+
+def test_resumed_run_prunes_its_history_but_not_another_branch(
+    src: Path, tmp_path: Path, monkeypatch
+) -> None:
     out = tmp_path / "out"
     first = HFCheckpointer(src, out)
     base = first.load().model
     for step in (10, 20, 30, 50):
         first.save(step, base, recipe_state={"step": step})
-    (out / "step_15").mkdir()  # an interrupted save of the first run: stale
+    _interrupted_save(first, 15, base, monkeypatch)  # an interrupted save of the first run: stale
+    assert atomic.ftune_state(out / "step_15") == "interrupted"
     ckpt = HFCheckpointer(src, out, resume_from_checkpoint="step_30", keep_last_n_checkpoints=1)
     assert ckpt.load().recipe_state == {"step": 30}
     ckpt.save(40, base)
@@ -108,3 +120,39 @@ def test_resumed_run_prunes_its_history_but_not_another_branch(src: Path, tmp_pa
     assert auto.load().recipe_state == {"step": 50}
     auto.save(60, base)
     assert _steps(out) == ["step_50", "step_60"]
+
+
+def test_retention_keeps_a_users_step_0_and_deletes_ftunes_steps(src: Path, tmp_path: Path) -> None:
+    """Issue 37: keep_last_n_checkpoints=1 deleted a user's step_0/ of notes (no marker: it looked like an
+    interrupted save). Only folders the output folder's records say ftune wrote are deleted."""
+    out = tmp_path / "out"
+    (out / "step_0").mkdir(parents=True)
+    (out / "step_0" / "notes.md").write_text("what I tried")
+    ckpt = HFCheckpointer(src, out, keep_last_n_checkpoints=1)
+    base = ckpt.load().model
+    for step in (1, 2, 3):
+        ckpt.save(step, base)
+    assert _steps(out) == ["step_0", "step_3"]  # step_1 and step_2: ftune's, completed, deleted as before
+    assert (out / "step_0" / "notes.md").read_text() == "what I tried"
+    records = json.loads((out / atomic.RECORDS).read_text())["steps"]
+    assert list(records) == ["3"] and records["3"]["state"] == "complete"
+    marker = json.loads((out / "step_3" / atomic.COMPLETE_MARKER).read_text())
+    assert marker["id"] == records["3"]["id"] and marker["step"] == 3
+
+
+def test_a_step_folder_ftune_did_not_write_is_refused_before_the_run(src: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "step_2").mkdir(parents=True)
+    (out / "step_2" / "notes.md").write_text("mine")
+    with pytest.raises(
+        FileExistsError,
+        match=r"a save of step 2 would write into '.*out/step_2', a folder ftune did not write: .*ftune_steps\.json "
+        r"does not record it and it has no \.complete marker of ftune's\. ftune never writes into, overwrites or "
+        r"deletes a folder it did not write\. Move that folder out of the output folder",
+    ):
+        HFCheckpointer(src, out).load()
+    ckpt = HFCheckpointer(src, out)
+    base = HFCheckpointer(src).load().model
+    with pytest.raises(FileExistsError, match=r"saving step 2 would write into '.*out/step_2'"):
+        ckpt.save(2, base)  # a checkpointer whose load was skipped refuses at the save
+    assert sorted(p.name for p in (out / "step_2").iterdir()) == ["notes.md"]

@@ -73,13 +73,16 @@ def test_cp_recipe_and_config(ftune_cli, tmp_path):
 def test_cp_no_clobber_and_parents(ftune_cli, tmp_path):
     dest = tmp_path / "a" / "b" / "c.yaml"
     proc = ftune_cli("cp", "dist_check", str(dest))
-    assert "does not exist; create it or pass --make-parents" in proc.stderr
+    assert (
+        f"the folder {dest.parent} does not exist; ftune does not create folders unasked. Create it with `mkdir -p {dest.parent}`, or pass --make-parents"
+        in proc.stderr
+    )
     assert ftune_cli("cp", "dist_check", str(dest), "--make-parents").returncode == 0
     dest.write_text("mine")
     assert ftune_cli("cp", "dist_check", str(dest), "--no-clobber").returncode == 0
     assert dest.read_text() == "mine"
     proc = ftune_cli("cp", "dist_check", str(dest))
-    assert f"{dest} already exists; ftune cp does not overwrite it. Pass --force" in proc.stderr
+    assert f"dest '{dest}' already exists; ftune does not overwrite it. Pass --force" in proc.stderr
     assert_no_traceback(proc)
     assert dest.read_text() == "mine"
     assert ftune_cli("cp", "dist_check", str(dest), "--force").returncode == 0

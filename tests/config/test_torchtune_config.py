@@ -7,18 +7,22 @@ validate against its ftune recipe; docs/migrating-from-torchtune.md must be what
 table and this run render.
 """
 
+import shlex
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ftune.cli.convert import main as convert_main
-from ftune.cli.validate import validate
+from ftune.cli.main import main as ftune_main
+from ftune.cli.validate import NO_RECIPE, validate
+from ftune.config import ConfigError
 from ftune.torchtune import convert_torchtune_config, infer_recipe, leaf_keys, load_torchtune_yaml
 from ftune.torchtune import docs as torchtune_docs
-from ftune.torchtune.corpus import read_wheel_configs
+from ftune.torchtune.corpus import CONFIGS_PREFIX, read_wheel_configs
 
 WHEEL = "torchtune-0.6.1-py3-none-any.whl"
 # Configs that do not convert completely, and the one reason each: this list is the documented one.
@@ -99,6 +103,26 @@ def test_migration_doc_is_the_rendered_table_and_corpus(corpus):
     assert f"**{len(results) - len(EXCEPTIONS)} of {len(results)} " in doc
     for path in EXCEPTIONS:
         assert f"- `{path}`" in doc
+
+
+def test_migration_page_commands_run_as_printed(torchtune_configs, tmp_path, monkeypatch, capsys):
+    """The page's block, each command exactly as printed, on the wheel's own config: the converted
+    file validates with the plain `ftune validate <file>` its header implies."""
+    wheel, _ = torchtune_configs
+    assert f"```bash\n{torchtune_docs.MIGRATION_BLOCK}```" in torchtune_docs.DOC.read_text(encoding="utf-8")
+    commands = [shlex.split(line, comments=True) for line in torchtune_docs.MIGRATION_BLOCK.splitlines()]
+    commands = [argv for argv in commands if argv]
+    source = Path(commands[0][3])  # llama3_2/1B_lora_single_device.yaml, as the wheel holds it
+    with zipfile.ZipFile(wheel) as z:
+        (tmp_path / source).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / source).write_bytes(z.read(f"{CONFIGS_PREFIX}{source}"))
+    monkeypatch.chdir(tmp_path)
+    for argv in commands:
+        assert argv[0] == "ftune"
+        assert ftune_main(argv[1:]) == 0, (argv, capsys.readouterr().err)
+    written = (tmp_path / commands[0][-1]).read_text()
+    assert "# Run: ftune run lora_finetune_single_device --config <this file>\n" in written
+    assert "is valid against lora_finetune_single_device's settings." in capsys.readouterr().out
 
 
 TT_LORA = """
@@ -201,6 +225,7 @@ def test_cli_writes_a_config_that_validates_and_reports(tmp_path, capsys):
     out = tmp_path / "1B_lora.yaml"
     assert convert_main(["torchtune-config", str(src), "-o", str(out)]) == 0
     assert validate(str(out), [], "lora_finetune_single_device") == "lora_finetune_single_device"
+    assert validate(str(out), []) == "lora_finetune_single_device"  # the recipe its header names
     text = out.read_text()
     assert text.startswith("# Converted from the torchtune config 1B_lora_single_device.yaml")
     assert "# covered: checkpointer.checkpoint_files:" in text
@@ -216,6 +241,7 @@ def test_cli_writes_a_config_that_validates_and_reports(tmp_path, capsys):
         == 0
     )
     assert validate(str(qlora), [], "lora_finetune_distributed") == "lora_finetune_distributed"
+    assert validate(str(qlora), []) == "lora_finetune_distributed"  # its header: the recipe converted for
     assert yaml.safe_load(qlora.read_text())["peft"]["quantize_base"] is True
     capsys.readouterr()
 
@@ -225,3 +251,17 @@ def test_cli_writes_a_config_that_validates_and_reports(tmp_path, capsys):
     assert convert_main(["torchtune-config", str(src), "--recipe", "lora_finetune_distributed"]) == 1
     err = capsys.readouterr().err
     assert "unsupported: optimizer_in_bwd: optimizer_in_backward in lora_finetune_distributed: FSDP2" in err
+
+
+def test_a_config_naming_no_recipe_says_how_to_name_it(tmp_path):
+    src = tmp_path / "1B_lora_single_device.yaml"
+    scheduler = "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup"
+    src.write_text(TT_LORA + f"lr_scheduler:\n  _component_: {scheduler}\n  num_warmup_steps: 100\n")
+    out = tmp_path / "c.yaml"
+    assert convert_main(["torchtune-config", str(src), "-o", str(out)]) == 0
+    headless = tmp_path / "c2.yaml"  # the header's `# Run:` line removed: nothing names the recipe
+    headless.write_text("".join(line for line in out.read_text().splitlines(True) if "# Run:" not in line))
+    with pytest.raises(ConfigError, match=r"lr_scheduler\.num_training_steps") as e:
+        validate(str(headless), [])
+    assert e.value.problems[-1] == NO_RECIPE
+    assert validate(str(headless), [], "lora_finetune_single_device") == "lora_finetune_single_device"

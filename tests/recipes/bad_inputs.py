@@ -395,3 +395,4 @@ SETUPS = {
     "pref_no_prompt": lambda tmp, ckpt: _write(tmp / "val.jsonl", '{"chosen": "a", "rejected": "b"}\n'),
     "lora_step_folder": _lora_step_folder,
 }
+exec(Path(__file__).with_name("bad_inputs_outputs.py").read_text())  # issue 37's output cases: CASES, SETUPS
