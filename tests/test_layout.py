@@ -112,6 +112,10 @@ LATE: dict[tuple[str, str], str] = {
     ("ftune.cli.run", "torch.distributed"): "`ftune run` reports config errors before torch is imported",
     ("ftune.cli.run", "torch.distributed.elastic.multiprocessing.errors"): "same",
     ("ftune.cli.run", "torch.distributed.run"): "same",
+    ("ftune.cli.validate", "ftune.cli.lora_targets"): (
+        "~2 s (torch, the model builders); only a config with a peft section has LoRA targets to match "
+        "against the model built on the meta device, and a settings problem is reported before it"
+    ),
 }
 
 

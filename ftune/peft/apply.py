@@ -71,8 +71,8 @@ def apply_lora(
         for name, child in parent.named_children()
         if name in wanted and (type(child) is nn.Linear or _fake_quantized(child))
     ]
-    if missing := wanted - {name for _, _, name, _ in matches}:
-        raise ValueError(_unmatched_message(model, sorted(missing)))
+    if problem := target_problem(model, targets):
+        raise ValueError(problem)
     if use_dora and (fq := [fqn for fqn, _, _, child in matches if _fake_quantized(child)]):
         raise ValueError(
             f"apply_lora: use_dora=true over fake-quantized layers ({fq[0]}, ...): DoRA is not supported "
@@ -132,6 +132,33 @@ def _adapter_params(layer: LoRALinear) -> list[nn.Parameter]:
     return params
 
 
+def target_problem(model: nn.Module, targets: Collection[str]) -> str | None:
+    """Which of `targets` name no module `apply_lora` can adapt in `model` (an nn.Linear by attribute
+    name, or "experts" for a mixture-of-experts layer), as the error message; None when all do.
+
+    Needs only the module tree: `ftune validate` calls it on the model built on the meta device.
+    """
+    linears = {
+        name
+        for _, parent in model.named_modules()
+        for name, child in parent.named_children()
+        if type(child) is nn.Linear or _fake_quantized(child)
+    }
+    missing = sorted(set(targets) - linears - {"experts"})
+    if missing:
+        return _unmatched_message(model, missing)
+    if "experts" in targets and not _has_experts(model):
+        return (
+            f"apply_lora: target 'experts' matches no mixture-of-experts layer in {type(model).__name__}; "
+            "only MoE models (e.g. qwen3_moe) have one. Remove 'experts' from peft.targets."
+        )
+    return None
+
+
+def _has_experts(model: nn.Module) -> bool:
+    return any(type(m) is GroupedExperts for m in model.modules())
+
+
 def _unmatched_message(model: nn.Module, missing: list[str]) -> str:
     linears = sorted({fqn.rsplit(".", 1)[-1] for fqn, m in model.named_modules() if type(m) is nn.Linear})
     adapted = sorted(
@@ -139,7 +166,8 @@ def _unmatched_message(model: nn.Module, missing: list[str]) -> str:
     )
     message = (
         f"apply_lora: targets {missing} match no nn.Linear in {type(model).__name__}; "
-        f"its nn.Linear names are {linears}."
+        f"its nn.Linear names are {linears}"
+        + (" and it has mixture-of-experts layers (target 'experts')." if _has_experts(model) else ".")
     )
     if adapted:
         message += f" Already adapted (apply_lora runs once per model): {adapted}."
