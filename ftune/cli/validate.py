@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from ftune import registry
 from ftune.config.checks import check_component
 from ftune.config.errors import ConfigError, did_you_mean
-from ftune.config.loading import load_config
-from ftune.config.recipe_file import recipe_settings
+from ftune.config.loading import Config, load_config, resolve_config_path
+from ftune.config.model_source import (
+    CHECKPOINT_MODEL,
+    HF_CONFIG_FILE,
+    check_model_source,
+    checkpoint_dir_of,
+    sized_by_checkpoint,
+)
+from ftune.config.recipe_file import recipe_in_header, recipe_settings
 from ftune.config.recipe_kind import check_resume_folder
 from ftune.config.run import report
 from ftune.config.settings import collect_problems
 from ftune.config.trust import components_of, trust_folder, trust_packages
 from ftune.settings.fast_check import check_data_files, fast_problems
+
+NO_RECIPE = (
+    "(checked without a recipe's settings: no --recipe, no `# Run: ftune run <recipe> ...` line at the top "
+    "of the file, and no shipped recipe matches its name; keys a recipe passes at run time look unset. "
+    "Name the recipe: `ftune validate <config> --recipe <recipe>`, `ftune ls` lists them.)"
+)
 
 
 def validate(config: str, overrides: list[str], recipe_name: str | None = None, *, files: bool = True) -> str:
@@ -38,27 +52,15 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None, 
     if recipe_name is not None and recipe_name.endswith(".py"):
         trust_folder(Path(recipe_name).parent)  # modules next to a copied recipe
     cfg = load_config(config, overrides)
-    if recipe_name is not None and recipe_name.endswith(".py"):
-        file: Path | None = Path(recipe_name)  # a copied recipe: checked against its own SETTINGS
-    elif recipe_name is not None:
-        recipe = registry.RECIPES.get(recipe_name)
-        if recipe is None:
-            raise ConfigError(
-                [
-                    f"--recipe {recipe_name!r}: no such recipe.{did_you_mean(recipe_name, registry.RECIPES)} "
-                    "Give a shipped recipe's name or the path of a recipe file (.py)."
-                ]
-            )
-        file = recipe.file
-    else:
-        recipe = registry.recipe_for_config(config)
-        file = recipe.file if recipe else None
+    file = recipe_file(config, recipe_name)
     if file is None:
         # top-level keys as paths ("dataset.source"), so each problem names the override that fixes it
         problems = [p for key, value in cfg.to_dict().items() for p in check_component(value, key)]
     else:
         # Keys, types, ranges and sections first, without torch: the common mistakes answer at once.
         problems = fast_problems(cfg, file) or collect_problems(cfg, recipe_settings(file))
+    if problems and file is None:
+        problems.append(NO_RECIPE)
     if problems:
         raise ConfigError(problems, cfg.source)
     if "peft" in cfg.node:  # every LoRA target names a module of the model, built on the meta device
@@ -69,7 +71,45 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None, 
     if file is not None and files:  # what ftune run checks before the model loads: data, resume folder
         check_data_files(cfg)
         check_resume_folder(cfg, file)
+        check_model_source(cfg, recipe_settings(file))
     return file.stem if file else ""
+
+
+def sized_calls(cfg: Config, file: Path | None) -> list[tuple[str, str]]:
+    """(section, what builds it) for each section `cfg` leaves to its checkpoint's config.json."""
+    calls = []
+    for section, ckpt in (sized_by_checkpoint(cfg.node, recipe_settings(file)) if file else {}).items():
+        config_json = Path(str(checkpoint_dir_of(cfg.node, ckpt))) / HF_CONFIG_FILE
+        said = ""
+        try:  # the architecture it names; an unreadable one is the checkpointer's to report
+            stated = json.loads(config_json.read_text())
+            said = f": {', '.join(stated.get('architectures') or [str(stated.get('model_type'))])}"
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass
+        calls.append((section, f"{CHECKPOINT_MODEL} (sized by {str(config_json)!r}{said})"))
+    return calls
+
+
+def recipe_file(config: str, recipe_name: str | None) -> Path | None:
+    """The recipe file whose settings a config is checked against: ``--recipe`` (a shipped name or a
+    .py file), else the recipe the file's header names (``# Run: ftune run <recipe> --config ...``, as
+    `ftune convert` writes), else the shipped recipe of the config's method; None when none does."""
+    if recipe_name is not None and recipe_name.endswith(".py"):
+        return Path(recipe_name)  # a copied recipe: checked against its own SETTINGS
+    elif recipe_name is not None:
+        recipe = registry.RECIPES.get(recipe_name)
+        if recipe is None:
+            raise ConfigError(
+                [
+                    f"--recipe {recipe_name!r}: no such recipe.{did_you_mean(recipe_name, registry.RECIPES)} "
+                    "Give a shipped recipe's name or the path of a recipe file (.py)."
+                ]
+            )
+        return recipe.file
+    if (named := recipe_in_header(resolve_config_path(config))) is not None:
+        return registry.RECIPES[named].file
+    recipe = registry.recipe_for_config(config)
+    return recipe.file if recipe else None
 
 
 def main(argv: list[str]) -> int:
@@ -109,7 +149,8 @@ def main(argv: list[str]) -> int:
     try:
         trust_packages(p for value in args.trust for p in value.split(","))
         recipe = validate(args.config, args.overrides, args.recipe)
-        calls = components_of(load_config(args.config, args.overrides).to_dict())
+        cfg = load_config(args.config, args.overrides)
+        calls = [*sized_calls(cfg, recipe_file(args.config, args.recipe)), *components_of(cfg.to_dict())]
     except Exception as e:  # noqa: BLE001
         return report(e, ["--debug"] if args.debug else [])
     against = f" against {recipe}'s settings" if recipe else " (components only: no recipe matches its name)"
