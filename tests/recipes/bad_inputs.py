@@ -396,3 +396,4 @@ SETUPS = {
     "lora_step_folder": _lora_step_folder,
 }
 exec(Path(__file__).with_name("bad_inputs_outputs.py").read_text())  # issue 37's output cases: CASES, SETUPS
+exec(Path(__file__).with_name("bad_inputs_records.py").read_text())  # issue 37 items 2, 4, 5: CASES, SETUPS
