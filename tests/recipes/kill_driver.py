@@ -120,12 +120,16 @@ def _counts(trace: Path) -> Path:
     return trace.with_name(trace.name + ".counts")
 
 
-def _child(recipe, overrides, plan, trace: Path, env: dict) -> None:
-    """The training process (never returns): run the recipe, dying at `plan` = (kind, k) if given."""
+def _child(recipe, overrides, plan, trace: Path, env: dict, threads: int | None = None) -> None:
+    """The training process (never returns): run the recipe, dying at `plan` = (kind, k) if given; at
+    `threads` threads (OMP_NUM_THREADS unset) when given, which a resume must set back to the saved count."""
     global PLAN
     code = 1
     try:
         os.environ.update(env)
+        if threads is not None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+            torch.set_num_threads(threads)
         PLAN, TRACE[:] = plan, [trace]
         _counts(trace).write_text(json.dumps(run_recipe(recipe, overrides)))
         code = 0
@@ -141,7 +145,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(recipe, overrides, out, plan, world, victim=0, delay=None):
+def launch(recipe, overrides, out, plan, world, victim=0, delay=None, threads=None):
     """Start one run (world forks), kill per plan/delay; returns (codes, picked-folder record, counts)."""
     port = str(_free_port())
     traces = [out.parent / f"{out.name}.trace{r}" for r in range(world)]
@@ -154,7 +158,7 @@ def launch(recipe, overrides, out, plan, world, victim=0, delay=None):
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, LOCAL_WORLD_SIZE=str(world))
         pid = os.fork()
         if pid == 0:
-            _child(recipe, overrides, plan if rank == victim else None, traces[rank], env)
+            _child(recipe, overrides, plan if rank == victim else None, traces[rank], env, threads)
         pids.append(pid)
     if delay is not None:
         time.sleep(delay)
@@ -250,8 +254,11 @@ def campaign(name, recipe, world, n_kills, rng, base, workdir, results):
             per = per_step[kind] if kind in STEP_KINDS else per_save[kind]
             plan = (kind, rng.randint(1, max(1, per * max(remaining, 1))))
         victim = rng.randrange(world) if kind in STEP_KINDS or kind == "delay" else 0  # rank 0 writes
+        # Issue 46: every other resume on one device starts in a process at 2 threads; the step folder
+        # was saved at 1, and the resumed steps must be computed at 1 to equal the reference.
+        threads = 2 if world == 1 and latest is not None and stats["resumes"] % 2 else None
         start = time.perf_counter()
-        codes, picked, _ = launch(recipe, [*base(out), *extra], out, plan, world, victim, delay)
+        codes, picked, _ = launch(recipe, [*base(out), *extra], out, plan, world, victim, delay, threads)
         last = time.perf_counter() - start
         stats["resumes"] += latest is not None
         for p in filter(None, picked):  # what each rank's checkpointer resumed from

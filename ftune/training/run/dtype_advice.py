@@ -47,7 +47,8 @@ MIN_TOKENS, MAX_TOKENS = 16, 512
 # A bf16 product this many times slower than fp32 stops the measurement (emulated bf16 on AVX2 would
 # take minutes); the ratio of the products timed so far is the answer.
 SLOW_STOP = 8.0
-CACHE_NAME = "matmul_speed.json"
+# Not matmul_speed.json, the file of ftune versions whose entries had fewer keys: they would raise reading these.
+CACHE_NAME = "dtype_speed.json"
 # A CPU measurement is cached only when the 1-minute load was below this share of the cores: other
 # processes' work makes matrix products slower by an amount that changes with every run.
 BUSY_LOAD = 0.5
