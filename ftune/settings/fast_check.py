@@ -20,6 +20,7 @@ from ftune import settings as recipe_settings_module  # this package: every ship
 from ftune.config import data_files, record_checks
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config, load_config
+from ftune.config.model_source import check_model_source
 from ftune.config.output_path import logs_on_inputs
 from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems
 from ftune.config.run import default_config_for, parse_recipe_args
@@ -201,6 +202,7 @@ def fast_check(recipe: Path, recipe_args: list[str]) -> Config | None:
         raise ConfigError(problems, cfg.source)
     check_data_files(cfg)
     check_resume_folder(cfg, recipe)
+    check_model_source(cfg, cls)
     cfg.values_checked.add(cls)
     cfg.declare(cls)
     return cfg
