@@ -59,6 +59,12 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None, 
     else:
         # Keys, types, ranges and sections first, without torch: the common mistakes answer at once.
         problems = fast_problems(cfg, file) or collect_problems(cfg, recipe_settings(file))
+    shipped = registry.RECIPES.get(file.stem) if file is not None else None
+    if not problems and shipped is not None and shipped.distributed and "optimizer" in cfg:
+        # imported here: the checks above answer without torch (ftune.training imports it)
+        from ftune.training.step.optimizer import sharded_step_problems
+
+        problems = sharded_step_problems(cfg.node.optimizer, cfg.where)  # what FSDP2 cannot step
     if problems:
         raise ConfigError(problems, cfg.source)
     if file is not None and files:  # what ftune run checks before the model loads: data, resume folder
