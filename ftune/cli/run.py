@@ -126,6 +126,8 @@ def main(argv: list[str]) -> int:
         cfg = None
         if not {"-h", "--help"} & set(recipe_args):
             cfg = fast_check(path, recipe_args)  # keys, types, ranges, trust: before torch is imported
+        if launcher and cfg is not None:
+            _check_sharded_optimizer(cfg)  # before torchrun starts any rank
     except Exception as e:  # noqa: BLE001
         return report(e, debug)
     if launcher:
@@ -140,6 +142,16 @@ def main(argv: list[str]) -> int:
     recipe = runpy.run_path(str(path), run_name=f"ftune_recipe_{path.stem}")
     run(recipe["main"], recipe_args, cfg=cfg, recipe_file=path)
     return 0
+
+
+def _check_sharded_optimizer(cfg) -> None:
+    """Refuse an optimizer whose step FSDP2's sharded parameters cannot run (ftune.training.step.optimizer)."""
+    from ftune.training.step.optimizer import sharded_step_problems  # imports torch: only for a launch
+
+    node = cfg.node.get("optimizer") if "optimizer" in cfg else None
+    if node is not None and hasattr(node, "get") and node.get("_component_"):
+        if problems := sharded_step_problems(node, cfg.where):
+            raise ConfigError(problems, cfg.source)
 
 
 def _torchrun(launcher: list[str], path: Path, recipe_args: list[str]) -> int:

@@ -61,6 +61,12 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None, 
         problems = fast_problems(cfg, file) or collect_problems(cfg, recipe_settings(file))
     if problems and file is None:
         problems.append(NO_RECIPE)
+    shipped = registry.RECIPES.get(file.stem) if file is not None else None
+    if not problems and shipped is not None and shipped.distributed and "optimizer" in cfg:
+        # imported here: the checks above answer without torch (ftune.training imports it)
+        from ftune.training.step.optimizer import sharded_step_problems
+
+        problems = sharded_step_problems(cfg.node.optimizer, cfg.where)  # what FSDP2 cannot step
     if problems:
         raise ConfigError(problems, cfg.source)
     if "peft" in cfg.node:  # every LoRA target names a module of the model, built on the meta device

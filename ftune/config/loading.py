@@ -159,12 +159,17 @@ def _select(node: DictConfig, key: str) -> Any:
     return OmegaConf.select(node, key, default=None, throw_on_missing=False)
 
 
-def apply_overrides(node: DictConfig, overrides: list[Override]) -> None:
+def apply_overrides(node: DictConfig, overrides: list[Override]) -> set[str]:
     """Apply parsed overrides to `node` in place, collecting every problem.
 
-    ``model=ftune.models.x.y`` on a node that is a component sets its ``_component_``.
+    ``model=ftune.models.x.y`` on a node that is a component sets its ``_component_`` (and only that:
+    the node's other keys still come from the file).
+
+    Returns:
+        The dotted keys the overrides set or deleted (``model._component_`` for that shorthand).
     """
     problems: list[str] = []
+    keys: set[str] = set()
     for ov in overrides:
         parent_key, _, leaf = ov.key.rpartition(".")
         parent = _select(node, parent_key) if parent_key else node
@@ -177,11 +182,14 @@ def apply_overrides(node: DictConfig, overrides: list[Override]) -> None:
                 )
                 continue
             del parent[leaf]
+            keys.add(ov.key)
             continue
         current = _select(node, ov.key)
         if isinstance(current, DictConfig) and "_component_" in current and is_component_path(ov.value):
             current["_component_"] = ov.value
+            keys.add(f"{ov.key}._component_")
             continue
+        keys.add(ov.key)
         if isinstance(parent, ListConfig) or (
             parent_key and parent is not None and not isinstance(parent, DictConfig)
         ):
@@ -195,6 +203,7 @@ def apply_overrides(node: DictConfig, overrides: list[Override]) -> None:
             problems.append(f"override {ov.text!r}: {str(e).splitlines()[0]}")
     if problems:
         raise ConfigError(problems)
+    return keys
 
 
 def load_config(name_or_path: str | Path, overrides: list[str] | None = None) -> Config:
@@ -231,7 +240,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | None = None) ->
     if problems:
         raise ConfigError(problems, str(path))
     try:
-        apply_overrides(node, parsed)
+        overridden = apply_overrides(node, parsed)
     except ConfigError as e:
         raise ConfigError(e.problems, str(path)) from None
     try:
@@ -246,7 +255,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | None = None) ->
             ],
             str(path),
         ) from None
-    cfg = Config(node, str(path), {ov.key for ov in parsed})
+    cfg = Config(node, str(path), overridden)
     _check_trust(cfg, path)
     return cfg
 

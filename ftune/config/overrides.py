@@ -17,8 +17,17 @@ from ftune.config.errors import ConfigError
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 _DOTTED_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _PAIRS = {"[": "]", "{": "}"}
-# YAML 1.1 reads `1e-4` as a string (it wants `1.0e-4`); on a command line it is a float.
+# YAML 1.1 reads `1e-4` as a string (it wants `1.0e-4`); on a command line it is a float, at any depth
+# (`optimizer={_component_: torch.optim.SGD, lr: 1e-4}`), as in a config file (OmegaConf reads it so).
+# A quoted '1e-4' stays a string: resolvers see plain scalars only.
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)$")
+
+
+class _OverrideLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, plus exponent floats without a dot (``1e-4``)."""
+
+
+_OverrideLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 
 
 @dataclass(frozen=True)
@@ -81,12 +90,10 @@ def parse_override(text: str) -> Override:
             ]
         )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=_OverrideLoader) if raw.strip() else ""  # noqa: S506 - a safe loader
     except yaml.YAMLError as e:
         problem = str(e).splitlines()[0]
         raise ConfigError([f"override {text!r}: the value {raw!r} is not valid YAML ({problem})."]) from None
-    if isinstance(value, str) and _FLOAT.match(raw.strip()):
-        value = float(raw)
     return Override(key=key, value=value, text=text)
 
 

@@ -34,6 +34,20 @@ def test_key_value_types(cfg_file):
     assert cfg.path == "elsewhere/logs"  # interpolation sees the override
 
 
+def test_exponent_floats_are_floats_at_any_depth_and_quoted_ones_strings(cfg_file):
+    cfg = load_config(
+        cfg_file, ["optimizer={_component_: torch.optim.SGD, lr: 1e-30, betas: [9e-1, '1e-4']}"]
+    )
+    assert cfg.optimizer.lr == 1e-30 and list(cfg.optimizer.betas) == [0.9, "1e-4"]
+    assert load_config(cfg_file, ["tag='2e5'"]).tag == "2e5"
+
+
+def test_a_component_shorthand_marks_only_its_component_as_set_on_the_command_line(cfg_file):
+    cfg = load_config(cfg_file, ["optimizer=torch.optim.SGD"])
+    assert cfg.where("optimizer._component_") == "set on the command line"
+    assert cfg.where("optimizer.lr") == f"in {cfg_file}"  # still the file's
+
+
 def test_list_and_nested_new_key(cfg_file):
     cfg = load_config(cfg_file, ["targets=[q_proj,k_proj,v_proj]", "model.extra.depth=2"])
     assert list(cfg.targets) == ["q_proj", "k_proj", "v_proj"]

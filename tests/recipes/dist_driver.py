@@ -6,7 +6,7 @@ per run would cost ~10 s each). Writes {case: "ok" | error} as JSON on rank 0.
 Cases are feature names from tests/recipes/features.py, plus "losses" (4 steps at batch_size 2 per
 rank, logs kept in <workdir>/losses for the test to compare with the single-device run; the DPO
 recipes also validate at steps 2 and 4), plus
-"resume_dropout" (the resume check with LoRA dropout on), "sigterm" (SIGTERM on rank 0 only), plus
+"resume_dropout" (the resume check with LoRA dropout on), "sigterm" (SIGTERM on rank 0 only), "optimizers" (SGD and AdamW swapped in, fused and not), plus
 "<feature>@<mutant>": the feature's check under that mutant of tests/recipes/mutants.py, whose
 result is "killed: ...", "survived" or "error: ..." (the mutation test of the distributed recipes).
 Each case's wall time goes to <workdir>/timings.json.
@@ -76,6 +76,8 @@ def main() -> None:
                     run("max_steps=4", *(VAL_EVERY_2 if dpo else ()), output_dir=out)
                 elif case == "sigterm":
                     sigterm_on_rank_0(run, out)
+                elif case == "optimizers":
+                    swapped_optimizers(run, out)
                 elif case == "resume_dropout":  # LoRA dropout draws in every step after the restore point
                     features.resume(
                         lambda *o, output_dir: run(*o, "peft.dropout=0.1", output_dir=output_dir), out
@@ -123,6 +125,37 @@ def sigterm_on_rank_0(run, out: Path) -> None:
     assert codes == [143] * len(codes), f"exit codes by rank: {codes}"
     folders = sorted(p.name for p in out.glob("step_*"))
     assert folders == ["step_2"] and is_complete(out / "step_2"), folders
+
+
+def swapped_optimizers(run, out: Path) -> None:
+    """SGD and AdamW, fused and not, as a user swaps them into a shipped config: each steps the sharded
+    parameters twice, or is refused before its first step with the setting to change (ftune's check
+    of what FSDP2 can step, ftune/training/step/optimizer.py)."""
+    import math
+
+    from ftune.config.errors import ConfigError
+
+    steps = ("max_steps=2", "save_every_n_steps=null")
+    runs = {
+        "sgd": "optimizer={_component_: torch.optim.SGD, lr: 0.01}",
+        "sgd_fused_false": "optimizer={_component_: torch.optim.SGD, lr: 0.01, fused: false}",
+        "adamw": "optimizer={_component_: torch.optim.AdamW, lr: 0.0001}",
+        "adamw_fused": "optimizer={_component_: torch.optim.AdamW, lr: 0.0001, fused: true}",
+        "adamw_foreach": "optimizer={_component_: torch.optim.AdamW, lr: 0.0001, foreach: true}",
+    }
+    for name, optimizer in runs.items():
+        logs, _ = run(*steps, optimizer, output_dir=out / name)
+        got = [r["loss"] for r in logs if "loss" in r]
+        assert len(got) == 2 and all(math.isfinite(x) for x in got), f"{name}: {logs}"
+    try:  # the shipped config's fused: true kept under SGD, as `optimizer=torch.optim.SGD` does
+        run(*steps, "optimizer._component_=torch.optim.SGD", output_dir=out / "sgd_fused")
+    except ConfigError as e:
+        assert "~optimizer.fused" in str(e) and "aten._fused_sgd_" in str(e), str(e)
+    else:
+        raise AssertionError(
+            "SGD with fused: true ran at world size 2: the check of what FSDP2 steps is gone"
+        )
+    assert not (out / "sgd_fused").exists(), "the refusal came after the run had written its output"
 
 
 def _per_rank(overrides):

@@ -46,15 +46,17 @@ def grad_accumulation(run, tmp_path):
 
 def grad_clipping(run, tmp_path):
     clip = 0.01
-    sgd = (
-        "max_steps=1",
-        "optimizer=torch.optim.SGD",
-        "optimizer.weight_decay=0.0",
-        "lr_scheduler.num_warmup_steps=0",
-    )
+    # The whole optimizer node is replaced, not just its _component_: an option a shipped config adds
+    # to its AdamW (fused: true, betas, weight decay) must not reach plain SGD and change this check.
+    sgd = ("max_steps=1", "lr_scheduler.num_warmup_steps=0")
     # The starting weights: lr 1e-30 moves no float32 weight (lr 0 is refused as a config error).
-    _, base = run(*sgd, "optimizer.lr=1e-30", output_dir=tmp_path / "zero")
-    logs, out = run(*sgd, "optimizer.lr=1.0", f"clip_grad_norm={clip}", output_dir=tmp_path / "clip")
+    _, base = run(*sgd, "optimizer={_component_: torch.optim.SGD, lr: 1e-30}", output_dir=tmp_path / "zero")
+    logs, out = run(
+        *sgd,
+        "optimizer={_component_: torch.optim.SGD, lr: 1.0}",
+        f"clip_grad_norm={clip}",
+        output_dir=tmp_path / "clip",
+    )
     assert logs[0]["grad_norm"] > 10 * clip  # the reported norm is the one before clipping
     before, after = _weights(base / "step_1"), _weights(out / "step_1")
     delta = math.sqrt(sum(float((after[k] - before[k]).double().pow(2).sum()) for k in after))
