@@ -112,6 +112,13 @@ LATE: dict[tuple[str, str], str] = {
     ("ftune.cli.run", "torch.distributed"): "`ftune run` reports config errors before torch is imported",
     ("ftune.cli.run", "torch.distributed.elastic.multiprocessing.errors"): "same",
     ("ftune.cli.run", "torch.distributed.run"): "same",
+    ("ftune.cli.run", "ftune.training.step.optimizer"): (
+        "~4.7 s (torch and ftune.training); only a torchrun launch checks what FSDP2 can step, after every "
+        "check that needs the config alone"
+    ),
+    ("ftune.cli.validate", "ftune.training.step.optimizer"): (
+        "same; only a distributed recipe's config, after its settings passed"
+    ),
     ("ftune.cli.validate", "ftune.cli.lora_targets"): (
         "~2 s (torch, the model builders); only a config with a peft section has LoRA targets to match "
         "against the model built on the meta device, and a settings problem is reported before it"

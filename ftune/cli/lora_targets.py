@@ -32,9 +32,15 @@ def lora_target_problems(cfg: Any) -> list[str]:
         if checkpointer is not None and hasattr(checkpointer, "get")
         else None
     )
+    node = cfg.node.get("model")
+    component = node.get("_component_") if node is not None and hasattr(node, "get") else None
+    if component is not None and not str(component).startswith("ftune."):
+        return []  # validate runs no code of a package the user trusts; apply_lora checks at run time
     try:
-        model = meta_model(folder, cfg.node.get("model"), dtype=torch.float32)
+        model = meta_model(folder, node, dtype=torch.float32)
     except (ValueError, OSError, ImportError, TypeError):
+        return []
+    if not isinstance(model, torch.nn.Module):
         return []
     problem = target_problem(model, list(targets))
     return [] if problem is None else [f"peft.targets: {problem} ({cfg.where('peft.targets')})"]

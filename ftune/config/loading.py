@@ -21,8 +21,9 @@ from ftune.config.trust import (
     importable_problems,
     importable_top,
     is_trusted,
+    request_message,
     trust_folder,
-    trust_packages,
+    trust_requests,
     untrusted_message,
 )
 
@@ -275,12 +276,13 @@ def _check_trust(cfg: Config, path: Path) -> None:
             ],
             cfg.source,
         )
-    trust_folder(path.parent)  # modules next to a user's config file
+    trust_folder(path.parent)  # modules next to a user's config file (by file: ftune.config.trust)
     if bad := importable_problems(named, f"{TRUST_KEY} ({cfg.where(TRUST_KEY)})"):
         raise ConfigError(bad, cfg.source)
-    trust_packages(named, TRUST_KEY)
+    if asked := trust_requests(named):  # a config asks; only the user's command line grants
+        raise ConfigError([request_message(asked, cfg.where(TRUST_KEY))], cfg.source)
     problems = [
-        untrusted_message(dotted, f"{key}._component_", cfg.where(key))
+        untrusted_message(dotted, f"{key}._component_", cfg.where(f"{key}._component_"))
         for key, dotted in components_of(data)
         if not is_trusted(dotted) and importable_top(dotted)  # a missing package is reported as such later
     ]

@@ -1,34 +1,33 @@
-"""Which `_component_` paths a config may import and call: the trust model.
+"""Which `_component_` paths a config may import and call: the trust model, an allowlist.
 
 A `_component_` is an import and a call, so a YAML file is code. ftune trusts a component by what
 it is, not by how it is spelt, in two checks:
 
-1. Before anything is imported, by the dotted path's text: its package must be trusted and the
-   path must not name one of the `DENIED` entry points or a private name (``torch._C...``) of a
-   built-in package. This stops the import of an untrusted package before its code runs.
+1. Before anything is imported, by the dotted path's text: inside ftune, torch and torchao the path
+   must lie in a package that holds the kinds a config needs (`ftune.config.allowlist.AREAS`:
+   ``torch.optim``, ``torch.nn``, ``torchao.optim``, ``torchao.quantization``, ftune outside
+   ``ftune.cli`` / ``ftune.config``) and name no private part; any other package must be named by
+   the user. So ``torch.utils.collect_env.run`` is refused before ``torch.utils.collect_env`` loads.
 2. After the path is resolved and before anything is called, by the object itself: every module
-   the attribute walk passes through, and the module that defines the object (for a module: its
-   name; for a class or function: its ``__module__``; for a partial or bound method: the function
-   it wraps; for any other object: its class), must be trusted, and the object must not be one of
-   the entry points that load or run code, whichever name reached it. So ``torch.serialization.os
-   .system`` is refused (it is ``os.system``, defined in ``posix``), and so is
-   ``torch.serialization.load`` (it is ``torch.load``).
+   the attribute walk passes through must be trusted, and the object must be of one of the kinds
+   of `ftune.config.allowlist.KINDS` (an optimizer, an LR scheduler, a ``torch.nn`` module or loss,
+   a torchao quantization config, an ftune component), or be defined (``__module__``; a partial or
+   bound method: the function it wraps; another object: its class) in a module the user trusts.
+   So ``torch.nn.parallel.distributed.os.system`` is refused (it is ``os.system``).
 
-Trusted modules:
+Trust beyond the allowlist comes from the user's own command, never from a config:
 
-- ftune, torch and torchao, minus the modules in `DENIED` (they fetch, unpickle or compile code,
-  run another recipe, or load configs and grant trust) and the loaders in `DENIED_OBJECTS`;
-- packages the user names: ``--trust PKG`` on `ftune run` / `ftune validate`, the environment
-  variable ``FTUNE_TRUST=pkg1,pkg2``, or a top-level ``trusted_modules: [pkg]`` in a config file.
-  A name trusts the objects defined in it and in its submodules (``mypkg`` trusts
-  ``mypkg.data.build``, but not ``os.system`` reached as ``mypkg.os.system``), even inside
-  `DENIED` (``--trust torch.hub`` allows ``torch.hub.load``). A name that is not an importable
-  package or module is an error, wherever it is given;
-- modules in the folder of a copied recipe or of a user config file (``my_data.py`` next to
-  ``my_recipe.py``).
+- ``--trust PKG`` on `ftune run` / `ftune validate`, or ``FTUNE_TRUST=pkg1,pkg2``. A name trusts the
+  objects defined in it and in its submodules (``mypkg`` trusts ``mypkg.data.build``, but not
+  ``os.system`` reached as ``mypkg.os.system``), even inside `DENIED` (``--trust torch.hub`` allows
+  ``torch.hub.load``). A name that is not an importable package or module is an error;
+- a config's top-level ``trusted_modules: [pkg]`` (in the file or as an override) is a request: it is
+  refused with the ``--trust`` that would grant it, unless the user's command already does;
+- modules in the folder of a copied recipe or of the user's config file (``my_data.py`` next to
+  ``my_recipe.py``), by file: the module an import would load must be a file in that folder, so an
+  empty ``posix.py`` there does not make the built-in ``posix`` trusted.
 
-Trust granted by ``--trust``, a config file or a recipe folder lasts for the process (as an entry
-of ``sys.path`` does).
+Trust granted by ``--trust`` or a folder lasts for the process (as an entry of ``sys.path`` does).
 """
 
 from __future__ import annotations
@@ -36,18 +35,30 @@ from __future__ import annotations
 import functools
 import importlib.machinery
 import importlib.util
-import os
 import sys
 import types
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from ftune.config.errors import ConfigError
-
-BUILTIN_TRUSTED = ("ftune", "torch", "torchao")
-TRUST_ENV = "FTUNE_TRUST"
-TRUST_KEY = "trusted_modules"
+from ftune.config.allowlist import in_area, kind_of
+from ftune.config.trust_grants import (  # noqa: F401 - re-exported: the trust model's one import
+    BUILTIN_TRUSTED,
+    TRUST_ENV,
+    TRUST_KEY,
+    _file_in_folders,
+    _from_trusted_folder,
+    _in_trusted_folder,
+    _named,
+    _under,
+    env_packages,
+    importable_problems,
+    module_exists,
+    request_message,
+    trust_folder,
+    trust_packages,
+    trust_requests,
+    trusted_packages,
+)
 
 # Inside the trusted packages, these fetch, unpickle, compile or launch code, or run another recipe: a
 # config could reach arbitrary code through them. Each maps to the module that defines it, the name
@@ -101,100 +112,6 @@ DENIED_OBJECTS = (
     "shutil:rmtree",
 )
 
-_packages: set[str] = set()
-_folders: set[Path] = set()
-_checked_env: set[str] = set()
-
-
-def _under(dotted: str, prefix: str) -> bool:
-    return dotted == prefix or dotted.startswith(prefix + ".")
-
-
-def module_exists(name: str) -> bool:
-    """Whether `name` is an importable package or module, found without running any of its code."""
-    if not name or not all(part.isidentifier() for part in name.split(".")):
-        return False
-    if name in sys.modules or ("." not in name and _in_trusted_folder(name)):
-        return True
-    parts = name.split(".")
-    try:
-        spec = importlib.util.find_spec(parts[0])
-        for i in range(1, len(parts)):
-            if spec is None or spec.submodule_search_locations is None:
-                return False  # a plain module has no submodules
-            prefix = ".".join(parts[: i + 1])
-            if ".".join(parts[:i]) in sys.modules:
-                spec = importlib.util.find_spec(prefix)
-            else:  # search the parent's folder without importing the parent
-                spec = importlib.machinery.PathFinder.find_spec(prefix, list(spec.submodule_search_locations))
-    except (ImportError, ValueError):
-        return False
-    return spec is not None
-
-
-def importable_problems(names: Iterable[str], where: str) -> list[str]:
-    """One problem per name in `names` that is not an importable package or module.
-
-    Args:
-        names: the package or module names as given.
-        where: where they were given, e.g. ``--trust`` or ``trusted_modules (in my.yaml:3)``.
-    """
-    bad = [n for n in names if not module_exists(n)]
-    if not bad:
-        return []
-    option = where.split(" ")[0]
-    return [
-        f"{where}: {n!r} is not an importable package or module, so it cannot be trusted. Accepted: the "
-        f"dotted name of an installed package or module, such as my_pkg or my_pkg.data. Check the spelling, "
-        f"install the package (python -c 'import {n.split('.')[0]}' must work), or remove {n!r} from {option}."
-        for n in bad
-    ]
-
-
-def trust_packages(names: Iterable[str], where: str = "--trust") -> None:
-    """Trust these packages or modules (dotted names) for the rest of the process.
-
-    Raises:
-        ConfigError: a name is not an importable package or module (`where` says where it was given).
-    """
-    names = [n.strip() for n in names if n.strip()]
-    if problems := importable_problems(names, where):
-        raise ConfigError(problems)
-    _packages.update(names)
-
-
-def trust_folder(folder: str | os.PathLike) -> None:
-    """Trust the modules in `folder` (a copied recipe's or a user config's folder)."""
-    _folders.add(Path(folder).resolve())
-
-
-def env_packages() -> list[str]:
-    """The packages named in ``$FTUNE_TRUST`` (comma-separated).
-
-    Raises:
-        ConfigError: a name is not an importable package or module (checked once per value).
-    """
-    value = os.environ.get(TRUST_ENV, "")
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    if value not in _checked_env:
-        if problems := importable_problems(names, f"{TRUST_ENV} (environment variable {TRUST_ENV}={value})"):
-            raise ConfigError(problems)
-        _checked_env.add(value)
-    return names
-
-
-def trusted_packages(extra: Iterable[str] = ()) -> list[str]:
-    """Every trusted package name: the built-in ones, ``$FTUNE_TRUST``, ``--trust`` and `extra`."""
-    return sorted({*BUILTIN_TRUSTED, *env_packages(), *_packages, *extra})
-
-
-def _in_trusted_folder(top: str) -> bool:
-    return any((f / f"{top}.py").is_file() or (f / top / "__init__.py").is_file() for f in _folders)
-
-
-def _named(dotted: str, extra: Iterable[str] = ()) -> bool:
-    return any(_under(dotted, n) for n in [*env_packages(), *_packages, *extra])
-
 
 def _text_refusal(dotted: str, extra: Iterable[str] = ()) -> tuple[str, str] | None:
     """Why `dotted` may not be imported, judged by its text, and the name to trust; None: it may."""
@@ -210,12 +127,20 @@ def _text_refusal(dotted: str, extra: Iterable[str] = ()) -> tuple[str, str] | N
     top = dotted.split(".")[0]
     if top in BUILTIN_TRUSTED:
         private = next((p for p in dotted.split(".")[1:] if p.startswith("_")), None)
-        if private is None:
+        if private is not None:
+            home = dotted[: dotted.index("." + private)] + "." + private
+            return (
+                f"{private!r} is a private name of {top} (a config names public API only; private modules "
+                "such as torch._C and torch._inductor hold code loaders)",
+                home,
+            )
+        if in_area(dotted):
             return None
-        home = dotted[: dotted.index("." + private)] + "." + private
+        home = ".".join(dotted.split(".")[:-1]) or dotted
         return (
-            f"{private!r} is a private name of {top} (a config names public API only; private modules "
-            "such as torch._C and torch._inductor hold code loaders)",
+            f"it is outside the parts of {top} a config may call without --trust (optimizers, LR schedulers, "
+            "torch.nn modules and losses, torchao's quantization configs, ftune's components: "
+            "docs/config.md#what-a-config-can-run)",
             home,
         )
     if _in_trusted_folder(top):
@@ -244,7 +169,7 @@ def importable_top(dotted: str) -> bool:
 def _fix(name: str) -> str:
     return (
         f"A config's components are code that ftune runs; if you trust {name}, pass --trust {name} to "
-        f"ftune run / ftune validate, set {TRUST_ENV}={name}, or add `{TRUST_KEY}: [{name}]` to your config file."
+        f"ftune run / ftune validate, or set {TRUST_ENV}={name} (a config file cannot grant trust itself)."
     )
 
 
@@ -309,9 +234,12 @@ def _denied_objects() -> list[Any]:
     return found
 
 
+def _builtin(name: str) -> bool:
+    return any(_under(name, p) for p in BUILTIN_TRUSTED)
+
+
 def _trusted_module(name: str) -> bool:
-    top = name.split(".")[0]
-    return any(_under(name, p) for p in BUILTIN_TRUSTED) or _in_trusted_folder(top)
+    return _builtin(name) or _from_trusted_folder(name)
 
 
 def resolved_refusal(dotted: str, obj: Any, key: str, walked: str = "") -> str | None:
@@ -346,8 +274,17 @@ def resolved_refusal(dotted: str, obj: Any, key: str, walked: str = "") -> str |
             f"and {denied} can load or compile code, so it is not trusted with the rest of "
             f"{denied.split('.')[0]}. {_fix(denied)}"
         )
-    if _trusted_module(name):
+    if isinstance(obj, types.ModuleType):
+        if _trusted_module(name):
+            return None  # a module the attribute walk passes through
+    elif _from_trusted_folder(name) or (_builtin(name) and kind_of(_unwrap(obj)) is not None):
         return None
+    elif _builtin(name):
+        return (
+            f"{head}: it is {name}.{label}, which is none of the kinds a config may call without --trust "
+            "(optimizers, LR schedulers, torch.nn modules and losses, torchao's quantization configs, "
+            f"ftune's components: docs/config.md#what-a-config-can-run). {_fix(name)}"
+        )
     shown = (
         f"{what} {name!r}"
         if walked or isinstance(obj, types.ModuleType)

@@ -87,7 +87,9 @@ def fast_problems(cfg, recipe: Path) -> list[str] | None:
     if cls is None:
         return None
     # A config or dataset of another kind of run first: it explains the key problems that follow.
-    return recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False) + logs_on_inputs(cfg)
+    return (
+        recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False) + logs_on_inputs(cfg)
+    )
 
 
 # A supervised .jsonl file up to this size has every line parsed before the recipe starts (about

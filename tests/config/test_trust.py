@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from ftune.cli.main import main
-from ftune.config import ConfigError, instantiate, load_config, trust
+from ftune.config import ConfigError, instantiate, load_config, trust_grants
 
 MARKER_MODULE = """
 from pathlib import Path
@@ -21,8 +21,8 @@ def touch(path):
 def fresh_trust(monkeypatch):
     # Trust granted by one test (--trust, a config, a folder) must not leak into the next.
     # The conftest's own grant (ftune_test_targets) stays.
-    monkeypatch.setattr(trust, "_packages", {"ftune_test_targets"})
-    monkeypatch.setattr(trust, "_folders", set())
+    monkeypatch.setattr(trust_grants, "_packages", {"ftune_test_targets"})
+    monkeypatch.setattr(trust_grants, "_folders", set())
     monkeypatch.setenv("FTUNE_TRUST", "")
 
 
@@ -48,8 +48,8 @@ def test_untrusted_component_refused_at_load_time_naming_key_where_and_fix(evil,
         f"model._component_: refusing to import '{name}.touch' (set on the command line): '{name}' is not a "
         "trusted package (trusted: ftune, ftune_test_targets, torch, torchao)"
     ) in text
-    assert f"pass --trust {name} to ftune run / ftune validate, set FTUNE_TRUST={name}, or add" in text
-    assert f"`trusted_modules: [{name}]` to your config file" in text
+    assert f"pass --trust {name} to ftune run / ftune validate, or set FTUNE_TRUST={name}" in text
+    assert "a config file cannot grant trust itself" in text and "trusted_modules" not in text
     assert not marker.exists(), "the untrusted module was imported"
 
 
@@ -75,22 +75,27 @@ def test_resolve_refuses_before_importing(evil):
     assert not marker.exists()
 
 
-def test_the_four_ways_to_trust(evil, tmp_path, monkeypatch, capsys):
+def test_only_the_users_command_grants_trust_a_config_only_asks(evil, tmp_path, monkeypatch, capsys):
     name, marker = evil
     overrides = [f"model={name}.touch", f"model.path={tmp_path / 'x'}"]
     # FTUNE_TRUST
     monkeypatch.setenv("FTUNE_TRUST", f"torchao,{name}")
     assert load_config("smollm2/135M_lora", overrides).model["_component_"] == f"{name}.touch"
     monkeypatch.setenv("FTUNE_TRUST", "")
-    # trusted_modules in the user's config file
+    # trusted_modules in a config file, or as an override, is a request: refused with the flag to add
     own = tmp_path / "own.yaml"
     own.write_text(
         f"trusted_modules: [{name}]\nthing:\n  _component_: {name}.touch\n  path: {tmp_path / 'y'}\n"
     )
-    cfg = load_config(own)
-    assert instantiate(cfg.thing) == str(tmp_path / "y") and marker.exists()
+    for path, extra in ((own, []), ("smollm2/135M_lora", [f"trusted_modules=[{name}]", *overrides])):
+        with pytest.raises(ConfigError, match=rf"a config cannot grant itself trust.*`--trust {name}`"):
+            load_config(path, extra)
+    assert not marker.exists()
+    monkeypatch.setenv("FTUNE_TRUST", name)  # ... granted by the user's own environment, it runs
+    assert instantiate(load_config(own).thing) == str(tmp_path / "y") and marker.exists()
+    monkeypatch.setenv("FTUNE_TRUST", "")
     # --trust on ftune validate (a fresh process state)
-    monkeypatch.setattr(trust, "_packages", {"ftune_test_targets"})
+    monkeypatch.setattr(trust_grants, "_packages", {"ftune_test_targets"})
     assert main(["validate", "smollm2/135M_lora", *overrides]) == 1
     assert "refusing to import" in capsys.readouterr().err
     assert main(["validate", "--trust", name, "smollm2/135M_lora", *overrides]) == 0

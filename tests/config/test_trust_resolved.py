@@ -22,7 +22,7 @@ import ftune
 import ftune.config
 from ftune import registry
 from ftune.cli.main import main
-from ftune.config import ConfigError, instantiate, load_config, trust
+from ftune.config import ConfigError, instantiate, load_config, trust, trust_grants
 from ftune.config.instantiate import resolve
 from ftune.config.trust import UntrustedComponentError, components_of, defining_module
 
@@ -106,9 +106,10 @@ def test_the_generated_candidates_cover_the_issue_so_the_test_cannot_pass_vacuou
     assert "torch.serialization.load" in CANDIDATES  # torch.load under its other name
     assert any(c.endswith(".subprocess.Popen") or c.endswith(".subprocess") for c in CANDIDATES)
     assert any(c.startswith("ftune.") and c.endswith(".os") for c in CANDIDATES)
-    # Refused by what they resolve to, not only by the text check (private names, DENIED prefixes):
+    # Most are refused by their text (outside the allowlist's areas, private), the rest by what they
+    # resolve to: both checks are exercised.
     by_text = [c for c in CANDIDATES if not trust.is_trusted(c)]
-    assert len(CANDIDATES) - len(by_text) > 100
+    assert len(by_text) > 500 and len(CANDIDATES) - len(by_text) > 10
 
 
 def test_every_generated_path_is_refused_and_nothing_runs(tmp_path):
@@ -144,8 +145,10 @@ def test_every_generated_path_is_refused_and_nothing_runs(tmp_path):
 
 
 def test_a_path_through_a_torch_module_to_os_is_refused_naming_what_it_is():
-    path = next(c for c in CANDIDATES if c.startswith("torch.") and _public(c) and c.endswith(".os.system"))
-    assert trust.is_trusted(path)  # the text alone looks trusted: the old check let it through
+    path = next(
+        c for c in CANDIDATES if c.startswith("torch.nn.") and _public(c) and c.endswith(".os.system")
+    )
+    assert trust.is_trusted(path)  # the text alone looks trusted (torch.nn holds modules and losses)
     with pytest.raises(ConfigError) as info:
         instantiate({"_component_": path, "command": "true"}, _path="model")
     module = path.removesuffix(".system")
@@ -162,7 +165,7 @@ def test_the_loaders_are_refused_under_every_name():
     ):
         load_config("smollm2/135M_lora", ["model=torch.serialization.load"])
     with pytest.raises(
-        UntrustedComponentError, match=r"it is torch\._ops\._Ops\.load_library, which can load"
+        UntrustedComponentError, match=r"refusing to import 'torch\.ops\.load_library': it is outside"
     ):
         resolve("torch.ops.load_library")
 
@@ -174,7 +177,7 @@ def test_a_named_package_trusts_what_it_defines_not_what_it_imports(tmp_path, mo
         "from os import system\nfrom torch import load\nimport subprocess as sp\n\ndef own(x=1):\n    return x\n"
     )
     monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.setattr(trust, "_packages", set(trust._packages))
+    monkeypatch.setattr(trust_grants, "_packages", set(trust_grants._packages))
     trust.trust_packages(["reexport_pkg"])
     try:
         assert instantiate({"_component_": "reexport_pkg.own", "x": 3}) == 3
@@ -194,7 +197,7 @@ def test_a_named_package_trusts_what_it_defines_not_what_it_imports(tmp_path, mo
 
 
 def test_naming_the_defining_module_trusts_a_denied_loader(monkeypatch):
-    monkeypatch.setattr(trust, "_packages", set(trust._packages))
+    monkeypatch.setattr(trust_grants, "_packages", set(trust_grants._packages))
     trust.trust_packages(["torch.serialization"])
     assert resolve("torch.serialization.load") is torch.load
 
@@ -210,10 +213,12 @@ def test_private_names_of_the_builtin_packages_are_refused_by_their_text():
         "torch.optim.AdamW",
         "torch.nn.functional.cross_entropy",
         "torch.nn.functional.gelu",  # a C function
-        "torch.tanh",
         "torch.nn.Linear",
-        "torch.ops.aten.add",  # an OpOverloadPacket
-        "torch.float32",
+        "torch.nn.CrossEntropyLoss",
+        "torch.optim.lr_scheduler.LambdaLR",
+        "torchao.optim.AdamW8bit",
+        "torchao.quantization.Int8WeightOnlyConfig",
+        "torchao.quantization.qat.Int8DynActInt4WeightQATQuantizer",
         "torch.nn",
         "ftune.training.cosine_with_warmup",
         "ftune.models.smollm2.smollm2_135m",
@@ -305,9 +310,9 @@ def test_a_submodule_is_found_without_importing_its_package(tmp_path, monkeypatc
 
 
 def test_a_config_cannot_grant_itself_trust_through_ftune_config(monkeypatch):
-    monkeypatch.setattr(trust, "_packages", set(trust._packages))
+    monkeypatch.setattr(trust_grants, "_packages", set(trust_grants._packages))
     with pytest.raises(
         ConfigError, match=r"refusing to import 'ftune\.config\.trust\.trust_packages'.*ftune\.config"
     ):
         instantiate({"_component_": "ftune.config.trust.trust_packages", "names": ["os"]}, _path="model")
-    assert "os" not in trust._packages
+    assert "os" not in trust_grants._packages

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
 import os
 import re
 import shlex
@@ -306,6 +307,12 @@ def make_gemma3_image_text(ws: Workspace) -> None:
     HFCheckpointer(folder, ws.shared / "runs/gemma3_lora").save(
         400, model.state_dict(), adapter_config=settings
     )
+    # The positions the real google/gemma-3-4b-it states: the docs' commands ask for its sequence
+    # lengths (tokenizer.max_seq_len 2048), which ftune checks against config.json before a run.
+    config_json = folder / "config.json"
+    stated = json.loads(config_json.read_text())
+    stated["text_config"]["max_position_embeddings"] = 131072
+    config_json.write_text(json.dumps(stated, indent=2))
 
 
 def summary(ws: Workspace, blocks: list[Block]) -> str:

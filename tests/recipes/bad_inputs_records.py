@@ -1,4 +1,4 @@
-"""Bad-input cases of issue 37 items 2, 4 and 5: record types, data files, limits, targets, QAT.
+"""Bad-input cases of issue 37 items 1, 2, 4 and 5: trust, record types, data files, limits, targets, QAT.
 
 Run by bad_inputs.py inside its own namespace (`_c`, `CASES`, `SETUPS`, `_write`, `LORA`, `GRPO`,
 `DATA`, `MOE`, `_moe_ckpt`, `_lora_step_folder` come from there), so the catalogue stays one list.
@@ -8,6 +8,9 @@ Run by bad_inputs.py inside its own namespace (`_c`, `CASES`, `SETUPS`, `_write`
 # fmt: off
 _PROMPTS = ('~dataset', 'dataset._component_=ftune.datasets.prompt_dataset', 'dataset.source={tmp}/p.jsonl')
 CASES += [  # noqa: F821
+    _c('trust-torch-outside-allowlist', 'trust', (*V, 'metric_logger={_component_: torch.utils.collect_env.run, command: touch {tmp}/owned}'), 'outside the parts of torch a config may call without --trust', 'metric_logger._component_', "'torch.utils.collect_env.run'", '--trust torch.utils.collect_env'),  # noqa: F821
+    _c('trust-config-grants-itself', 'trust', (*V, 'trusted_modules=[posix]', 'model=posix.system', 'model.command=touch {tmp}/owned'), 'a config cannot grant itself trust', 'trusted_modules', "['posix']", '`--trust posix`'),  # noqa: F821
+    _c('trust-ftune-writer', 'trust', (*V, 'metric_logger={_component_: ftune.checkpointing.write_json, path: {tmp}/owned, obj: 1}'), 'none of the kinds a config may call without --trust', 'metric_logger._component_', 'write_json', '--trust ftune.checkpointing'),  # noqa: F821
     _c('data-content-null', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/null.jsonl'), 'not text', '{tmp}/null.jsonl row 3', "column 'input' is null", 'write it as a JSON string', 'data_null_input'),  # noqa: F821
     _c('chat-content-number', 'datasets', (*LORA, '~dataset', 'dataset._component_=ftune.datasets.chat_dataset', 'dataset.conversation_style=openai', 'dataset.source={tmp}/chat.jsonl'), 'not text', '{tmp}/chat.jsonl row 2', 'messages[0].content is an int (7)', 'write it as a JSON string', 'chat_number'),  # noqa: F821
     _c('data-files-not-json', 'datasets', (*LORA, *DATA, 'dataset.source=json', 'dataset.data_files={tmp}/notes.txt'), 'not valid JSON', '{tmp}/notes.txt:1', "'hello world'", 'read the file with its own builder', 'notes_txt'),  # noqa: F821
