@@ -86,7 +86,8 @@ def main(cfg: config.Config) -> None:
         training.save_checkpoint(ckpt, step, **run, adapter_config=peft_settings)  # [lora]
 
     profile = training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile")
-    with profile as profiler, training.StopOnSignal() as stop:  # SIGTERM / Ctrl-C: save, then stop
+    stop = training.StopOnSignal(s.stop_grace_s)  # SIGTERM / Ctrl-C: save, then stop (a bounded wait)
+    with profile as profiler, stop:
         while step < steps and not stop.stopped:
             for micro_batches in training.accumulate(loader, s.grad_accum_steps, device=device):
                 # The training step. StepLoss divides by the step's count (all micro-batches, all

@@ -99,6 +99,11 @@ class FullSettings(Settings):
     dist_timeout_s: float = setting(
         1800.0, "distributed only: seconds a rank waits for the others in a collective before the run fails"
     )
+    stop_grace_s: float | None = setting(
+        600.0,
+        "seconds the step in flight and its save may take after a first SIGTERM/Ctrl-C; past them the run "
+        "exits without that step (a second signal exits at once); null: wait however long it takes",
+    )
 
     def problems(self) -> list[str]:
         """Counts that make no sense (zero or negative) and settings that cannot work together."""
@@ -117,6 +122,11 @@ class FullSettings(Settings):
             if (value is not None or not nullable) and (value is None or value < 1)
         ]
         out += dist_timeout_problems(self.dist_timeout_s)
+        if self.stop_grace_s is not None and not (math.isfinite(self.stop_grace_s) and self.stop_grace_s > 0):
+            out.append(
+                f"stop_grace_s: must be a finite number of seconds > 0 or null (no bound), got "
+                f"{self.stop_grace_s!r}. It bounds how long a stop signal waits for the step in flight."
+            )
         if not 0 <= self.seed < 2**32:
             out.append(f"seed: must be an int in [0, {2**32 - 1}], got {self.seed!r}. Set e.g. seed=42.")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
