@@ -54,9 +54,11 @@ def _public(name: str) -> bool:
     return not any(part.startswith("_") for part in name.split("."))
 
 
-def _subclass_of(obj: Any, module: str, attr: str) -> bool:
-    base = getattr(sys.modules.get(module), attr, None)
-    return inspect.isclass(obj) and isinstance(base, type) and issubclass(obj, base)
+def _subclass_of(obj: Any, base: str) -> bool:
+    """Whether `obj` is a subclass of `base` (``"module:Class"``; a module not loaded has none)."""
+    module, _, attr = base.partition(":")
+    found = getattr(sys.modules.get(module), attr, None)
+    return inspect.isclass(obj) and isinstance(found, type) and issubclass(obj, found)
 
 
 def _defined_in(obj: Any, *packages: str) -> bool:
@@ -101,11 +103,19 @@ def _functional(obj: Any) -> bool:
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of object a config may call: its name, what it covers (for the docs), and its test."""
+    """One kind of object a config may call: its name, what it covers (for the docs), and its test:
+    a subclass of one of `bases` (``"module:Class"``) defined in one of `within`, or what `also` accepts."""
 
     name: str
     covers: str
-    test: Callable[[Any], bool]
+    within: tuple[str, ...] = ()
+    bases: tuple[str, ...] = ()
+    also: Callable[[Any], bool] | None = None
+
+    def test(self, obj: Any) -> bool:
+        if self.bases and _defined_in(obj, *self.within) and any(_subclass_of(obj, b) for b in self.bases):
+            return True
+        return self.also is not None and self.also(obj)
 
 
 KINDS = (
@@ -113,37 +123,33 @@ KINDS = (
         "optimizer",
         "subclasses of `torch.optim.Optimizer` defined in torch, torchao or ftune (`torch.optim.AdamW`, "
         "`torchao.optim.AdamW8bit`, `ftune.training.AdamWBf16State`)",
-        lambda o: _subclass_of(o, "torch.optim", "Optimizer") and _defined_in(o, "torch", "torchao", "ftune"),
+        within=("torch", "torchao", "ftune"),
+        bases=("torch.optim:Optimizer",),
     ),
     Kind(
         "LR scheduler",
         "subclasses of `torch.optim.lr_scheduler.LRScheduler` and `ReduceLROnPlateau`",
-        lambda o: (
-            _defined_in(o, "torch.optim")
-            and (
-                _subclass_of(o, "torch.optim.lr_scheduler", "LRScheduler")
-                or _subclass_of(o, "torch.optim.lr_scheduler", "ReduceLROnPlateau")
-            )
-        ),
+        within=("torch.optim",),
+        bases=("torch.optim.lr_scheduler:LRScheduler", "torch.optim.lr_scheduler:ReduceLROnPlateau"),
     ),
     Kind(
         "module or loss",
         "subclasses of `torch.nn.Module` defined in `torch.nn` (layers and losses such as "
         "`torch.nn.CrossEntropyLoss`), and the functions of `torch.nn.functional` "
         "(`torch.nn.functional.cross_entropy`)",
-        lambda o: (_subclass_of(o, "torch.nn", "Module") and _defined_in(o, "torch.nn")) or _functional(o),
+        within=("torch.nn",),
+        bases=("torch.nn:Module",),
+        also=_functional,
     ),
     Kind(
         "quantization config",
         "torchao's quantization and QAT configs and quantizers: subclasses of "
         "`torchao.core.config.AOBaseConfig`, `FakeQuantizeConfigBase` and `TwoStepQuantizer`",
-        lambda o: (
-            _defined_in(o, "torchao.quantization")
-            and (
-                _subclass_of(o, "torchao.core.config", "AOBaseConfig")
-                or _subclass_of(o, "torchao.quantization.qat.fake_quantize_config", "FakeQuantizeConfigBase")
-                or _subclass_of(o, "torchao.quantization.qat.two_step_quantizer", "TwoStepQuantizer")
-            )
+        within=("torchao.quantization",),
+        bases=(
+            "torchao.core.config:AOBaseConfig",
+            "torchao.quantization.qat.fake_quantize_config:FakeQuantizeConfigBase",
+            "torchao.quantization.qat.two_step_quantizer:TwoStepQuantizer",
         ),
     ),
     Kind(
@@ -151,7 +157,7 @@ KINDS = (
         "ftune's public classes, and the public functions of its component packages ("
         + ", ".join(f"`{p}`" for p in FTUNE_FUNCTION_PACKAGES)
         + ") and `ftune.checkpointing.model_from_checkpoint`; not `ftune.cli` or `ftune.config`",
-        _ftune_component,
+        also=_ftune_component,
     ),
 )
 
