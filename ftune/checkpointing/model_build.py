@@ -23,7 +23,7 @@ from ftune.checkpointing.model_fit import load_into
 from ftune.checkpointing.readers import read_json
 from ftune.config import instantiate
 from ftune.config.model_source import is_checkpoint_model
-from ftune.models import model_from_hf_config, text_model_config
+from ftune.models import SAME_ARCHITECTURE, family_from_hf_config, model_from_hf_config, text_model_config
 from ftune.runtime.device import default_dtype
 from ftune.runtime.rank import is_rank_zero
 
@@ -75,8 +75,8 @@ def meta_model(
             check_against_model(config, Path(checkpoint_dir) / HF_CONFIG_FILE, net)
         return net
     family, net = _from_config_json(checkpoint_dir, dtype=dtype, device="meta")
-    if is_rank_zero():
-        print(f"ftune: {sized_line(family, net, checkpoint_dir)}", file=sys.stderr, flush=True)
+    if model is None and is_rank_zero():  # a training run's start-up line says it (`sized_line`)
+        print(f"ftune: model: {sized_line(checkpoint_dir)}.", file=sys.stderr, flush=True)
     return net
 
 
@@ -93,15 +93,29 @@ def _from_config_json(
     return model_from_hf_config(config, dtype=dtype, device=device)
 
 
-def sized_line(family: str, model: nn.Module, checkpoint_dir: str | os.PathLike | None) -> str:
-    """The start-up line of a model sized by its checkpoint: the family and the sizes config.json gave."""
-    layers = getattr(model, "layers", ())
-    embed = getattr(getattr(model, "tok_embeddings", None), "weight", None)
-    sizes = f"{len(layers)} layers"
-    if embed is not None:
-        sizes += f", width {embed.shape[1]}, vocabulary {embed.shape[0]}"
+def sized_line(checkpoint_dir: str | os.PathLike | None) -> str | None:
+    """What the start-up line says of a model sized by its checkpoint: the family and the sizes that
+    `checkpoint_dir`'s config.json gives, e.g. ``smollm2 (30 layers, width 576, vocabulary 49152), as
+    '<folder>/config.json' says (no model section in the config)``. A family whose config.json reads
+    as another's (`SAME_ARCHITECTURE`: Qwen2 is built as Qwen2.5) names both. None when config.json is
+    missing or names no family ftune builds: building the model then says why."""
+    try:
+        config = read_hf_config(checkpoint_dir) if checkpoint_dir is not None else None
+        family = family_from_hf_config(config) if config is not None else None
+    except (OSError, ValueError):
+        return None
+    if config is None or family is None:
+        return None
+    also = [name for name, same in SAME_ARCHITECTURE.items() if same == family]
+    named = f"{family} (or {', '.join(also)}: the same architecture)" if also else family
+    sizes = ", ".join(
+        f"{what} {config[key]}"
+        for what, key in (("width", "hidden_size"), ("vocabulary", "vocab_size"))
+        if key in config
+    )
+    layers = f"{config.get('num_hidden_layers', '?')} layers" + (f", {sizes}" if sizes else "")
     path = Path(str(checkpoint_dir)) / HF_CONFIG_FILE
-    return f"model: {family} ({sizes}), as {str(path)!r} says (no model section in the config)."
+    return f"{named} ({layers}), as {str(path)!r} says (no model section in the config)"
 
 
 def model_from_checkpoint(checkpoint_dir: str | os.PathLike) -> nn.Module:

@@ -161,8 +161,10 @@ class Workspace:
         recipe_name = recipe.name if recipe else Path(name).stem
         with chdir_env(cwd, self.env):
             validate(config, overrides, recipe_name if recipe_name in registry.RECIPES else None, files=False)
-        # A different dataset builder is a different run (docs/data.md); other overrides are not.
+        # A different dataset builder is a different run (docs/data.md), and so is a model sized by its
+        # checkpoint's config.json (docs/checkpoints.md); other overrides are not.
         key = (recipe_name, config, *[o for o in overrides if o.startswith("dataset._component_=")])
+        key += ("~model",) if sized_by_checkpoint(overrides) else ()
         if recipe is None:  # `ftune cp` copies: one run shows that a copy runs on its own
             key = ("a copied recipe",)
         if mark:
@@ -224,6 +226,8 @@ class Workspace:
             first, last = [], []
         else:
             first, last = [], tiny[-2:]
+        if sized_by_checkpoint(overrides):  # the folder's config.json sizes the model, as documented
+            first, last = without_model(first), [*without_model(last), "tokenizer.max_seq_len=256"]
         file = path or registry.RECIPES[recipe].file
         spec = importlib.util.spec_from_file_location(f"docs_recipe_{recipe}", file)
         module = importlib.util.module_from_spec(spec)
@@ -238,6 +242,15 @@ class Workspace:
                     f"{recipe} --config {config} {overrides} failed on the tiny model: {e!r}\n"
                     f"{stream.getvalue()[-3000:]}"
                 ) from e
+
+
+def sized_by_checkpoint(overrides: list[str]) -> bool:
+    """Whether a command leaves the model section out (`~model`, `model=null`)."""
+    return any(o in ("~model", "model=null") for o in overrides)
+
+
+def without_model(overrides: list[str]) -> list[str]:
+    return [o for o in overrides if not o.startswith(("model=", "model."))]
 
 
 @contextlib.contextmanager

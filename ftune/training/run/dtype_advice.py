@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from ftune.checkpointing.model_build import sized_line
 from ftune.config import Config, instantiate
 from ftune.config.loading import ftune_home
 from ftune.runtime.device import get_dtype
@@ -295,10 +296,22 @@ def resolve_dtype(name: str, cfg: Config, device: torch.device) -> torch.dtype:
         return fixed if fixed is not None else _from_rank_zero(None)
     _pending.clear()
     if fixed is not None:
-        print(f"ftune: {startup_message(device, fixed)}", file=sys.stderr, flush=True)
+        print(f"ftune: {_startup_line(device, fixed, cfg)}", file=sys.stderr, flush=True)
         _pending.append(lambda: _decide_and_say(name, fixed, cfg, device))
         return fixed
     return _from_rank_zero(_decide_and_say(name, None, cfg, device, startup=True))
+
+
+def _startup_line(device: torch.device, dtype: torch.dtype, cfg: Config) -> str:
+    """The start-up line, and for a model sized by its checkpoint (no model section) the family and
+    sizes its config.json gives: ``running on cpu (...) in fp32; model: smollm2 (30 layers, ...), as
+    '.../config.json' says (no model section in the config).``"""
+    said = [
+        f"{section}: {line}"
+        for section, node in getattr(cfg, "sized", {}).items()
+        if (line := sized_line(node.checkpoint_dir)) is not None
+    ]
+    return "; ".join([startup_message(device, dtype), *said]) + ("." if said else "")
 
 
 # The advice a run with a set dtype has still to say (rank zero, at most one): see say_pending_advice.
@@ -357,7 +370,7 @@ def _decide_and_say(
     if speed.busy:
         lines[0] += " (Timed while the machine was busy: rough figures, timed again on the first idle start.)"
     if startup:
-        lines.insert(0, startup_message(device, dtype))
+        lines.insert(0, _startup_line(device, dtype, cfg))
     for text in lines:
         print(f"ftune: {text}", file=sys.stderr, flush=True)
     return dtype
