@@ -1,6 +1,6 @@
 """Package layout that pyproject.toml cannot express alone.
 
-recipes/ sits at the top of a checkout (DESIGN.md) and installs as the package `ftune._recipes`,
+recipes/ sits at the top of a checkout (CONTRIBUTING.md, "The layout") and installs as the package `ftune._recipes`,
 so an installed (non-editable) ftune finds the same recipes and configs as a checkout. Each config
 folder is listed as a (data-only) package of its own: setuptools warns about importable folders
 that hold files but are not declared. (package_data lives here, not in pyproject.toml, whose

@@ -57,6 +57,7 @@ def grpo_loss() -> str:
         "  epsilon: 0.2  # the policy ratio is clipped to [1 - epsilon, 1 + epsilon_high]\n"
         "  epsilon_high: null  # null: epsilon\n"
         "  beta: 0.04  # KL to the reference; 0 runs no reference pass\n"
+        "  kl_estimator: k3  # the published GRPO term; k3_ratio: k3 times the ratio (TRL's default)\n"
         "  max_completion_length: null  # dr_grpo only\n"
         "  num_chunks: 8  # completion tokens go to the vocabulary in blocks: never the full fp32 logits\n"
     )

@@ -3,6 +3,7 @@ imports the recipes or the CLI, and one layer order of the library's packages (L
 import cycle and no import in a function body except optional dependencies."""
 
 import ast
+import re
 import subprocess
 from pathlib import Path
 
@@ -10,9 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 400
 
 
+def _git_files(*patterns: str) -> list[str]:
+    out = subprocess.run(["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
 def _tracked(pattern: str) -> list[Path]:
-    out = subprocess.run(["git", "ls-files", pattern], cwd=ROOT, capture_output=True, text=True, check=True)
-    return [ROOT / line for line in out.stdout.splitlines() if (ROOT / line).is_file()]
+    return [ROOT / line for line in _git_files(pattern) if (ROOT / line).is_file()]
 
 
 def test_no_python_file_is_over_400_lines():
@@ -59,12 +64,8 @@ def test_the_library_imports_neither_recipes_nor_the_cli():
 # directly under ftune/ (ftune.registry) is a package of its own, and `ftune` is ftune/__init__.py.
 #
 # LAYERS lists the packages lowest first. A module imports only its own package and packages of lower
-# layers; packages of one layer never import each other. DESIGN.md's order (runtime -> modules -> models
-# -> peft / quantization -> checkpointing -> tokenizers / data -> training -> evaluation / generation)
-# with two changes the code asks for: tokenizers and data sit below models (every family package names
-# its tokenizer builder, `ftune.models.llama3.llama3_tokenizer`, and configs use those names), and the
-# torch-free packages the command line's fast paths need (ftune, feature_states, registry, config,
-# settings) sit below everything that imports torch.
+# layers; packages of one layer never import each other. CONTRIBUTING.md ("The layers") shows this
+# order (test_contributing_states_the_layer_order keeps it equal) and says why it is this one.
 LAYERS: list[tuple[str, ...]] = [
     ("ftune", "ftune.feature_states"),  # the version; feature-state values of the registry
     ("ftune.registry_cells",),  # the feature matrix's cells
@@ -298,3 +299,15 @@ def test_contributing_states_the_layer_order():
     block = text.split("<!-- layer order:", 1)[1].split("<!-- end layer order -->", 1)[0]
     shown = block.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
     assert shown == [", ".join(layer) for layer in LAYERS]
+
+
+def test_contributing_names_every_top_level_folder():
+    """CONTRIBUTING.md's "The layout" lists every tracked folder at the top of the checkout (hidden ones
+    are tools' settings), and no other."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    section = text.split("## The layout", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^- `([^`/]+)/`", section, flags=re.M))
+    tracked = {line.split("/", 1)[0] for line in _git_files() if "/" in line and not line.startswith(".")}
+    assert listed == tracked, (
+        f"folders not listed: {sorted(tracked - listed)}; listed, not tracked: {sorted(listed - tracked)}"
+    )

@@ -1,6 +1,6 @@
 """The tokenizer interface every dataset, recipe and generator relies on, and the shared chat logic.
 
-`Tokenizer` is the protocol (see CONTRACTS.md). `MessageTokenizer` is the base class of the
+`Tokenizer` is the protocol (its docstring is the contract). `MessageTokenizer` is the base class of the
 three backends (sentencepiece, tiktoken, HF tokenizer.json): a backend supplies `encode`,
 `decode` and `token_to_id`; the base turns messages into (tokens, mask) through a
 `PromptFormat`, appends EOS and truncates, the same way for every backend.

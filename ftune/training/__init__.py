@@ -44,14 +44,8 @@ from ftune.training.features.fsdp import is_sharded, shard_model
 from ftune.training.features.low_precision_optim import AdamWBf16State, optimizer_state_bytes
 from ftune.training.features.optimizer_in_backward import OptimizerInBackward
 from ftune.training.methods.dpo_loss import DPOLoss, PairLogps, PairLosses
-from ftune.training.methods.grpo_loss import (
-    GRPOLoss,
-    GRPOLosses,
-    group_advantages,
-    grpo_token_means,
-    per_sequence,
-    zero_variance_share,
-)
+from ftune.training.methods.grpo_loss import GRPOLoss, GRPOLosses, grpo_token_means, per_sequence
+from ftune.training.methods.grpo_rewards import group_advantages, zero_variance_share
 from ftune.training.methods.kd_loss import KDLoss, distill_loss, teacher_hidden
 from ftune.training.methods.peft_setup import apply_peft
 from ftune.training.methods.preference_step import preference_loss

@@ -3,10 +3,9 @@
 Each `Case` is one command line (run in-process by tests/recipes/test_bad_inputs.py) and the
 fragments its error must contain: what is wrong, where (key, file:line, option), what was given,
 and how to fix it. `setup` names a function of `SETUPS` that writes the bad file the case uses.
-Placeholders: {tmp} the case's own folder, {ckpt} a copy of the tiny checkpoint, {tiny} the
-overrides that point a shipped config at the tiny checkpoint and demo data, {busy_port} a port that
-another socket holds while the case runs.
-docs/errors.md is generated from this table by scripts/make_errors_doc.py.
+Placeholders: {tmp} the case's own folder, {ckpt} a copy of the tiny checkpoint, {tiny} the overrides that
+point a shipped config at the tiny checkpoint and demo data, {busy_port} a port that another socket holds
+while the case runs. docs/errors.md is generated from this table by scripts/make_errors_doc.py.
 """
 
 from __future__ import annotations
@@ -153,6 +152,7 @@ CASES: list[Case] = [
     _c('grpo-reward-weights', 'online RL', (*GRPO, 'rewards.weights={right: 1.0}'), 'give one weight per reward', 'rewards.weights', "not a reward: ['right']", "missing: ['correct']"),
     _c('grpo-reward-raises', 'online RL', (*GRPO, 'rewards.rewards.correct.field=reference'), "reward 'correct' on completion 1", 'completion 1 of', 'raised KeyError', 'Fix the reward or the data it reads'),
     _c('grpo-dr-grpo-length', 'online RL', ('validate', 'smollm2/135M_lora_grpo', 'loss.loss_type=dr_grpo', 'loss.max_completion_length=7'), "Dr. GRPO's constant", 'loss.max_completion_length', 'got 7', 'loss.max_completion_length: ${max_new_tokens}'),
+    _c('grpo-kl-estimator', 'online RL', ('validate', 'smollm2/135M_lora_grpo', 'loss.kl_estimator=k1'), "expects Literal['k3', 'k3_ratio']", 'loss.kl_estimator', "got 'k1'", 'Set loss.kl_estimator to a value of that type'),
     _c('config-of-other-recipe', 'data', ('run', 'full_finetune_single_device', '--config', 'smollm2/135M_full_dpo'), 'is a full_dpo config', '--config', 'smollm2/135M_full_dpo', 'Run `ftune run full_dpo_distributed --config smollm2/135M_full_dpo`'),
     _c('dataset-of-other-kind', 'data', ('run', 'lora_dpo_single_device', '~dataset', 'dataset._component_=ftune.datasets.alpaca_dataset'), 'gives supervised examples', 'dataset._component_', 'ftune.datasets.alpaca_dataset', 'Use ftune.datasets.preference_dataset'),
     _c('resume-lora-folder-full-run', 'data', ('run', 'full_finetune_single_device', 'checkpointer.resume_from_checkpoint={tmp}/lora/step_2'), 'is a step folder of a LoRA run', 'checkpointer.resume_from_checkpoint', '{tmp}/lora/step_2', 'point checkpointer.checkpoint_dir at {tmp}/lora/step_2/merged', 'lora_step_folder'),

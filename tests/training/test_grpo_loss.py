@@ -1,19 +1,19 @@
-"""GRPOLoss (grpo, dapo, dr_grpo) and group advantages: against the formulas written out here in plain
+"""GRPOLoss (grpo, dapo, dr_grpo; KL k3 or k3_ratio): against the formulas written out here in plain
 Python, and against TRL 1.16's own GRPOTrainer code run on the same log-probabilities, advantages and
-masks; the chunked per-token log-probabilities against the full log-softmax.
+masks (k3_ratio is TRL's ``use_bias_correction_kl=True``, k3 its False); the chunked per-token
+log-probabilities against the full log-softmax. Advantages and reward figures: test_grpo_rewards.py.
 
-TRL's code is read from its installed source (``_compute_loss``, the advantage block of
-``_generate_and_score_completions``, ``nanstd``/``nanmin``/``nanmax``) and executed with a stand-in
-``self``, without importing the trainer (which pulls in transformers' Trainer and accelerate).
+TRL's code is read from its installed source (``_compute_loss``, ``nanstd``/``nanmin``/``nanmax``)
+and executed with a stand-in ``self``, without importing the trainer (which pulls in transformers'
+Trainer and accelerate).
 """
 
 import math
-import statistics
 
 import pytest
 import torch
 import torch.nn.functional as F
-from trl_grpo import trl_advantages, trl_loss
+from trl_grpo import trl_loss
 
 from ftune.training import (
     GRPOLoss,
@@ -26,6 +26,7 @@ from ftune.training import (
 from ftune.training.methods.grpo_loss import target_logps
 from ftune.training.methods.sequence_logps import sequence_logps
 
+KL_ESTIMATORS = ["k3", "k3_ratio"]
 LENGTHS = [5, 2, 4, 1, 3, 5]  # completion tokens per row: unequal, one row using the full width
 B, T, G = len(LENGTHS), 5, 3
 
@@ -46,7 +47,7 @@ def _inputs(seed=0, lengths=LENGTHS):
     return logps, old, ref, adv, mask
 
 
-def _formula(loss_type, beta, eps_low, eps_high, max_len, logps, old, ref, adv, mask):
+def _formula(loss_type, beta, eps_low, eps_high, max_len, logps, old, ref, adv, mask, kl_estimator="k3"):
     """The loss (sum / count over the batch), mean KL and clipped fractions, in plain Python floats."""
     logps = logps.detach()
     seq_sums, seq_tokens, kl_sum, low, high = [], [], 0.0, 0, 0
@@ -59,6 +60,7 @@ def _formula(loss_type, beta, eps_low, eps_high, max_len, logps, old, ref, adv, 
             r = math.exp(lp - lo)
             r_clip = min(max(r, 1 - eps_low), 1 + eps_high)
             kl = math.exp(lr - lp) - (lr - lp) - 1
+            kl *= r if kl_estimator == "k3_ratio" else 1.0
             total += -min(r * a, r_clip * a) + beta * kl
             n += 1
             kl_sum += kl
@@ -76,7 +78,7 @@ def _formula(loss_type, beta, eps_low, eps_high, max_len, logps, old, ref, adv, 
     return loss, kl_sum / tokens, low / tokens, high / tokens
 
 
-def _loss(loss_type, beta=0.04, eps=0.2, eps_high=0.28, max_len=8):
+def _loss(loss_type, beta=0.04, eps=0.2, eps_high=0.28, max_len=8, kl_estimator="k3"):
     return GRPOLoss(
         loss_type,
         epsilon=eps,
@@ -84,44 +86,20 @@ def _loss(loss_type, beta=0.04, eps=0.2, eps_high=0.28, max_len=8):
         beta=beta,
         max_completion_length=max_len if loss_type == "dr_grpo" else None,
         num_chunks=3,
+        kl_estimator=kl_estimator,
     )
-
-
-# ---- advantages ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("scale", [True, False])
-def test_group_advantages_equal_the_formula_and_trl(scale):
-    rewards = torch.tensor([1.0, 0.0, 0.5, 2.0, 2.0, 2.0, -1.0, 3.0, 0.0, 0.25, 0.25, 0.0])
-    ours = group_advantages(rewards, G, scale_rewards=scale)
-    expected = []
-    for k in range(0, len(rewards), G):
-        group = rewards[k : k + G].tolist()
-        mean, std = statistics.mean(group), statistics.stdev(group)  # unbiased, as TRL
-        expected += [(r - mean) / (std + 1e-4) if scale else r - mean for r in group]
-    torch.testing.assert_close(ours, torch.tensor(expected))
-    theirs, _ = trl_advantages(rewards, G, "group" if scale else "none")
-    torch.testing.assert_close(ours, theirs)
-
-
-def test_zero_variance_share_counts_groups_without_signal_as_trl():
-    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.0, 0.0, 0.0])
-    assert zero_variance_share(rewards, G).item() == pytest.approx(0.75)
-    _, is_std_zero = trl_advantages(rewards, G, "none")
-    assert zero_variance_share(rewards, G).item() == pytest.approx(is_std_zero.float().mean().item())
-    # equal rewards give zero advantages whether or not they are scaled
-    assert group_advantages(rewards, G, scale_rewards=True)[:3].abs().max() == 0
 
 
 # ---- the loss --------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("kl_estimator", KL_ESTIMATORS)
 @pytest.mark.parametrize("beta", [0.04, 0.0])
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
-def test_loss_kl_and_clipping_equal_the_formulas(loss_type, beta):
+def test_loss_kl_and_clipping_equal_the_formulas(loss_type, beta, kl_estimator):
     logps, old, ref, adv, mask = _inputs()
-    out = _loss(loss_type, beta=beta)(logps, old, ref if beta else None, adv, mask)
-    loss, kl, low, high = _formula(loss_type, beta, 0.2, 0.28, 8, logps, old, ref, adv, mask)
+    out = _loss(loss_type, beta=beta, kl_estimator=kl_estimator)(logps, old, ref if beta else None, adv, mask)
+    loss, kl, low, high = _formula(loss_type, beta, 0.2, 0.28, 8, logps, old, ref, adv, mask, kl_estimator)
     expected_count = {"grpo": B, "dapo": sum(LENGTHS), "dr_grpo": B * 8}[loss_type]
     assert out.count == expected_count
     assert out.as_loss().count == expected_count and out.as_loss().sum is out.sum
@@ -133,11 +111,13 @@ def test_loss_kl_and_clipping_equal_the_formulas(loss_type, beta):
     assert means["clip_ratio/region"] == pytest.approx(low + high)
 
 
+@pytest.mark.parametrize("kl_estimator", KL_ESTIMATORS)
 @pytest.mark.parametrize("beta", [0.04, 0.0])
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
-def test_loss_gradient_and_metrics_equal_trl(loss_type, beta):
+def test_loss_gradient_and_metrics_equal_trl(loss_type, beta, kl_estimator):
+    """k3 is TRL's use_bias_correction_kl=False, k3_ratio its True (its default): loss, gradient, kl."""
     logps, old, ref, adv, mask = _inputs(seed=1)
-    out = _loss(loss_type, beta=beta)(logps, old, ref if beta else None, adv, mask)
+    out = _loss(loss_type, beta=beta, kl_estimator=kl_estimator)(logps, old, ref if beta else None, adv, mask)
     (grad,) = torch.autograd.grad(out.sum / out.count, logps)
     theirs_logps = logps.detach().clone().requires_grad_()
     loss, metrics = trl_loss(
@@ -151,6 +131,7 @@ def test_loss_gradient_and_metrics_equal_trl(loss_type, beta):
         ref=ref,
         adv=adv,
         mask=mask,
+        ratio_kl=kl_estimator == "k3_ratio",
     )
     (grad_trl,) = torch.autograd.grad(loss, theirs_logps)
     torch.testing.assert_close(out.sum / out.count, loss)
@@ -165,12 +146,13 @@ def test_loss_gradient_and_metrics_equal_trl(loss_type, beta):
         assert "kl" not in metrics and means["kl"] == 0.0
 
 
+@pytest.mark.parametrize("kl_estimator", KL_ESTIMATORS)
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
-def test_accumulated_micro_batches_equal_trl_gradient_accumulation(loss_type):
+def test_accumulated_micro_batches_equal_trl_gradient_accumulation(loss_type, kl_estimator):
     """Two micro-batches of unequal token counts: the step's sum / count (counted by ``per`` before
     backward, as StepLoss does) equals TRL's two accumulated micro-batch losses, value and gradient."""
     logps, old, ref, adv, mask = _inputs(seed=2)
-    grpo = _loss(loss_type)
+    grpo = _loss(loss_type, kl_estimator=kl_estimator)
     halves = [slice(0, B // 2), slice(B // 2, B)]
     labels = torch.where(mask.bool(), 7, -100)
     batches = [MicroBatch(labels[h].clone(), labels[h], None, None) for h in halves]
@@ -194,6 +176,7 @@ def test_accumulated_micro_batches_equal_trl_gradient_accumulation(loss_type):
             mask=mask[h],
             accum=2,
             num_items=mask.sum(),
+            ratio_kl=kl_estimator == "k3_ratio",
         )[0]
         for h in halves
     )
@@ -210,6 +193,23 @@ def test_one_update_per_rollout_has_ratio_one_and_the_policy_gradient():
     (grad,) = torch.autograd.grad(out.sum, logps)
     expected = -adv[:, None] * mask / mask.sum(-1, keepdim=True)
     torch.testing.assert_close(grad, expected)
+
+
+def test_k3_ratio_changes_the_gradient_at_ratio_one_to_the_reverse_kl():
+    """On-policy (old = logps.detach(), r = 1) both KL terms have the same value, but k3's gradient per
+    token is 1 - π_ref/π (the forward KL's in expectation) and k3_ratio's log π - log π_ref (the
+    reverse KL's): beta / n times it per token (grpo, advantages 0)."""
+    logps, _, ref, _, mask = _inputs(seed=4)
+    adv, n = torch.zeros(B), mask.sum(-1, keepdim=True)
+    k3, ratio = (
+        _loss("grpo", beta=0.5, kl_estimator=k)(logps, logps.detach(), ref, adv, mask) for k in KL_ESTIMATORS
+    )
+    torch.testing.assert_close(k3.sum, ratio.sum)
+    (grad_k3,) = torch.autograd.grad(k3.sum, logps)
+    (grad_ratio,) = torch.autograd.grad(ratio.sum, logps)
+    delta = ref - logps.detach()
+    torch.testing.assert_close(grad_k3, 0.5 * (1 - delta.exp()) * mask / n)
+    torch.testing.assert_close(grad_ratio, 0.5 * -delta * mask / n)
 
 
 def test_beta_zero_needs_no_reference():
@@ -327,6 +327,10 @@ def test_token_logps_save_no_logits_for_backward():
         ),
         ({"loss_type": "dr_grpo", "max_completion_length": 0}, r"max_completion_length 0"),
         ({"num_chunks": 0}, r"num_chunks must be a positive int, got 0"),
+        (
+            {"kl_estimator": "k1"},
+            r"kl_estimator must be one of \['k3', 'k3_ratio'\], got 'k1'; set loss.kl_estimator=k3",
+        ),
     ],
 )
 def test_bad_arguments_are_refused(kwargs, match):

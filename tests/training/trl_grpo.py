@@ -1,8 +1,9 @@
 """TRL 1.16's GRPO code, run unchanged from its installed source with a stand-in ``self``.
 
-``_compute_loss``, the advantage block of ``_generate_and_score_completions`` and the
-``nanstd``/``nanmin``/``nanmax`` helpers are read with `ast` and executed without importing the
-trainer (which pulls in transformers' Trainer and accelerate). Used by test_grpo_loss.py.
+``_compute_loss``, the advantage block and the reward-logging lines of
+``_generate_and_score_completions`` and the ``nanstd``/``nanmin``/``nanmax`` helpers are read with
+`ast` and executed without importing the trainer (which pulls in transformers' Trainer and
+accelerate). Used by test_grpo_loss.py and test_grpo_rewards.py.
 """
 
 import ast
@@ -69,8 +70,53 @@ def trl_advantages(
     return scope["advantages"], scope["is_std_zero"]
 
 
-def trl_loss(loss_type, *, beta, eps, eps_high, max_len, logps, old, ref, adv, mask, accum=1, num_items=None):
-    """TRL's ``GRPOTrainer._compute_loss`` on one micro-batch: (loss, logged metrics)."""
+def trl_reward_metrics(rewards_per_func: torch.Tensor, names: list[str], group_size: int) -> dict[str, float]:
+    """TRL's reward figures of one generation batch (``rewards_per_func`` [completions, functions],
+    weights 1): the lines of ``_generate_and_score_completions`` from its per-function loop through
+    ``frac_reward_zero_std``, run after its advantage block."""
+    fn = _trl_grpo_method("_generate_and_score_completions")
+
+    def starts_logging(node):
+        return isinstance(node, ast.For) and "reward_func_names" in ast.unparse(node.iter)
+
+    body = next(n.body for n in ast.walk(fn) if any(starts_logging(c) for c in getattr(n, "body", [])))
+    first = next(i for i, c in enumerate(body) if starts_logging(c))
+    last = next(i for i, c in enumerate(body) if "frac_reward_zero_std" in ast.unparse(c))
+    _, is_std_zero = trl_advantages(rewards_per_func.sum(1), group_size, "group")
+    metrics = defaultdict(list)
+    scope = _trl_scope()
+    scope.update(
+        self=SimpleNamespace(
+            reward_func_names=names, reward_weights=torch.ones(len(names)), _metrics={"train": metrics}
+        ),
+        mode="train",
+        rewards_per_func=rewards_per_func.float(),
+        unscorable_mask=torch.zeros(rewards_per_func.shape[0], dtype=torch.bool),
+        is_std_zero=is_std_zero,
+    )
+    _, path = _trl_source("trainer/grpo_trainer.py")
+    exec(compile(ast.Module(body=body[first : last + 1], type_ignores=[]), path, "exec"), scope)  # noqa: S102
+    return {k: v[-1] for k, v in metrics.items()}
+
+
+def trl_loss(
+    loss_type,
+    *,
+    beta,
+    eps,
+    eps_high,
+    max_len,
+    logps,
+    old,
+    ref,
+    adv,
+    mask,
+    accum=1,
+    num_items=None,
+    ratio_kl=False,
+):
+    """TRL's ``GRPOTrainer._compute_loss`` on one micro-batch: (loss, logged metrics). ``ratio_kl`` is
+    ``GRPOConfig.use_bias_correction_kl`` (TRL's default True; False is the plain k3)."""
     fn = _trl_grpo_method("_compute_loss")
     fn.decorator_list = []
     scope = _trl_scope()
@@ -108,7 +154,7 @@ def trl_loss(loss_type, *, beta, eps, eps_high, max_len, logps, old, ref, adv, m
         accelerator=Accelerator(),
         _entropy_bonus_enabled=False,
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-        args=SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=accum),
+        args=SimpleNamespace(use_bias_correction_kl=ratio_kl, delta=None, steps_per_generation=accum),
     )
     inputs = {
         "prompt_ids": torch.zeros(logps.shape[0], 2, dtype=torch.long),

@@ -1,12 +1,13 @@
 """GRPO's policy loss: group-relative advantages, a clipped policy ratio and a KL penalty to a reference.
 
-For each prompt, G completions are sampled and scored; a completion's advantage is its reward
-minus its group's mean, divided by the group's standard deviation (unbiased, plus 1e-4, as TRL
-does) unless ``scale_rewards=False`` (Dr. GRPO). Per completion token, with ``r = exp(log π -
-log π_old)`` and advantage A::
+For each prompt, G completions are sampled and scored; a completion's advantage A comes from its
+group's rewards (``ftune.training.methods.grpo_rewards``). Per completion token, with ``r = exp(log π -
+log π_old)``::
 
     loss_tok = -min(r·A, clip(r, 1 - ε_low, 1 + ε_high)·A) + β·kl_tok
-    kl_tok   = exp(log π_ref - log π) - (log π_ref - log π) - 1        (Schulman's k3, ≥ 0)
+    k3       = exp(log π_ref - log π) - (log π_ref - log π) - 1        (Schulman's k3, ≥ 0)
+    kl_tok   = k3 (kl_estimator "k3", the published GRPO term)  or  r·k3 ("k3_ratio": TRL 1.16's
+               default use_bias_correction_kl=True, the ratio not detached: the reverse KL's gradient)
 
 and the aggregation over a step's completion tokens (``loss_type``), as TRL 1.16's GRPOTrainer:
 
@@ -40,68 +41,8 @@ from ftune.training.step.loss import IGNORE_INDEX
 
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 
-#: Added to a group's reward std before dividing (TRL's value).
-STD_EPSILON = 1e-4
-
-
-def _check_rewards(rewards: torch.Tensor, group_size: int, where: str) -> torch.Tensor:
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(
-            f"{where}: group_size must be an int >= 2 (completions compared per prompt), got {group_size!r}."
-        )
-    if rewards.dim() != 1 or rewards.numel() == 0 or rewards.numel() % group_size:
-        raise ValueError(
-            f"{where}: rewards must be 1-D [prompts * group_size] with group_size={group_size} "
-            f"(the completions of a prompt consecutive), got shape {list(rewards.shape)}."
-        )
-    bad = (~torch.isfinite(rewards)).nonzero().flatten().tolist()
-    if bad:
-        raise ValueError(
-            f"{where}: rewards must be finite numbers; got {rewards[bad[0]].item()} at completion {bad[0]} "
-            f"({len(bad)} non-finite in all). Check the reward functions."
-        )
-    return rewards.float().view(-1, group_size)
-
-
-def group_advantages(rewards: torch.Tensor, group_size: int, *, scale_rewards: bool) -> torch.Tensor:
-    """Group-relative advantages: reward minus its group's mean, over the group's std if ``scale_rewards``.
-
-    Args:
-        rewards: ``[prompts * group_size]``, the ``group_size`` completions of a prompt consecutive.
-        group_size: completions per prompt (G >= 2).
-        scale_rewards: divide by the group's unbiased std + 1e-4 (GRPO, TRL's "group"); False keeps
-            the centred rewards (Dr. GRPO, TRL's "none").
-
-    Returns:
-        ``[prompts * group_size]`` fp32.
-
-    Raises:
-        ValueError: for a group_size below 2, a shape that does not split into groups, or a
-            non-finite reward.
-    """
-    if not isinstance(scale_rewards, bool):
-        raise ValueError(f"group_advantages: scale_rewards must be True or False, got {scale_rewards!r}.")
-    grouped = _check_rewards(rewards, group_size, "group_advantages")  # (prompts, G)
-    advantages = grouped - grouped.mean(dim=1, keepdim=True)
-    if scale_rewards:
-        advantages = advantages / (grouped.std(dim=1, keepdim=True) + STD_EPSILON)  # Bessel-corrected
-    return advantages.reshape(-1)
-
-
-def zero_variance_share(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """The share of groups whose rewards are all equal: their advantages are 0, they teach nothing.
-
-    A group counts when its unbiased std is within 1e-8 of 0 (TRL's ``frac_reward_zero_std``).
-
-    Args:
-        rewards, group_size: as for :func:`group_advantages`.
-
-    Returns:
-        fp32 scalar in [0, 1].
-    """
-    grouped = _check_rewards(rewards, group_size, "zero_variance_share")
-    std = grouped.std(dim=1)
-    return torch.isclose(std, torch.zeros_like(std)).float().mean()
+#: The per-token KL terms: Schulman's k3, and k3 times the policy ratio (TRL's bias-corrected KL).
+KL_ESTIMATORS = ("k3", "k3_ratio")
 
 
 @dataclass(frozen=True)
@@ -114,7 +55,7 @@ class GRPOLosses:
         count: this micro-batch's share of that total (sequences, tokens, or sequences ×
             max_completion_length).
         tokens: completion tokens of the micro-batch.
-        kl: the token sum of ``kl_tok`` (0 when beta is 0: not computed).
+        kl: the token sum of ``kl_tok`` (k3, or r·k3 for ``"k3_ratio"``; 0 when beta is 0: not computed).
         clipped_low: tokens whose ratio fell below 1 - ε_low with A < 0 (the clip is active).
         clipped_high: tokens whose ratio rose above 1 + ε_high with A > 0.
     """
@@ -251,9 +192,11 @@ class GRPOLoss(nn.Module):
         max_completion_length: Dr. GRPO's constant, the rollout's maximum new tokens; required for
             "dr_grpo", None for the others.
         num_chunks: blocks the completion tokens are projected to the vocabulary in.
+        kl_estimator: "k3" (the default: the published GRPO term) or "k3_ratio" (k3 times the
+            policy ratio: TRL 1.16's default, ``use_bias_correction_kl=True``); unused when beta is 0.
 
     Raises:
-        ValueError: for an unknown loss_type or an out-of-range or mismatched argument.
+        ValueError: for an unknown loss_type or kl_estimator or an out-of-range or mismatched argument.
     """
 
     def __init__(
@@ -265,6 +208,7 @@ class GRPOLoss(nn.Module):
         beta: float,
         max_completion_length: int | None,
         num_chunks: int = 8,
+        kl_estimator: Literal["k3", "k3_ratio"] = "k3",
     ) -> None:
         super().__init__()
         if loss_type not in LOSS_TYPES:
@@ -300,6 +244,12 @@ class GRPOLoss(nn.Module):
         self.epsilon_low = float(epsilon)
         self.epsilon_high = float(epsilon if epsilon_high is None else epsilon_high)
         self.max_completion_length = max_completion_length
+        if kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(
+                f"GRPOLoss: kl_estimator must be one of {list(KL_ESTIMATORS)}, got {kl_estimator!r}; set loss."
+                "kl_estimator=k3 (the published GRPO term) or k3_ratio (TRL's use_bias_correction_kl=True)."
+            )
+        self.kl_estimator = kl_estimator
 
     @property
     def needs_reference(self) -> bool:
@@ -361,7 +311,7 @@ class GRPOLoss(nn.Module):
             old_logps: those of the policy that sampled them ``[b, t]`` (the rollout's; pass
                 ``logps.detach()`` when each rollout batch serves one optimizer step: ratio 1).
             ref_logps: the reference model's ``[b, t]``; None exactly when beta is 0.
-            advantages: ``[b]``, from :func:`group_advantages`.
+            advantages: ``[b]``, from ``group_advantages``.
             mask: ``[b, t]``, 1 (or True) at completion tokens, 0 at padding.
 
         Returns:
@@ -380,6 +330,8 @@ class GRPOLoss(nn.Module):
         if self.needs_reference:
             delta = ref_logps - logps
             kl = torch.exp(delta) - delta - 1
+            if self.kl_estimator == "k3_ratio":
+                kl = kl * ratio  # the ratio not detached: it changes the gradient even where it is 1
             per_token = per_token + self.beta * kl
             kl_sum = (kl * mask).sum().detach()
         masked = per_token * mask

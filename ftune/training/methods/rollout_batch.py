@@ -29,7 +29,8 @@ from torch.distributed.fsdp import FSDPModule
 from ftune.data.prompt_batch import PromptBatch
 from ftune.generation.rollout import Rollout, rollout
 from ftune.rewards import RewardSet
-from ftune.training.methods.grpo_loss import GRPOLoss, group_advantages
+from ftune.training.methods.grpo_loss import GRPOLoss
+from ftune.training.methods.grpo_rewards import group_advantages, reward_sums
 from ftune.training.step.batch_loss import Loss, MicroBatch, on_device
 from ftune.training.step.loss import IGNORE_INDEX
 
@@ -276,20 +277,14 @@ def rollout_batch(
     temperature = rollout.logp_temperature
     old = _policy_logps(policy, loss_fn, batch, temperature) if keep_old_logps else None
     ref = reference.token_logps(loss_fn, batch, temperature)
-    grouped = total.view(-1, g)
+    per_reward = {
+        k: torch.tensor(v, dtype=torch.float32, device=device) for k, v in scores.per_reward.items()
+    }
     metrics = {
-        "sequences": torch.tensor(float(total.numel()), device=device),
-        "groups": torch.tensor(float(grouped.shape[0]), device=device),
-        "reward": total.sum(),
-        "reward_group_std": grouped.std(dim=1).sum(),
-        "zero_std_groups": torch.isclose(grouped.std(dim=1), torch.zeros(())).float().sum(),
+        **reward_sums(total, per_reward, g),
         "completions/clipped": (~rollout.finished).float().sum().to(device),
         "completions/max_length": rollout.lengths.max().float().to(device) * total.numel(),
     }
-    for name, values in scores.per_reward.items():
-        v = torch.tensor(values, dtype=torch.float32, device=device)
-        metrics[f"rewards/{name}/mean"] = v.sum()
-        metrics[f"rewards/{name}/sq"] = (v * v).sum()
     return RolloutBatch(
         batch.tokens,
         batch.labels,

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ftune.data.prompt_batch import PromptBatch
 from ftune.runtime.rank import world_size
 from ftune.training.methods.grpo_loss import grpo_token_means
+from ftune.training.methods.grpo_rewards import reward_means
 from ftune.training.methods.rollout_batch import RolloutBatch, reused, timed
 from ftune.training.step.step_loss import StepStats
 
@@ -136,24 +136,16 @@ class RolloutLoader:
         self.reuse = [RolloutBatch.from_state(b) for b in state["reuse"]]
 
 
-def _means(sums: dict[str, float]) -> dict[str, float]:
-    """Means of a step's (or validation's) rollout sums, all divided by one unknown count: ratios."""
-    seqs, groups = sums.get("sequences", 0.0), sums.get("groups", 0.0)
+def _means(sums: dict[str, float], count: float | None) -> dict[str, float]:
+    """Means of a step's (or validation's) rollout sums, all divided by one count (None: unknown)."""
+    seqs = sums.get("sequences", 0.0)
     if not seqs:
         return dict(sums)
     out = {k: v for k, v in grpo_token_means(sums).items() if k.startswith(("kl", "clip_ratio"))}
-    out["reward"] = sums["reward"] / seqs
-    out["reward_std"] = sums["reward_group_std"] / groups  # TRL's: the mean of the groups' stds
-    out["frac_reward_zero_std"] = sums["zero_std_groups"] / groups
+    out.update(reward_means(sums, count))
     out["completions/mean_length"] = sums["completion_tokens"] / seqs
     out["completions/max_length"] = sums["completions/max_length"] / seqs
     out["completions/clipped_ratio"] = sums["completions/clipped"] / seqs
-    for key in sums:
-        if key.startswith("rewards/") and key.endswith("/mean"):
-            name = key[len("rewards/") : -len("/mean")]
-            mean = sums[key] / seqs
-            out[key] = mean
-            out[f"rewards/{name}/std"] = math.sqrt(max(sums[f"rewards/{name}/sq"] / seqs - mean * mean, 0.0))
     return out
 
 
@@ -161,18 +153,20 @@ def rollout_means(stats: StepStats | dict[str, float]) -> StepStats | dict[str, 
     """The logged figures of a GRPO step (``StepStats``) or validation (``val_``-prefixed dict).
 
     ``StepLoss`` and ``validate`` divide every sum by the loss's count (sequences, tokens, ...),
-    so means are ratios of two sums: rewards and lengths per completion, ``reward_std`` the mean of
-    the groups' reward stds, ``frac_reward_zero_std`` per group, KL and clip ratios per token. A step's
-    ``time/rollout_s`` (sampling, scoring, old and reference log-probabilities) is a total: the
-    step's trained tokens give back the count.
+    so means are ratios of two sums: rewards and lengths per completion, ``frac_reward_zero_std`` per
+    group, KL and clip ratios per token. The step's trained tokens give back its count, so a step's
+    ``time/rollout_s`` (sampling, scoring, old and reference log-probabilities) is a total and its
+    ``reward_std`` and ``rewards/<name>/std`` the sample stds of its completions (TRL's); validation's
+    stds are the mean of its rollouts' (TRL's evaluation: the mean of its batches').
     """
     if isinstance(stats, StepStats):
         sums = stats.metrics
-        out = _means(sums)
-        if sums.get("completion_tokens") and "time/rollout_s" in sums:
-            total = sums["time/rollout_s"] * stats.num_tokens / sums["completion_tokens"]  # every rank's
-            out["time/rollout_s"] = total / world_size()  # a rank's
+        # the step's count: its trained tokens over their divided sum
+        count = stats.num_tokens / sums["completion_tokens"] if sums.get("completion_tokens") else None
+        out = _means(sums, count)
+        if count and "time/rollout_s" in sums:
+            out["time/rollout_s"] = sums["time/rollout_s"] * count / world_size()  # a rank's
         return dataclasses.replace(stats, metrics=out)
     sums = {k.removeprefix("val_"): v for k, v in stats.items() if k != "val_loss"}
-    out = {f"val_{k}": v for k, v in _means(sums).items()}
+    out = {f"val_{k}": v for k, v in _means(sums, None).items()}
     return {"val_loss": stats["val_loss"], **out} if "val_loss" in stats else out
