@@ -178,3 +178,33 @@ def logs_on_inputs(cfg) -> list[str]:
                 )
                 break
     return problems
+
+
+OUTPUT_KEYS = ("output_dir", "log_dir")  # the folders a run writes into (a leaf key of these names)
+
+
+def outputs_in_files(cfg) -> list[str]:
+    """Problems for an output folder (`output_dir`, `checkpointer.output_dir`, `metric_logger.log_dir`...)
+    that is a file or lies below one: found with a stat, before torch is imported. A folder below
+    another refused one (``${output_dir}/logs``) is not named a second time."""
+    leaves = [(k, v) for k, v in _leaves(cfg.to_dict()) if isinstance(v, str) and v.strip()]
+    wanted = sorted(
+        ((k, v, Path(v).expanduser()) for k, v in leaves if k.rpartition(".")[2] in OUTPUT_KEYS),
+        key=lambda kvp: len(kvp[2].parts),
+    )
+    refused: list[Path] = []
+    problems = []
+    for key, given, path in wanted:
+        if any(path == r or r in path.parents for r in refused):
+            continue
+        blocking = path if path.exists() and not path.is_dir() else _file_in_the_way(path)
+        if blocking is None:
+            continue
+        refused.append(path)
+        what = "is a file" if blocking == path else f"lies below the file {str(blocking)!r}"
+        problems.append(
+            f"{key}: {given!r} ({cfg.where(key)}) {what}: Not a directory; a part of this path is a file, not a "
+            f"folder, and {key} must be a folder ftune can create or write into. Point {key} at a folder (a "
+            "missing one is created), or move the file away."
+        )
+    return problems

@@ -20,9 +20,9 @@ from ftune import settings as recipe_settings_module  # this package: every ship
 from ftune.config import data_files, record_checks
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config, load_config
-from ftune.config.model_source import check_model_source
-from ftune.config.output_path import logs_on_inputs
-from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems
+from ftune.config.model_source import check_model_source, missing_checkpoint_dirs
+from ftune.config.output_path import logs_on_inputs, outputs_in_files
+from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems, resume_folder
 from ftune.config.run import default_config_for, parse_recipe_args
 from ftune.config.settings import Settings, collect_problems
 
@@ -87,9 +87,8 @@ def fast_problems(cfg, recipe: Path) -> list[str] | None:
     if cls is None:
         return None
     # A config or dataset of another kind of run first: it explains the key problems that follow.
-    return (
-        recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False) + logs_on_inputs(cfg)
-    )
+    problems = recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False)
+    return problems + logs_on_inputs(cfg) + outputs_in_files(cfg)
 
 
 # A supervised .jsonl file up to this size has every line parsed before the recipe starts (about
@@ -200,10 +199,13 @@ def fast_check(recipe: Path, recipe_args: list[str]) -> Config | None:
         return cfg  # SETTINGS defined in the recipe file: the recipe's own check reports problems
     problems = recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False)
     problems += logs_on_inputs(cfg)  # metric logs never land in a model folder the run reads
+    problems += outputs_in_files(cfg)  # an output_dir that is a file: a stat, not a failed mkdir later
     if problems:
         raise ConfigError(problems, cfg.source)
     check_data_files(cfg)
     check_resume_folder(cfg, recipe)
+    if missing := missing_checkpoint_dirs(cfg, resume_folder):  # a stat, not the checkpointer's load
+        raise ConfigError(missing, cfg.source)
     check_model_source(cfg, cls)
     cfg.values_checked.add(cls)
     cfg.declare(cls)
