@@ -26,6 +26,10 @@ from pathlib import Path
 PathLike = str | os.PathLike
 
 
+class OutputOnInputError(ValueError):
+    """An output that would overwrite or land inside an input (reported as one message, no traceback)."""
+
+
 class OutputPathError(ValueError):
     """A destination ftune will not write (reported as one message, no traceback)."""
 
@@ -139,6 +143,49 @@ def replace_file(src: PathLike, dest: PathLike) -> None:
 # Config keys that name a folder a run reads a model from, and keys that name a folder it writes logs to.
 INPUT_KEYS = ("checkpoint_dir", "adapter_dir", "resume_from_checkpoint")
 LOG_KEYS = ("log_dir",)
+
+
+def check_output_dir(
+    output: PathLike,
+    inputs: Mapping[str, PathLike | None],
+    *,
+    key: str = "output_dir",
+    replaced: bool = False,
+    fix: str | None = None,
+) -> None:
+    """Refuse an output folder equal to or inside one of the input folders; call it before writing.
+
+    Args:
+        output: the folder about to be written.
+        inputs: where each input folder was set (a config key or option) -> the folder; None
+            entries are skipped.
+        key: where `output` was set, named in the message.
+        replaced: the output folder is replaced as a whole (a step folder): it must not contain
+            an input either.
+        fix: how to fix it; default: set `key` to another folder.
+
+    Raises:
+        OutputOnInputError: naming both keys and paths, and how to fix it.
+    """
+    out = _real(str(output))
+    for name, folder in inputs.items():
+        if folder is None:
+            continue
+        src = _real(str(folder))
+        if out == src:
+            relation = "is"
+        elif src in out.parents:
+            relation = "is inside"
+        elif replaced and out in src.parents:
+            relation = "holds"
+        else:
+            continue
+        raise OutputOnInputError(
+            f"{key} {str(output)!r} {relation} {name} {str(folder)!r}: ftune never writes where it reads a "
+            f"model, which would mix or overwrite the input's files. Accepted: a folder outside {src} (a folder "
+            "that contains it is fine). "
+            + (fix or f"Set {key} to another folder, e.g. {key}={src.parent / (src.name + '_out')}.")
+        )
 
 
 def _leaves(node: object, prefix: str = "") -> list[tuple[str, object]]:
