@@ -47,6 +47,18 @@ CASES = {
         "rewards.weights: give one weight per reward, named as in rewards ['correct']",
     ),
     "grpo-weights-zero": ([*GRPO, "rewards.weights.correct=0"], "rewards.weights: all zero"),
+    "grpo-reward-regex": (
+        [*GRPO, "rewards.rewards.correct={_component_: ftune.rewards.RegexMatch, pattern: '(a'}"],
+        "rewards.rewards.correct: RegexMatch: pattern '(a' is not a valid regular expression",
+    ),
+    "validate-grpo-reward-tolerance": (
+        [
+            "validate",
+            "smollm2/135M_lora_grpo",
+            "rewards.rewards.correct={_component_: ftune.rewards.NumericAnswer, field: answer, tolerance: -1}",
+        ],
+        "rewards.rewards.correct: NumericAnswer: tolerance must be a finite number >= 0, got -1.",
+    ),
     "grpo-sft-dataset": (
         [*GRPO, "~dataset", "dataset._component_=ftune.datasets.alpaca_dataset"],
         "alpaca_dataset gives supervised examples, and lora_grpo_single_device samples completions",
