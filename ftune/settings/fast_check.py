@@ -21,9 +21,9 @@ from ftune import settings as recipe_settings_module  # this package: every ship
 from ftune.config import data_files, record_checks
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config, load_config
-from ftune.config.model_source import check_model_source, missing_checkpoint_dirs
+from ftune.config.model_source import check_model_source
 from ftune.config.output_path import logs_on_inputs, outputs_in_files
-from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems, resume_folder
+from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems
 from ftune.config.run import default_config_for, parse_recipe_args
 from ftune.config.settings import Settings, collect_problems
 
@@ -214,8 +214,6 @@ def fast_check(
         raise ConfigError(problems, cfg.source)
     check_data_files(cfg)
     check_resume_folder(cfg, recipe)
-    if missing := missing_checkpoint_dirs(cfg, resume_folder):  # a stat, not the checkpointer's load
-        raise ConfigError(missing, cfg.source)
     check_model_source(cfg, cls)
     cfg.values_checked.add(cls)
     cfg.declare(cls)
