@@ -26,6 +26,7 @@ from ftune.checkpointing.model_fit import split_adapter
 from ftune.checkpointing.qat_ranges import RANGES_FILE, load_ranges, save_ranges, split_ranges
 from ftune.checkpointing.readers import require_dir
 from ftune.checkpointing.recipe_state import check_weights_only_safe, load_recipe_state, save_recipe_state
+from ftune.config.model_source import missing_folder_message
 
 logger = logging.getLogger(__name__)
 
@@ -180,10 +181,8 @@ class Checkpointer(abc.ABC):
         weights_dir = self.checkpoint_dir if step is None or lora_resume else step
         if weights_dir == self.checkpoint_dir and self.hf_repo_id and not weights_dir.is_dir():
             raise FileNotFoundError(
-                f"checkpoint folder {str(weights_dir)!r} does not exist. Get the weights with "
-                f"`ftune download {self.hf_repo_id} --output-dir {weights_dir}` (gated repos need "
-                "--hf-token after accepting the licence on huggingface.co), or set checkpointer.checkpoint_dir."
-            )
+                missing_folder_message(weights_dir, self.hf_repo_id)
+            )  # as `ftune run` says
         require_dir(weights_dir)
         family = self.family_of(weights_dir)
         model = self._read_model(weights_dir, family)

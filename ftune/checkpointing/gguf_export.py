@@ -44,6 +44,7 @@ from ftune.checkpointing.hf import HFCheckpointer
 from ftune.checkpointing.inference import merge_adapter_folder
 from ftune.checkpointing.model_build import HF_CONFIG_FILE
 from ftune.checkpointing.readers import read_json
+from ftune.config.gguf_args import check_model_folder, modelfile_path
 from ftune.models import text_model_config
 
 logger = logging.getLogger(__name__)
@@ -70,12 +71,6 @@ class Exported:
     types: dict[str, int]
 
 
-def modelfile_path(output: str | os.PathLike) -> Path:
-    """Where the Ollama Modelfile of `output` goes: `<name>.Modelfile` beside it."""
-    out = Path(output)
-    return out.with_name(out.stem + ".Modelfile")
-
-
 def load_hf_state(
     model_dir: str | os.PathLike, adapter_dir: str | os.PathLike | None
 ) -> tuple[StateDict, str]:
@@ -86,11 +81,7 @@ def load_hf_state(
     """
     folder = Path(model_dir).expanduser()
     if has_adapter(folder) and not (folder / HF_CONFIG_FILE).is_file():
-        raise ValueError(
-            f"{str(folder)!r} holds a LoRA/DoRA adapter, not a whole model. Pass the base model folder "
-            f"(the run's checkpoint_dir) and this folder as the adapter: ftune export gguf <base> <out.gguf> "
-            f"--adapter {folder} --type <type>."
-        )
+        check_model_folder(folder)  # says to pass it as the adapter (as `ftune export` does first)
     loaded = HFCheckpointer(folder).load()  # read-only: no output_dir
     state = loaded.model
     if adapter_dir is not None:

@@ -22,6 +22,7 @@ import gguf
 import numpy as np
 import torch
 
+from ftune.config.gguf_args import check_gguf_type
 from ftune.models._meta_keys import to_meta_qk
 
 logger = logging.getLogger(__name__)
@@ -59,15 +60,9 @@ _ARCHES = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 
 
 def lookup_file_type(name: str) -> FileType:
-    """`FILE_TYPES[name]` (case-insensitive), or a ValueError listing the accepted names."""
-    key = name.lower()
-    if key not in FILE_TYPES:
-        raise ValueError(
-            f"--type {name!r} is not a GGUF type ftune writes. Accepted: {', '.join(FILE_TYPES)} "
-            "(q4_0 is the 4-bit type: the gguf package cannot write llama.cpp's K-quants, so no q4_k_m; "
-            "run llama.cpp's llama-quantize on an f16 export for those)."
-        )
-    return FILE_TYPES[key]
+    """`FILE_TYPES[name]` (case-insensitive), or a ValueError listing the accepted names (`ftune export`
+    checks the name before torch loads: ftune.config.gguf_args)."""
+    return FILE_TYPES[check_gguf_type(name)]
 
 
 def gguf_tensors(

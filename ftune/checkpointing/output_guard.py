@@ -20,14 +20,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import ftune.checkpointing.atomic as atomic
+from ftune.config.output_path import (  # torch-free: `ftune export` checks first
+    OutputOnInputError,
+    check_output_dir,
+)
 
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
-
-
-class OutputOnInputError(ValueError):
-    """An output that would overwrite or land inside an input (reported as one message, no traceback)."""
 
 
 def _real(path: PathLike) -> Path:
@@ -42,49 +42,6 @@ def overlaps(a: PathLike, b: PathLike) -> bool:
     """True when `a` and `b` are the same path or one lies inside the other."""
     ra, rb = _real(a), _real(b)
     return _inside_or_equal(ra, rb) or _inside_or_equal(rb, ra)
-
-
-def check_output_dir(
-    output: PathLike,
-    inputs: Mapping[str, PathLike | None],
-    *,
-    key: str = "output_dir",
-    replaced: bool = False,
-    fix: str | None = None,
-) -> None:
-    """Refuse an output folder equal to or inside one of the input folders; call it before writing.
-
-    Args:
-        output: the folder about to be written.
-        inputs: where each input folder was set (a config key or option) -> the folder; None
-            entries are skipped.
-        key: where `output` was set, named in the message.
-        replaced: the output folder is replaced as a whole (a step folder): it must not contain
-            an input either.
-        fix: how to fix it; default: set `key` to another folder.
-
-    Raises:
-        OutputOnInputError: naming both keys and paths, and how to fix it.
-    """
-    out = _real(output)
-    for name, folder in inputs.items():
-        if folder is None:
-            continue
-        src = _real(folder)
-        if out == src:
-            relation = "is"
-        elif src in out.parents:
-            relation = "is inside"
-        elif replaced and out in src.parents:
-            relation = "holds"
-        else:
-            continue
-        raise OutputOnInputError(
-            f"{key} {str(output)!r} {relation} {name} {str(folder)!r}: ftune never writes where it reads a "
-            f"model, which would mix or overwrite the input's files. Accepted: a folder outside {src} (a folder "
-            "that contains it is fine). "
-            + (fix or f"Set {key} to another folder, e.g. {key}={src.parent / (src.name + '_out')}.")
-        )
 
 
 def check_step_folder(folder: PathLike, step: int, checkpoint_dir: PathLike) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from ftune.config.model_source import missing_folder_message
+
 StateDict = dict[str, torch.Tensor]
 
 _FIX = "The file is truncated or corrupt: download or convert the checkpoint again."
@@ -40,10 +42,8 @@ def require_dir(
     """
     path = Path(folder).expanduser()
     if not path.is_dir():
-        fix = fix or (
-            f"Download a model with `ftune download <repo> --output-dir {path}`, or convert a GGUF file with "
-            f"`ftune convert gguf <file.gguf> --output-dir {path}`, or fix the path."
-        )
+        if fix is None:  # the message `ftune run` gives before torch is imported (ftune.config.model_source)
+            raise FileNotFoundError(missing_folder_message(path, what=what))
         raise FileNotFoundError(f"{what} {str(path)!r} does not exist or is not a folder. {fix}")
     return path
 

@@ -7,7 +7,8 @@ file goes `<name>.Modelfile` for Ollama.
 Outputs never land on inputs (`ftune.checkpointing.output_guard`): the file and its Modelfile are
 replaced only with --force, never inside the model or adapter folder, never through a symbolic link, and
 a missing parent folder is created only with --make-parents (`ftune.config.output_path`, the rule
-`ftune cp` shares); checked before anything loads.
+`ftune cp` shares); every argument is checked before torch and the exporter are imported (well under a
+second), the exporter after.
 """
 
 from __future__ import annotations
@@ -15,10 +16,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ftune.checkpointing.gguf_export import export_gguf, modelfile_path
-from ftune.checkpointing.gguf_export_tensors import FILE_TYPES, lookup_file_type
-from ftune.checkpointing.output_guard import check_output_dir
-from ftune.config.output_path import output_file
+from ftune.config.gguf_args import (
+    GGUF_TYPES,
+    check_adapter_folder,
+    check_gguf_type,
+    check_model_folder,
+    modelfile_path,
+    require_model_folder,
+)
+from ftune.config.output_path import check_output_dir, output_file
 from ftune.config.run import report
 
 
@@ -36,7 +42,7 @@ def main(argv: list[str]) -> int:
         "--type",
         required=True,
         metavar="TYPE",
-        help=f"tensor type: {', '.join(FILE_TYPES)} (q8_0: near-lossless, half of f16; q4_0: 4-bit)",
+        help=f"tensor type: {', '.join(GGUF_TYPES)} (q8_0: near-lossless, half of f16; q4_0: 4-bit)",
     )
     g.add_argument("--adapter", type=Path, help="a LoRA/DoRA step folder to merge into the model first")
     g.add_argument("--name", help="general.name in the file (default: the model folder's name)")
@@ -45,8 +51,10 @@ def main(argv: list[str]) -> int:
     g.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     try:
-        lookup_file_type(args.type)
-        _check_outputs(args)
+        check_gguf_type(args.type)
+        _check_outputs(args)  # every argument checked before torch and the exporter load
+        from ftune.checkpointing.gguf_export import export_gguf  # torch and gguf: see LATE in test_layout
+
         exported = export_gguf(
             args.model_dir, args.output, file_type=args.type, adapter_dir=args.adapter, name=args.name
         )
@@ -64,7 +72,8 @@ def main(argv: list[str]) -> int:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """Refuse outputs that are not a new .gguf file outside the inputs, before any model loads."""
+    """Refuse inputs that are not a model and an adapter folder, and outputs that are not a new .gguf file
+    outside the inputs: from the arguments and folder listings, before torch is imported."""
     given = args.output
     args.output = Path(given).expanduser()
     if args.output.suffix != ".gguf":
@@ -72,12 +81,12 @@ def _check_outputs(args: argparse.Namespace) -> None:
             f"output {given!r} does not end in .gguf; llama.cpp and Ollama expect a .gguf file. "
             f"Give a file name such as {args.output.with_suffix('.gguf').name}."
         )
-    if not args.model_dir.is_dir():
-        raise FileNotFoundError(
-            f"model folder {str(args.model_dir)!r} does not exist or is not a folder. Pass a folder with "
-            "config.json, the weights and tokenizer.json (a base model, a step folder, a merged/ folder)."
-        )
+    args.model_dir = args.model_dir.expanduser()
+    require_model_folder(args.model_dir)
     inputs = {"the model folder": args.model_dir, "the --adapter folder": args.adapter}
     for path in (given, modelfile_path(args.output)):  # the rule `ftune cp` shares (ftune.config.output_path)
         check_output_dir(path, inputs, key="output", fix="Write the .gguf file outside the input folders.")
         output_file(path, option="output", force=args.force, make_parents=args.make_parents)
+    check_model_folder(args.model_dir)  # from its listing, as the exporter would find it after loading torch
+    if args.adapter is not None:
+        check_adapter_folder(args.adapter.expanduser())

@@ -15,8 +15,11 @@ from pathlib import Path
 from ftune import registry
 from ftune.cli.preflight import check_distributed_config, check_launcher_options
 from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.model_source import missing_checkpoint_dirs
+from ftune.config.recipe_kind import resume_folder
 from ftune.config.run import report, run
 from ftune.config.trust import TRUST_ENV, env_packages, importable_problems
+from ftune.rewards.reward_set import builtin_reward_problems
 from ftune.settings.fast_check import fast_check
 
 # torchrun options that take no value; every other `--option` before the recipe takes one.
@@ -125,7 +128,10 @@ def main(argv: list[str]) -> int:
             check_distributed_config(recipe_args, path.name)
         cfg = None
         if not {"-h", "--help"} & set(recipe_args):
-            cfg = fast_check(path, recipe_args)  # keys, types, ranges, trust: before torch is imported
+            # keys, types, ranges, trust, a GRPO config's built-in rewards: before torch is imported
+            cfg = fast_check(path, recipe_args, more=builtin_reward_problems)
+            if cfg is not None and (missing := missing_checkpoint_dirs(cfg, resume_folder)):
+                raise ConfigError(missing, cfg.source)  # a stat, not the checkpointer's load after torch
         if launcher and cfg is not None:
             _check_sharded_optimizer(cfg)  # before torchrun starts any rank
     except Exception as e:  # noqa: BLE001

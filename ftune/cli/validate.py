@@ -23,6 +23,7 @@ from ftune.config.recipe_kind import check_resume_folder
 from ftune.config.run import report
 from ftune.config.settings import collect_problems
 from ftune.config.trust import components_of, trust_folder, trust_packages
+from ftune.rewards.reward_set import builtin_reward_problems
 from ftune.settings.fast_check import check_data_files, fast_problems
 
 NO_RECIPE = (
@@ -58,7 +59,9 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None, 
         problems = [p for key, value in cfg.to_dict().items() for p in check_component(value, key)]
     else:
         # Keys, types, ranges and sections first, without torch: the common mistakes answer at once.
-        problems = fast_problems(cfg, file) or collect_problems(cfg, recipe_settings(file))
+        fast = fast_problems(cfg, file)
+        fast = builtin_reward_problems(cfg) if fast == [] else fast  # built-in rewards: plain Python
+        problems = fast or collect_problems(cfg, recipe_settings(file))
     if problems and file is None:
         problems.append(NO_RECIPE)
     shipped = registry.RECIPES.get(file.stem) if file is not None else None

@@ -11,6 +11,7 @@ through one library function, ``ftune.checkpointing.model_from_checkpoint``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,52 @@ def check_model_source(cfg: Any, cls: type) -> None:
             ],
             cfg.source,
         )
+
+
+def missing_folder_message(
+    folder: Path, hf_repo_id: str | None = None, *, what: str = "checkpoint folder"
+) -> str:
+    """What to say about a checkpoint folder that does not exist (the checkpointer and `ftune run`'s fast check)."""
+    if hf_repo_id:
+        return (
+            f"{what} {str(folder)!r} does not exist. Get the weights with "
+            f"`ftune download {hf_repo_id} --output-dir {folder}` (gated repos need "
+            "--hf-token after accepting the licence on huggingface.co), or set checkpointer.checkpoint_dir."
+        )
+    return (
+        f"{what} {str(folder)!r} does not exist or is not a folder. Download a model with `ftune download "
+        f"<repo> --output-dir {folder}`, or convert a GGUF file with `ftune convert gguf <file.gguf> "
+        f"--output-dir {folder}`, or fix the path."
+    )
+
+
+def missing_checkpoint_dirs(cfg: Any, resume_folder: Callable[[dict], Path | None]) -> list[str]:
+    """A `checkpoint_dir` of an ftune checkpointer section that does not exist, when the run would read it.
+
+    Found with a stat, before torch is imported; a run that resumes a full fine-tune's step folder
+    reads its weights from there, not from `checkpoint_dir`, and is left alone (as is a
+    `resume_from_checkpoint` path the checkpointer itself reports).
+
+    Args:
+        cfg: the loaded config.
+        resume_folder: the step folder a checkpointer section resumes from (None: a fresh start).
+    """
+    problems = []
+    for section, node in cfg.to_dict().items():
+        component = node.get("_component_") if isinstance(node, dict) else None
+        folder = node.get("checkpoint_dir") if isinstance(component, str) else None
+        if not (isinstance(folder, str) and folder and component.startswith("ftune.checkpointing.")):
+            continue
+        path = Path(folder).expanduser()
+        if path.exists():
+            continue
+        choice, step = node.get("resume_from_checkpoint"), resume_folder(node)
+        if (choice not in (None, "auto") and step is None) or (step is not None and not _is_lora(step)):
+            continue
+        key = f"{section}.checkpoint_dir"
+        problems.append(f"{key}: {missing_folder_message(path, node.get('hf_repo_id'))} ({cfg.where(key)})")
+    return problems
+
+
+def _is_lora(step: Path) -> bool:
+    return (step / "adapter_model.safetensors").is_file()  # ftune.checkpointing.adapter.ADAPTER_WEIGHTS_FILE

@@ -26,6 +26,10 @@ from pathlib import Path
 PathLike = str | os.PathLike
 
 
+class OutputOnInputError(ValueError):
+    """An output that would overwrite or land inside an input (reported as one message, no traceback)."""
+
+
 class OutputPathError(ValueError):
     """A destination ftune will not write (reported as one message, no traceback)."""
 
@@ -141,6 +145,49 @@ INPUT_KEYS = ("checkpoint_dir", "adapter_dir", "resume_from_checkpoint")
 LOG_KEYS = ("log_dir",)
 
 
+def check_output_dir(
+    output: PathLike,
+    inputs: Mapping[str, PathLike | None],
+    *,
+    key: str = "output_dir",
+    replaced: bool = False,
+    fix: str | None = None,
+) -> None:
+    """Refuse an output folder equal to or inside one of the input folders; call it before writing.
+
+    Args:
+        output: the folder about to be written.
+        inputs: where each input folder was set (a config key or option) -> the folder; None
+            entries are skipped.
+        key: where `output` was set, named in the message.
+        replaced: the output folder is replaced as a whole (a step folder): it must not contain
+            an input either.
+        fix: how to fix it; default: set `key` to another folder.
+
+    Raises:
+        OutputOnInputError: naming both keys and paths, and how to fix it.
+    """
+    out = _real(str(output))
+    for name, folder in inputs.items():
+        if folder is None:
+            continue
+        src = _real(str(folder))
+        if out == src:
+            relation = "is"
+        elif src in out.parents:
+            relation = "is inside"
+        elif replaced and out in src.parents:
+            relation = "holds"
+        else:
+            continue
+        raise OutputOnInputError(
+            f"{key} {str(output)!r} {relation} {name} {str(folder)!r}: ftune never writes where it reads a "
+            f"model, which would mix or overwrite the input's files. Accepted: a folder outside {src} (a folder "
+            "that contains it is fine). "
+            + (fix or f"Set {key} to another folder, e.g. {key}={src.parent / (src.name + '_out')}.")
+        )
+
+
 def _leaves(node: object, prefix: str = "") -> list[tuple[str, object]]:
     if isinstance(node, dict):
         return [leaf for k, v in node.items() for leaf in _leaves(v, f"{prefix}{k}.")]
@@ -177,4 +224,34 @@ def logs_on_inputs(cfg) -> list[str]:
                     f"{folder}. Set {key} to another folder, e.g. {key}=${{output_dir}}/logs."
                 )
                 break
+    return problems
+
+
+OUTPUT_KEYS = ("output_dir", "log_dir")  # the folders a run writes into (a leaf key of these names)
+
+
+def outputs_in_files(cfg) -> list[str]:
+    """Problems for an output folder (`output_dir`, `checkpointer.output_dir`, `metric_logger.log_dir`...)
+    that is a file or lies below one: found with a stat, before torch is imported. A folder below
+    another refused one (``${output_dir}/logs``) is not named a second time."""
+    leaves = [(k, v) for k, v in _leaves(cfg.to_dict()) if isinstance(v, str) and v.strip()]
+    wanted = sorted(
+        ((k, v, Path(v).expanduser()) for k, v in leaves if k.rpartition(".")[2] in OUTPUT_KEYS),
+        key=lambda kvp: len(kvp[2].parts),
+    )
+    refused: list[Path] = []
+    problems = []
+    for key, given, path in wanted:
+        if any(path == r or r in path.parents for r in refused):
+            continue
+        blocking = path if path.exists() and not path.is_dir() else _file_in_the_way(path)
+        if blocking is None:
+            continue
+        refused.append(path)
+        what = "is a file" if blocking == path else f"lies below the file {str(blocking)!r}"
+        problems.append(
+            f"{key}: {given!r} ({cfg.where(key)}) {what}: Not a directory; a part of this path is a file, not a "
+            f"folder, and {key} must be a folder ftune can create or write into. Point {key} at a folder (a "
+            "missing one is created), or move the file away."
+        )
     return problems

@@ -1,8 +1,8 @@
 """What kind of run a recipe, a config and a step folder belong to, told apart without torch.
 
 A run's *objective* is what it trains on: "supervised" examples (the SFT and QAT recipes),
-"preference" pairs (DPO) or a teacher's "distillation" (KD); the registry says which recipe has
-which. `ftune run` uses these checks before the recipe starts, so a DPO config given to the SFT
+"preference" pairs (DPO), a teacher's "distillation" (KD) or, for "online RL" (GRPO), the rewards
+of completions it samples from prompts; the registry says which recipe has which. `ftune run` uses these checks before the recipe starts, so a DPO config given to the SFT
 recipe, or a DPO run pointed at an SFT step folder, is named as such in well under a second
 instead of failing after the model loads (``KeyError: tokens``, torch's optimizer message) or,
 worse, continuing silently. A step folder's objective is read from its ``recipe_state.pt``
@@ -35,19 +35,57 @@ _DATA_KINDS = {
     "chat_dataset": "supervised",
     "demo_dataset": "supervised",
     "text_completion_dataset": "supervised",
+    "prompt_dataset": "prompts",
+    "demo_prompt_dataset": "prompts",
+}
+# The data each objective trains on, how a dataset of each kind is described, and what to use instead.
+_WANTS = {"preference": "preference", "online RL": "prompts"}  # every other objective: "supervised"
+_GIVES = {
+    "supervised": "supervised examples",
+    "preference": "preference pairs (chosen, rejected)",
+    "prompts": "prompts for online RL (no answer to train on)",
+}
+_TRAINS = {
+    "supervised": "trains on supervised examples",
+    "distillation": "trains on supervised examples (with a teacher)",
+    "preference": "trains on preference pairs",
+    "online RL": "samples completions of prompts and trains on their rewards (online RL)",
+}
+_RUN = {
+    "supervised": "supervised examples",
+    "preference": "preference pairs",
+    "prompts": "online RL from prompts",
+}
+_USE = {
+    "supervised": "a supervised dataset such as ftune.datasets.instruct_dataset",
+    "preference": "ftune.datasets.preference_dataset (prompt, chosen, rejected)",
+    "prompts": "ftune.datasets.prompt_dataset (a prompt and the fields its rewards read)",
 }
 
 
 def objective_of(recipe_name: str) -> str | None:
-    """ "preference", "distillation" or "supervised" for a shipped training recipe; None otherwise."""
+    """ "preference", "distillation", "online RL" or "supervised" for a shipped training recipe; None otherwise."""
     recipe = registry.RECIPES.get(recipe_name)
     if recipe is None or not set(recipe.methods) & set(registry.TRAINING_METHODS):
         return None
     if any("dpo" in m for m in recipe.methods):
         return "preference"
+    if any("grpo" in m for m in recipe.methods):
+        return "online RL"
     if any(m.startswith("kd") for m in recipe.methods):
         return "distillation"
     return "supervised"
+
+
+def a_kind(objective: str) -> str:
+    """The objective with its article: "a supervised", "an online RL"."""
+    return f"{'an' if objective[:1].lower() in 'aeiou' else 'a'} {objective}"
+
+
+def saved_objective(saved_recipe: str | None, saved_kind: str | None) -> str | None:
+    """The objective of the run that wrote a step folder: its recipe's, when the registry knows it (a GRPO
+    folder saved before GRPO had its own kind recorded "supervised"), else the recorded one."""
+    return (objective_of(saved_recipe) if saved_recipe else None) or saved_kind
 
 
 def _shipped(recipe: Path) -> registry.Recipe | None:
@@ -98,21 +136,16 @@ def recipe_kind_problems(cfg: Any, recipe: Path) -> list[str]:
         kind = (
             _DATA_KINDS.get(component.rpartition(".")[2]) if component.startswith("ftune.datasets.") else None
         )
-        if kind is None or objective is None or (kind == "preference") == (objective == "preference"):
+        wants = _WANTS.get(objective or "", "supervised")
+        if kind is None or objective is None or kind == wants:
             continue
-        if objective == "preference":
-            out.append(
-                f"{section}._component_: {component} gives supervised examples, and {name} trains on "
-                f"preference pairs ({cfg.where(section)}). Use ftune.datasets.preference_dataset (prompt, "
-                "chosen, rejected), or run a supervised recipe such as lora_finetune_single_device."
-            )
-        else:
-            dpo = [r.name for r in registry.RECIPES.values() if objective_of(r.name) == "preference"]
-            out.append(
-                f"{section}._component_: {component} gives preference pairs (chosen, rejected), and {name} "
-                f"trains on supervised examples ({cfg.where(section)}). Run a preference recipe "
-                f"({', '.join(dpo)}), or use a supervised dataset such as ftune.datasets.instruct_dataset."
-            )
+        objectives = {r.name: objective_of(r.name) for r in registry.RECIPES.values()}
+        others = [r for r, o in objectives.items() if o is not None and _WANTS.get(o, "supervised") == kind]
+        out.append(
+            f"{section}._component_: {component} gives {_GIVES[kind]}, and {name} {_TRAINS[objective]} "
+            f"({cfg.where(section)}). Use {_USE[wants]}, or run a recipe for {_RUN[kind]} "
+            f"({', '.join(others[:4])})."
+        )
     return out
 
 
@@ -155,7 +188,7 @@ def _leading_strings(f: Any) -> tuple[str | None, str | None]:
 _BOOKKEEPING = ("PROTO", "FRAME", "MARK", "EMPTY_DICT", "BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE")
 
 
-def _resume_folder(checkpointer: dict[str, Any]) -> Path | None:
+def resume_folder(checkpointer: dict[str, Any]) -> Path | None:
     """The step folder the checkpointer would resume from (as `resume_dir` picks it), or None."""
     choice = checkpointer.get("resume_from_checkpoint")
     output_dir = Path(str(checkpointer.get("output_dir", "output"))).expanduser()
@@ -183,13 +216,14 @@ def check_resume_folder(cfg: Any, recipe: Path) -> None:
     """
     data = cfg.to_dict()
     checkpointer = data.get("checkpointer")
-    folder = _resume_folder(checkpointer) if isinstance(checkpointer, dict) else None
+    folder = resume_folder(checkpointer) if isinstance(checkpointer, dict) else None
     if folder is None:
         return
     name = recipe.stem
     key = "checkpointer.resume_from_checkpoint"
     lora_folder, lora_run = (folder / _ADAPTER_FILE).is_file(), isinstance(data.get("peft"), dict)
     saved_recipe, saved_kind = recorded_kind(folder / "recipe_state.pt")
+    saved_kind = saved_objective(saved_recipe, saved_kind)
     objective = objective_of(name) if _shipped(recipe) else None
     wrote = f"written by {saved_recipe}" if saved_recipe else "written by an earlier run"
     fresh = "set checkpointer.resume_from_checkpoint=null and point checkpointer.checkpoint_dir at "
@@ -210,7 +244,7 @@ def check_resume_folder(cfg: Any, recipe: Path) -> None:
         )
     elif saved_kind is not None and objective is not None and saved_kind != objective:
         problem = (
-            f"{folder} is a step folder of a {saved_kind} run ({wrote}), and {name} is a {objective} "
+            f"{folder} is a step folder of {a_kind(saved_kind)} run ({wrote}), and {name} is {a_kind(objective)} "
             f"recipe: its step, learning-rate schedule and data position belong to the other run. To continue "
             f"that run, use {saved_recipe or 'its recipe'}; to start {name} from its weights with a fresh "
             f"optimizer, {fresh}{folder / 'merged' if lora_folder else folder}."

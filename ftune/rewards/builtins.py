@@ -170,3 +170,7 @@ class LengthPenalty:
 
     def __call__(self, prompt: str, completion: str, sample: Mapping[str, Any]) -> float:
         return -self.coef * max(0, len(completion) - self.max_chars) / self.max_chars
+
+
+# The reward classes above: plain Python, built from the config before torch (reward_set.builtin_reward_problems).
+BUILTINS = ("ExactMatch", "RegexMatch", "NumericAnswer", "LengthPenalty")

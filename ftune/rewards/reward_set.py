@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ftune.config.time_limit import check_time_limit
+from ftune.rewards import builtins
 from ftune.rewards.scoring import REWARD_TIME_LIMIT_S, Reward, check_rewards, score_rewards
 
 
@@ -59,3 +60,40 @@ class RewardSet:
 
     def __repr__(self) -> str:
         return f"RewardSet({', '.join(f'{n}={self.weights[n]}' for n in self.rewards)})"
+
+
+_SETS = ("ftune.rewards.RewardSet", "ftune.rewards.reward_set.RewardSet")
+
+
+def builtin_reward_problems(cfg: Any) -> list[str]:
+    """The arguments of the built-in rewards (`ftune.rewards.builtins`) in a config's `rewards` section that
+    their constructors refuse (a pattern that is not a regex, a negative tolerance...), found by building
+    them: they are plain Python, so `ftune run` and `ftune validate` do it before torch is imported. A
+    missing or unknown argument is the signature check's to name; other rewards are built by the run.
+
+    Args:
+        cfg: the loaded config (`ftune.config.Config`).
+    """
+    section = cfg.to_dict().get("rewards")
+    rewards = (
+        section.get("rewards") if isinstance(section, dict) and section.get("_component_") in _SETS else None
+    )
+    problems = []
+    for name, node in (rewards if isinstance(rewards, dict) else {}).items():
+        component = node.get("_component_") if isinstance(node, dict) else None
+        if not (isinstance(component, str) and component.startswith("ftune.rewards.")):
+            continue
+        cls_name = component.rpartition(".")[2]
+        if cls_name not in builtins.BUILTINS:
+            continue
+        args = {k: v for k, v in node.items() if not k.startswith("_")}
+        if any(isinstance(v, dict) for v in args.values()) or set(node) - {"_component_", *args}:
+            continue  # a nested component or _partial_: built by the run
+        try:
+            getattr(builtins, cls_name)(**args)
+        except TypeError:
+            continue  # an argument missing or unknown: the signature check names it
+        except ValueError as e:
+            key = f"rewards.rewards.{name}"
+            problems.append(f"{key}: {e} ({cfg.where(key)})")
+    return problems

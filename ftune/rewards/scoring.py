@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-import numbers
-import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ftune.config.reward_checks import NO_REWARDS, is_number, name_problems, weight_problems
 from ftune.config.time_limit import TimeLimitError, call_with_time_limit, check_time_limit
 
 # The time a reward may take on one completion by default (RewardSet's `time_limit_s`, in seconds):
@@ -35,14 +34,6 @@ def _short(text: str, limit: int = 80) -> str:
     return repr(_cut(text, limit))
 
 
-_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-def _is_number(value: Any) -> bool:
-    """An int, float or other real number (numpy's too), not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def check_rewards(rewards: Mapping[str, Any], weights: Mapping[str, Any]) -> None:
     """The config-time checks of a set of rewards and their weights, all problems in one message.
 
@@ -55,42 +46,17 @@ def check_rewards(rewards: Mapping[str, Any], weights: Mapping[str, Any]) -> Non
         ValueError: naming every problem found.
     """
     if not rewards:
-        raise ValueError(
-            "rewards: none given; name at least one, e.g. rewards: {correct: {_component_: "
-            "ftune.rewards.ExactMatch, field: answer}}."
-        )
-    problems = [
-        f"rewards.rewards.{name}: the name must be letters, digits, '_', '.' or '-' (it names the logged metrics "
-        "rewards/<name>/mean and /std); rename it."
-        for name in rewards
-        if not isinstance(name, str) or not _NAME.fullmatch(name)
-    ]
+        raise ValueError(NO_REWARDS)
+    problems = name_problems(
+        rewards
+    )  # the checks `ftune run` makes from the config (ftune.config.reward_checks)
     problems += [
         f"rewards.rewards.{name}: {type(r).__name__} {r!r} is not callable; give a reward component "
         "(prompt, completion, sample) -> float, e.g. {_component_: ftune.rewards.ExactMatch, field: answer}."
         for name, r in rewards.items()
         if not callable(r)
     ]
-    if set(weights) != set(rewards):
-        missing, extra = (
-            sorted(set(rewards) - set(weights), key=str),
-            sorted(set(weights) - set(rewards), key=str),
-        )
-        problems.append(
-            f"rewards.weights: give one weight per reward, named as in rewards {sorted(rewards, key=str)}; missing: "
-            f"{missing}, not a reward: {extra} (1.0 each for an unweighted sum)."
-        )
-    bad = {k: w for k, w in weights.items() if not _is_number(w) or not math.isfinite(w)}
-    if bad:
-        problems.append(
-            f"rewards.weights: {bad} are not finite numbers; give a number per reward (a negative weight "
-            "makes the reward a penalty)."
-        )
-    elif weights and all(w == 0 for w in weights.values()):
-        problems.append(
-            f"rewards.weights: all zero ({dict(weights)}): every total reward would be 0 and GRPO would "
-            "learn nothing; give at least one reward a non-zero weight."
-        )
+    problems += weight_problems(rewards, weights)
     if problems:
         raise ValueError(" ".join(problems))
 
@@ -159,7 +125,7 @@ def score_rewards(
                     f"{where} raised {type(e).__name__}: {text}. Fix the reward or the data it reads "
                     "(--debug shows the traceback)."
                 ) from e
-            if not _is_number(value) or not math.isfinite(value):
+            if not is_number(value) or not math.isfinite(value):
                 raise RewardError(
                     f"{where} returned {_cut(' '.join(repr(value).split()), 60)} ({type(value).__name__}); a reward "
                     "must return a finite number (int or float). Fix the reward."

@@ -14,6 +14,7 @@ with its own dataclass) has no fast check: the recipe's own check reports the sa
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 from ftune import settings as recipe_settings_module  # this package: every shipped class
@@ -21,7 +22,7 @@ from ftune.config import data_files, record_checks
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config, load_config
 from ftune.config.model_source import check_model_source
-from ftune.config.output_path import logs_on_inputs
+from ftune.config.output_path import logs_on_inputs, outputs_in_files
 from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems
 from ftune.config.run import default_config_for, parse_recipe_args
 from ftune.config.settings import Settings, collect_problems
@@ -87,9 +88,8 @@ def fast_problems(cfg, recipe: Path) -> list[str] | None:
     if cls is None:
         return None
     # A config or dataset of another kind of run first: it explains the key problems that follow.
-    return (
-        recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False) + logs_on_inputs(cfg)
-    )
+    problems = recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False)
+    return problems + logs_on_inputs(cfg) + outputs_in_files(cfg)
 
 
 # A supervised .jsonl file up to this size has every line parsed before the recipe starts (about
@@ -176,12 +176,20 @@ def check_data_files(cfg) -> None:
             data_files.check_preference_rows(rows, columns, str(node["source"]))
 
 
-def fast_check(recipe: Path, recipe_args: list[str]) -> Config | None:
+def fast_check(
+    recipe: Path, recipe_args: list[str], more: Callable[[Config], list[str]] | None = None
+) -> Config | None:
     """Load the config a recipe would load and check it against the recipe's settings, without torch.
 
     The config is loaded here once and handed on: `ftune run` calls the recipe's ``main`` with it.
     When the recipe's settings class was found, its keys are declared on the config and the class
     is in ``cfg.values_checked`` (the recipe's ``cfg.settings`` checks only the component signatures).
+
+    Args:
+        recipe: the recipe file.
+        recipe_args: its arguments (``--config``, overrides).
+        more: further config-only checks from a higher layer (`ftune run` builds the built-in rewards:
+            ftune.rewards), made with these, before the data files and folders.
 
     Returns:
         The loaded config, or None when no config was named and the recipe has no default one.
@@ -200,6 +208,8 @@ def fast_check(recipe: Path, recipe_args: list[str]) -> Config | None:
         return cfg  # SETTINGS defined in the recipe file: the recipe's own check reports problems
     problems = recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False)
     problems += logs_on_inputs(cfg)  # metric logs never land in a model folder the run reads
+    problems += outputs_in_files(cfg)  # an output_dir that is a file: a stat, not a failed mkdir later
+    problems += more(cfg) if more is not None and not problems else []
     if problems:
         raise ConfigError(problems, cfg.source)
     check_data_files(cfg)

@@ -18,6 +18,7 @@ from ftune.checkpointing.gguf import convert_gguf, read_metadata
 from ftune.checkpointing.gguf_export import export_gguf
 from ftune.checkpointing.gguf_export_tensors import FILE_TYPES, gguf_tensors
 from ftune.checkpointing.gguf_tokenizer import build_tokenizer
+from ftune.config.gguf_args import GGUF_TYPES, check_gguf_type
 from ftune.models import CONVERTERS
 from ftune.peft import adapter_state_dict, apply_lora
 
@@ -188,3 +189,13 @@ def test_adapter_is_merged_into_the_exported_weights(use_dora: bool, tmp_path: P
 def _merges(tok: Tokenizer) -> list[list[str]]:
     merges = json.loads(tok.to_str())["model"]["merges"]
     return [m if isinstance(m, list) else m.split(" ") for m in merges]
+
+
+def test_the_types_export_checks_before_torch_are_the_types_it_writes():
+    """`ftune export` refuses a --type from ftune.config.gguf_args before torch loads: the same list."""
+    assert GGUF_TYPES == tuple(FILE_TYPES)
+    assert check_gguf_type("Q8_0") == "q8_0"
+    with pytest.raises(
+        ValueError, match=r"--type 'q4_k_m' is not a GGUF type ftune writes\. Accepted: f32, f16"
+    ):
+        check_gguf_type("q4_k_m")

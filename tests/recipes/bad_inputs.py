@@ -171,7 +171,7 @@ CASES: list[Case] = [
     _c('value-nonfinite-loss', 'values', (*FULL, 'optimizer.lr=1e30', 'clip_grad_norm=null', 'max_steps=4'), 'Non-finite loss or gradient at step', 'at step', 'loss=', 'lower optimizer.lr'),
     # outputs
     _c('output-dir-is-file', 'outputs', (*LORA, 'output_dir={tmp}/taken', 'max_steps=1'), 'Not a directory', '{tmp}/taken', 'taken', 'a part of this path is a file, not a folder', 'output_file'),
-    _c('output-parent-is-file', 'outputs', (*LORA, 'output_dir={tmp}/taken/sub', 'max_steps=1'), 'Not a directory', '{tmp}/taken/sub', 'taken/sub', 'point output_dir', 'output_file'),
+    _c('output-parent-is-file', 'outputs', (*LORA, 'output_dir={tmp}/taken/sub', 'max_steps=1'), 'Not a directory', '{tmp}/taken/sub', 'taken/sub', 'Point output_dir at a folder', 'output_file'),
     _c('convert-output-exists', 'outputs', ('convert', 'torchtune-config', '{tmp}/tt.yaml', '-o', '{tmp}/mine.yaml'), 'already exists; ftune does not overwrite it', '-o/--output', '{tmp}/mine.yaml', 'Pass --force to replace it', 'tt_config'),
     _c('convert-output-is-input', 'outputs', ('convert', 'torchtune-config', '{tmp}/tt.yaml', '-o', '{tmp}/tt.yaml', '--force'), 'is the input config', '-o/--output', "'{tmp}/tt.yaml'", 'refuses even with --force', 'tt_config'),
     _c('quantize-output-is-checkpoint', 'outputs', ('run', 'quantize', '--config', 'quantization', 'checkpointer.checkpoint_dir={ckpt}', 'output_dir={ckpt}'), 'ftune never writes where it reads a model', 'output_dir', "output_dir '{ckpt}' is checkpoint_dir '{ckpt}'", 'Set output_dir to another folder'),

@@ -1,4 +1,4 @@
-"""Bad-input cases of issue 37 items 1, 2, 4 and 5: trust, record types, data files, limits, targets, QAT.
+"""Bad-input cases of issue 37 items 1, 2, 4, 5 and 6: trust, record types, data files, limits, targets, QAT.
 
 Run by bad_inputs.py inside its own namespace (`_c`, `CASES`, `SETUPS`, `_write`, `LORA`, `GRPO`,
 `DATA`, `MOE`, `_moe_ckpt`, `_lora_step_folder` come from there), so the catalogue stays one list.
@@ -53,3 +53,46 @@ SETUPS.update(  # noqa: F821
         ),  # noqa: F821
     }
 )
+
+# Issue 37 item 6: refusals from the config, the arguments or a folder listing, before torch
+# (tests/cli/test_fast_refusals.py checks that torch is not imported by each).
+_GGUF = ("export", "gguf")
+# fmt: off
+CASES += [  # noqa: F821
+    _c('grpo-loss-epsilon', 'online RL', (*GRPO, 'loss.epsilon=-1'), 'epsilon must be in (0, 1)', 'loss.epsilon', 'got -1', 'TRL uses 0.2'),  # noqa: F821
+    _c('grpo-loss-epsilon-high', 'online RL', (*GRPO, 'loss.epsilon_high=0'), 'epsilon_high must be > 0 or null', 'loss.epsilon_high', 'got 0', 'DAPO uses 0.28'),  # noqa: F821
+    _c('grpo-loss-beta', 'online RL', (*GRPO, 'loss.beta=-1'), 'beta must be >= 0', 'loss.beta', 'got -1', 'DeepSeek-R1 uses 0.001'),  # noqa: F821
+    _c('grpo-loss-type', 'online RL', (*GRPO, 'loss.loss_type=ppo'), "loss_type must be one of ['grpo', 'dapo', 'dr_grpo']", 'loss.loss_type', "got 'ppo'", "['grpo', 'dapo', 'dr_grpo']"),  # noqa: F821
+    _c('grpo-dr-grpo-null-length', 'online RL', (*GRPO, 'loss.loss_type=dr_grpo'), "Dr. GRPO's constant normaliser", 'loss.max_completion_length', 'max_completion_length None', "set it to the rollout's max new tokens"),  # noqa: F821
+    _c('grpo-time-limit-negative', 'online RL', (*GRPO, 'rewards.time_limit_s=-1'), 'must be a finite number of seconds > 0', 'rewards.time_limit_s', 'got -1', 'rewards.time_limit_s=null'),  # noqa: F821
+    _c('grpo-weights-all-zero', 'online RL', (*GRPO, 'rewards.weights.correct=0'), 'all zero', 'rewards.weights', "{'correct': 0}", 'give at least one reward a non-zero weight'),  # noqa: F821
+    _c('grpo-reward-bad-regex', 'online RL', (*GRPO, "rewards.rewards.correct={_component_: ftune.rewards.RegexMatch, pattern: '(a'}"), 'is not a valid regular expression', 'rewards.rewards.correct', "pattern '(a'", 'missing ), unterminated subpattern'),  # noqa: F821
+    _c('grpo-reward-negative-tolerance', 'online RL', ('validate', 'smollm2/135M_lora_grpo', 'rewards.rewards.correct={_component_: ftune.rewards.NumericAnswer, field: answer, tolerance: -1}'), 'tolerance must be a finite number >= 0', 'rewards.rewards.correct', 'got -1', '(set on the command line)'),  # noqa: F821
+    _c('grpo-supervised-dataset', 'online RL', (*GRPO, '~dataset', 'dataset._component_=ftune.datasets.alpaca_dataset'), 'gives supervised examples, and lora_grpo_single_device samples completions of prompts', 'dataset._component_', 'ftune.datasets.alpaca_dataset', 'Use ftune.datasets.prompt_dataset'),  # noqa: F821
+    _c('sft-prompt-dataset', 'data', (*LORA, '~dataset', 'dataset._component_=ftune.datasets.prompt_dataset'), 'gives prompts for online RL (no answer to train on)', 'dataset._component_', 'ftune.datasets.prompt_dataset', 'or run a recipe for online RL from prompts (lora_grpo_single_device'),  # noqa: F821
+    _c('resume-grpo-folder-sft-run', 'data', (*LORA, 'checkpointer.output_dir={tmp}/grpo', 'checkpointer.resume_from_checkpoint=auto'), 'is a step folder of an online RL run', 'checkpointer.resume_from_checkpoint', 'written by lora_grpo_single_device', 'To continue that run, use lora_grpo_single_device', 'grpo_step_folder'),  # noqa: F821
+    _c('resume-sft-folder-grpo-run', 'online RL', (*GRPO, 'checkpointer.output_dir={tmp}/lora', 'checkpointer.resume_from_checkpoint=auto'), 'lora_grpo_single_device is an online RL recipe', 'checkpointer.resume_from_checkpoint', 'a supervised run (written by lora_finetune_single_device)', 'with a fresh optimizer', 'lora_step_folder'),  # noqa: F821
+    _c('log-dir-below-file', 'outputs', (*LORA, 'metric_logger.log_dir={tmp}/notes.txt/logs'), 'lies below the file', 'metric_logger.log_dir', "'{tmp}/notes.txt/logs'", 'Point metric_logger.log_dir at a folder', 'notes_file'),  # noqa: F821
+    _c('export-type-unknown', 'export', (*_GGUF, '{ckpt}', '{tmp}/m.gguf', '--type', 'q4_k_m'), 'is not a GGUF type ftune writes', '--type', "'q4_k_m'", 'Accepted: f32, f16, bf16, q8_0, q4_0'),  # noqa: F821
+    _c('export-not-gguf', 'export', (*_GGUF, '{ckpt}', '{tmp}/m.bin', '--type', 'q8_0'), 'does not end in .gguf', 'output', "'{tmp}/m.bin'", 'Give a file name such as m.gguf'),  # noqa: F821
+    _c('export-model-missing', 'export', (*_GGUF, '{tmp}/nowhere', '{tmp}/m.gguf', '--type', 'q8_0'), 'does not exist or is not a folder', 'model folder', "'{tmp}/nowhere'", 'Pass a folder with config.json'),  # noqa: F821
+    _c('export-model-no-config', 'export', (*_GGUF, '{tmp}/grpo', '{tmp}/m.gguf', '--type', 'q8_0'), 'holds no config.json', "model folder '{tmp}/grpo'", "it holds ['step_2']", 'Pass a Hugging Face layout folder', 'grpo_step_folder'),  # noqa: F821
+    _c('export-model-is-adapter', 'export', (*_GGUF, '{tmp}/grpo/step_2', '{tmp}/m.gguf', '--type', 'q8_0'), 'holds a LoRA/DoRA adapter, not a whole model', "'{tmp}/grpo/step_2'", 'adapter', '--adapter {tmp}/grpo/step_2', 'grpo_step_folder'),  # noqa: F821
+    _c('export-adapter-empty', 'export', (*_GGUF, '{ckpt}', '{tmp}/m.gguf', '--type', 'q8_0', '--adapter', '{tmp}/grpo'), 'holds no adapter_model.safetensors', "--adapter '{tmp}/grpo'", "it holds ['step_2']", 'Pass a step folder of a LoRA run', 'grpo_step_folder'),  # noqa: F821
+    _c('export-output-exists', 'export', (*_GGUF, '{ckpt}', '{tmp}/old.gguf', '--type', 'q8_0'), 'already exists; ftune does not overwrite it', "output '{tmp}/old.gguf'", 'old.gguf', 'Pass --force to replace it', 'old_gguf'),  # noqa: F821
+    _c('export-output-in-model', 'export', (*_GGUF, '{ckpt}', '{ckpt}/m.gguf', '--type', 'q8_0'), 'ftune never writes where it reads a model', "output '{ckpt}/m.gguf' is inside the model folder", '{ckpt}', 'Write the .gguf file outside the input folders'),  # noqa: F821
+]
+# fmt: on
+
+
+def _grpo_step_folder(tmp, ckpt):
+    """A complete LoRA GRPO step folder saved when GRPO folders recorded the kind 'supervised'."""
+    folder = tmp / "grpo" / "step_2"
+    _write(folder / "adapter_model.safetensors", b"not read")  # noqa: F821
+    state = {"ftune_recipe": "lora_grpo_single_device", "ftune_recipe_kind": "supervised", "step": 2}
+    __import__("torch").save(state, folder / "recipe_state.pt")
+    _write(folder / ".complete", '{"complete": true, "step": 2}')  # noqa: F821
+
+
+SETUPS["grpo_step_folder"] = _grpo_step_folder  # noqa: F821
+SETUPS["old_gguf"] = lambda tmp, ckpt: _write(tmp / "old.gguf", b"GGUF an earlier export")  # noqa: F821

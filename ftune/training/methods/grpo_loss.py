@@ -29,17 +29,15 @@ fp32 logits (backward recomputes each block's projection).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from ftune.settings.grpo import loss_problems
 from ftune.training.step.batch_loss import Loss, MicroBatch
 from ftune.training.step.loss import IGNORE_INDEX
-
-LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 
 #: The per-token KL terms: Schulman's k3, and k3 times the policy ratio (TRL's bias-corrected KL).
 KL_ESTIMATORS = ("k3", "k3_ratio")
@@ -211,35 +209,11 @@ class GRPOLoss(nn.Module):
         kl_estimator: Literal["k3", "k3_ratio"] = "k3",
     ) -> None:
         super().__init__()
-        if loss_type not in LOSS_TYPES:
-            raise ValueError(f"GRPOLoss: loss_type must be one of {list(LOSS_TYPES)}, got {loss_type!r}.")
-        if not (isinstance(epsilon, (int, float)) and 0 < epsilon < 1):
-            raise ValueError(
-                f"GRPOLoss: epsilon must be in (0, 1) (the clip 1 - epsilon), got {epsilon!r}; TRL uses 0.2."
-            )
-        if epsilon_high is not None and not (
-            isinstance(epsilon_high, (int, float)) and 0 < epsilon_high < math.inf
-        ):
-            raise ValueError(
-                f"GRPOLoss: epsilon_high must be > 0 or null (same as epsilon), got {epsilon_high!r}; DAPO uses 0.28."
-            )
-        if not (isinstance(beta, (int, float)) and 0 <= beta < math.inf):
-            raise ValueError(
-                f"GRPOLoss: beta must be >= 0 (0: no KL term), got {beta!r}; DeepSeek-R1 uses 0.001."
-            )
-        length_ok = max_completion_length is None or (
-            isinstance(max_completion_length, int)
-            and not isinstance(max_completion_length, bool)
-            and max_completion_length > 0
-        )
-        if (max_completion_length is None) == (loss_type == "dr_grpo") or not length_ok:
-            raise ValueError(
-                "GRPOLoss: max_completion_length is Dr. GRPO's constant normaliser: set it to the rollout's max "
-                f"new tokens (a positive int) for loss_type 'dr_grpo' and leave it null otherwise; got loss_type "
-                f"{loss_type!r}, max_completion_length {max_completion_length!r}."
-            )
-        if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
-            raise ValueError(f"GRPOLoss: num_chunks must be a positive int, got {num_chunks!r}.")
+        arguments = dict(loss_type=loss_type, epsilon=epsilon, epsilon_high=epsilon_high, beta=beta)
+        arguments.update(max_completion_length=max_completion_length, num_chunks=num_chunks)
+        # the checks `ftune run` makes before torch (ftune.settings.grpo)
+        if problems := loss_problems(arguments):
+            raise ValueError(f"GRPOLoss: {problems[0][1]}")
         self.loss_type, self.beta, self.num_chunks = loss_type, float(beta), num_chunks
         self.epsilon_low = float(epsilon)
         self.epsilon_high = float(epsilon if epsilon_high is None else epsilon_high)

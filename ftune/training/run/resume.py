@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from ftune.checkpointing.dcp import full_state_dict
-from ftune.config.recipe_kind import KIND_KEY, RECIPE_KEY, objective_of
+from ftune.config.recipe_kind import KIND_KEY, RECIPE_KEY, a_kind, objective_of, saved_objective
 from ftune.runtime.rank import get_rank, is_rank_zero, world_size
 from ftune.runtime.seed import get_rng_state, set_rng_state
 from ftune.training.features.fsdp import is_sharded
@@ -119,6 +119,7 @@ def _check_kind(state: dict[str, Any]) -> None:
     also covers a recipe run with python or torchrun directly.
     """
     saved_name, saved_kind = state.get(RECIPE_KEY), state.get(KIND_KEY)
+    saved_kind = saved_objective(saved_name, saved_kind)  # GRPO folders saved before GRPO had its own kind
     name = running_recipe()
     kind = objective_of(name)
     if saved_name is None:
@@ -131,7 +132,7 @@ def _check_kind(state: dict[str, Any]) -> None:
         )
     elif kind is not None and saved_kind is not None and saved_kind != kind:
         raise ValueError(
-            f"recipe_state.pt was written by {saved_name}, a {saved_kind} run, and {name} is a {kind} recipe: "
+            f"recipe_state.pt was written by {saved_name}, {a_kind(saved_kind)} run, and {name} is {a_kind(kind)} recipe: "
             f"its step, schedule and data position belong to the other run. Continue that run with {saved_name}, "
             "or start this one from the folder's weights with a fresh optimizer: set "
             "checkpointer.resume_from_checkpoint=null and checkpointer.checkpoint_dir=<the step folder> "

@@ -1,0 +1,93 @@
+"""What `ftune export gguf` checks in its arguments before torch and gguf load (torch-free).
+
+The tensor types it writes (`GGUF_TYPES`, the keys of `ftune.checkpointing.gguf_export_tensors.FILE_TYPES`)
+and where the Ollama Modelfile goes beside the .gguf file: `ftune.cli.export` checks every argument
+with these and `ftune.config.output_path` in well under a second, then imports the exporter.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+
+
+def check_gguf_type(name: str) -> str:
+    """`name` lower-cased when it is one of `GGUF_TYPES`.
+
+    Raises:
+        ValueError: naming the type given and the accepted ones.
+    """
+    key = name.lower()
+    if key not in GGUF_TYPES:
+        raise ValueError(
+            f"--type {name!r} is not a GGUF type ftune writes. Accepted: {', '.join(GGUF_TYPES)} "
+            "(q4_0 is the 4-bit type: the gguf package cannot write llama.cpp's K-quants, so no q4_k_m; "
+            "run llama.cpp's llama-quantize on an f16 export for those)."
+        )
+    return key
+
+
+def modelfile_path(output: str | os.PathLike) -> Path:
+    """Where the Ollama Modelfile of `output` goes: `<name>.Modelfile` beside it."""
+    out = Path(output)
+    return out.with_name(out.stem + ".Modelfile")
+
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # ftune.checkpointing.adapter.ADAPTER_WEIGHTS_FILE
+HF_CONFIG = "config.json"
+
+
+def _held(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())[:12]
+
+
+def require_model_folder(model_dir: Path) -> None:
+    """Refuse a model folder that does not exist.
+
+    Raises:
+        FileNotFoundError: naming the folder and what to pass.
+    """
+    if not model_dir.is_dir():
+        raise FileNotFoundError(
+            f"model folder {str(model_dir)!r} does not exist or is not a folder. Pass a folder with "
+            "config.json, the weights and tokenizer.json (a base model, a step folder, a merged/ folder)."
+        )
+
+
+def check_model_folder(model_dir: Path) -> None:
+    """Refuse a model folder that is not a whole HF-layout model, from its listing.
+
+    Raises:
+        FileNotFoundError: it does not exist, or holds no config.json.
+        ValueError: it holds only a LoRA/DoRA adapter (says to pass it as --adapter).
+    """
+    require_model_folder(model_dir)
+    if (model_dir / ADAPTER_WEIGHTS).is_file() and not (model_dir / HF_CONFIG).is_file():
+        raise ValueError(
+            f"{str(model_dir)!r} holds a LoRA/DoRA adapter, not a whole model. Pass the base model folder "
+            f"(the run's checkpoint_dir) and this folder as the adapter: ftune export gguf <base> <out.gguf> "
+            f"--adapter {model_dir} --type <type>."
+        )
+    if not (model_dir / HF_CONFIG).is_file():
+        raise FileNotFoundError(
+            f"model folder {str(model_dir)!r} holds no {HF_CONFIG} (it holds {_held(model_dir)}), so the model "
+            "family is unknown. Pass a Hugging Face layout folder (config.json, the weights, tokenizer.json): a "
+            "base model, a full fine-tune's step folder or a LoRA run's merged/ folder."
+        )
+
+
+def check_adapter_folder(adapter_dir: Path) -> None:
+    """Refuse an `--adapter` folder without adapter weights, from its listing.
+
+    Raises:
+        FileNotFoundError: naming the folder, what it holds, and what to pass instead.
+    """
+    if not (adapter_dir / ADAPTER_WEIGHTS).is_file():
+        held = _held(adapter_dir) if adapter_dir.is_dir() else "nothing: it does not exist"
+        raise FileNotFoundError(
+            f"--adapter {str(adapter_dir)!r} holds no {ADAPTER_WEIGHTS} (it holds {held}). Pass a step folder "
+            "of a LoRA run (output_dir/step_<N>); a full fine-tune's step folder or a LoRA run's merged/ folder "
+            "is a whole model: pass it as the model folder, without --adapter."
+        )
