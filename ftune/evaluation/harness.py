@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ftune.config.errors import did_you_mean
 from ftune.evaluation.task_names import unknown_by_scan
+from ftune.settings.eval import lm_eval_missing
 
 if TYPE_CHECKING:
     from torch import nn
@@ -33,10 +34,7 @@ def require_lm_eval(key: str = "lm_eval_tasks") -> None:
     try:
         import lm_eval  # noqa: F401
     except ImportError as e:
-        raise ImportError(
-            f"{key} needs lm-evaluation-harness, which is not installed: "
-            "pip install 'ftune[lm-eval]' (or pip install 'lm_eval>=0.4'), or set lm_eval_tasks=[]."
-        ) from e
+        raise ImportError(lm_eval_missing(key)) from e
 
 
 def task_manager(include_path: str | None, *, builtin_tasks: bool) -> Any:

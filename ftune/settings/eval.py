@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass
 
 from ftune.config.settings import setting
@@ -59,4 +61,24 @@ class EvalSettings(InferenceModelSettings):
                 out.append(
                     f"{key}: got {value}; it must be >= {least} or null. Pass {key}=<n> or {key}=null."
                 )
+        if self.lm_eval_tasks and not lm_eval_installed():  # a config-only refusal: before any folder check
+            out.append(lm_eval_missing("lm_eval_tasks"))
         return out
+
+
+def lm_eval_missing(key: str) -> str:
+    """The refusal of a setting `key` that needs lm-evaluation-harness where it is not installed."""
+    return (
+        f"{key} needs lm-evaluation-harness, which is not installed: pip install 'ftune[lm-eval]' "
+        "(or pip install 'lm_eval>=0.4'), or set lm_eval_tasks=[]."
+    )
+
+
+def lm_eval_installed() -> bool:
+    """Whether `import lm_eval` would find the package (found, not imported: it takes seconds)."""
+    if "lm_eval" in sys.modules:
+        return sys.modules["lm_eval"] is not None  # None: an import that is known to fail
+    try:
+        return importlib.util.find_spec("lm_eval") is not None
+    except (ImportError, ValueError):
+        return False
