@@ -173,6 +173,7 @@ def _torchrun(launcher: list[str], path: Path, recipe_args: list[str]) -> int:
             file=sys.stderr,
         )
         return int(e.code or 2)
+    launcher_env = dict(os.environ)
     try:
         run(args)
     except DistNetworkError as e:
@@ -198,4 +199,10 @@ def _torchrun(launcher: list[str], path: Path, recipe_args: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        # torchrun sets OMP_NUM_THREADS=1 (and more) in the launching process's own environment: a caller
+        # of `ftune run` in-process (a notebook, a test session) gets its environment back, so a later run
+        # there (a resume, which honours OMP_NUM_THREADS) does not see a setting nobody made (issue 46).
+        os.environ.clear()
+        os.environ.update(launcher_env)
     return 0
