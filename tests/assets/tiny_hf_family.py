@@ -22,6 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from ftune_tiny_hf import TINY_HF, build_tiny_hf  # noqa: E402 - tests/models' helper
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checkpointing"))
+from tiny_gguf import _byte_alphabet  # noqa: E402 - the one spelling of the byte alphabet in the tests
+
 FAMILIES = sorted(TINY_HF)
 SENTENCEPIECE = ("llama2", "code_llama2", "mistral", "mixtral")
 TIKTOKEN = ("llama3", "llama3_1", "llama3_2")
@@ -78,19 +81,7 @@ def _tiktoken(folder: Path) -> int:
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table, which byte-level BPE pieces are spelled in."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
+    return dict(enumerate(_byte_alphabet()))
 
 
 def _hf_tokenizer(folder: Path) -> int:
