@@ -120,7 +120,7 @@ LATE: dict[tuple[str, str], str] = {
     ("ftune.cli.validate", "ftune.training.step.optimizer"): (
         "same; only a distributed recipe's config, after its settings passed"
     ),
-    ("ftune.cli.export", "ftune.checkpointing.gguf_export"): (
+    ("ftune.cli.export", "ftune.checkpointing.gguf.export"): (
         "~5-9 s at load 5-8 on 2 cores (torch, gguf, the checkpointers); `ftune export` checks every argument "
         "(type, paths, folder listings) first, so a refusal takes ~0.3 s"
     ),

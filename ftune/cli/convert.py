@@ -15,7 +15,7 @@ import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
-from ftune.checkpointing.gguf import convert_gguf
+from ftune.checkpointing.gguf.reader import convert_gguf
 from ftune.checkpointing.output_guard import check_output_file, check_output_folder
 from ftune.cli.packaged_gguf import FOLDERS, packaged_gguf
 from ftune.cli.validate import validate

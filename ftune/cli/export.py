@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
     try:
         check_gguf_type(args.type)
         _check_outputs(args)  # every argument checked before torch and the exporter load
-        from ftune.checkpointing.gguf_export import export_gguf  # torch and gguf: see LATE in test_layout
+        from ftune.checkpointing.gguf.export import export_gguf  # torch and gguf: see LATE in test_layout
 
         exported = export_gguf(
             args.model_dir, args.output, file_type=args.type, adapter_dir=args.adapter, name=args.name

@@ -1,6 +1,6 @@
 """What `ftune export gguf` checks in its arguments before torch and gguf load (torch-free).
 
-The tensor types it writes (`GGUF_TYPES`, the keys of `ftune.checkpointing.gguf_export_tensors.FILE_TYPES`)
+The tensor types it writes (`GGUF_TYPES`, the keys of `ftune.checkpointing.gguf.export_tensors.FILE_TYPES`)
 and where the Ollama Modelfile goes beside the .gguf file: `ftune.cli.export` checks every argument
 with these and `ftune.config.output_path` in well under a second, then imports the exporter.
 """

@@ -1,4 +1,4 @@
-"""GGUF import (ftune.checkpointing.gguf).
+"""GGUF import (ftune.checkpointing.gguf.reader).
 
 Synthetic: tiny llama GGUF files written here with gguf's own writer, so every number is known
 (dequantisers against the block layouts, the q/k permutation, metadata -> config.json, errors).
@@ -19,7 +19,7 @@ from tiny_gguf import TEMPLATE, TOKENS, _llama_cpp_order, write_tiny_gguf
 from tiny_gguf import _tiny_hf_model as _tiny_hf_model
 from tokenizers import Tokenizer
 
-from ftune.checkpointing.gguf import convert_gguf, dequantize, hf_key
+from ftune.checkpointing.gguf.reader import convert_gguf, dequantize, hf_key
 from ftune.models._meta_keys import from_meta_qk, to_meta_qk  # llama.cpp keeps Meta's q/k row order
 
 Q = gguf.GGMLQuantizationType
@@ -278,7 +278,7 @@ def test_tiny_tokenizer_and_configs(tmp_path: Path) -> None:
 
 
 def test_llama3_pre_tokenizer_splits_like_llama3() -> None:
-    from ftune.checkpointing.gguf_tokenizer import PRE_TOKENIZERS
+    from ftune.checkpointing.gguf.tokenizer import PRE_TOKENIZERS
 
     pieces = [p for p, _ in PRE_TOKENIZERS["llama-bpe"]().pre_tokenize_str("Hello1234567 world's!!\n\n  x")]
     assert pieces == ["Hello", "123", "456", "7", "Ġworld", "'s", "!!ĊĊ", "Ġ", "Ġx"]
@@ -301,7 +301,7 @@ def test_sentencepiece_vocab_encodes_like_sentencepiece() -> None:
 
     import sentencepiece as spm
 
-    from ftune.checkpointing.gguf_tokenizer import build_tokenizer, tokenizer_configs
+    from ftune.checkpointing.gguf.tokenizer import build_tokenizer, tokenizer_configs
 
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(

@@ -10,7 +10,7 @@ import pytest
 from tiny_gguf import _tiny_hf_model as _tiny_hf_model
 from tiny_gguf import write_tiny_gguf
 
-from ftune.checkpointing.gguf import convert_gguf
+from ftune.checkpointing.gguf.reader import convert_gguf
 
 Q = gguf.GGMLQuantizationType
 

@@ -1,4 +1,4 @@
-"""GGUF export (ftune.checkpointing.gguf_export): tiny seeded models of every exported family, written
+"""GGUF export (ftune.checkpointing.gguf.export): tiny seeded models of every exported family, written
 as F32 GGUF files and read back by ftune's own importer (`ftune convert gguf`: llama-architecture
 and gemma3 files) and by transformers' GGUF loader (every family): equal logits, equal weights.
 
@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from ftune_tiny_hf import build_tiny_hf  # noqa: E402
 
 from ftune.checkpointing import load_hf  # noqa: E402
-from ftune.checkpointing.gguf import convert_gguf  # noqa: E402
-from ftune.checkpointing.gguf_export import export_gguf  # noqa: E402
-from ftune.checkpointing.gguf_export_vocab import QWEN2_SPLIT  # noqa: E402
-from ftune.checkpointing.gguf_tokenizer import _LLAMA3_SPLIT  # noqa: E402
+from ftune.checkpointing.gguf.export import export_gguf  # noqa: E402
+from ftune.checkpointing.gguf.export_vocab import QWEN2_SPLIT  # noqa: E402
+from ftune.checkpointing.gguf.reader import convert_gguf  # noqa: E402
+from ftune.checkpointing.gguf.tokenizer import _LLAMA3_SPLIT  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ from test_gguf_export import STYLE, TEXTS, tiny_folder
 from tokenizers import Tokenizer
 
 from ftune.checkpointing import load_hf
-from ftune.checkpointing.gguf_export import export_gguf
+from ftune.checkpointing.gguf.export import export_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="pip install llama-cpp-python==0.3.36 (builds llama.cpp)")
 pytestmark = [pytest.mark.llama_cpp, pytest.mark.usefixtures("one_thread")]

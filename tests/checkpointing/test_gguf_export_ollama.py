@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_gguf_export import tiny_folder
 
-from ftune.checkpointing.gguf_export import export_gguf
-from ftune.checkpointing.gguf_export_ollama import CHATML_TEMPLATE, _chatml, modelfile_text, ollama_chat
+from ftune.checkpointing.gguf.export import export_gguf
+from ftune.checkpointing.gguf.ollama import CHATML_TEMPLATE, _chatml, modelfile_text, ollama_chat
 from ftune.tokenizers.chat_template import compile_chat_template, render_chat
 
 pytestmark = pytest.mark.usefixtures("one_thread")

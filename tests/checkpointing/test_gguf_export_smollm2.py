@@ -27,7 +27,7 @@ import torch
 from test_gguf_smollm2 import smollm2_dir, smollm2_gguf  # noqa: F401 (fixtures, used by name)
 
 from ftune.checkpointing import load_hf
-from ftune.checkpointing.gguf_export import export_gguf
+from ftune.checkpointing.gguf.export import export_gguf
 from ftune.data.messages import Message
 from ftune.evaluation.exact_match import prompt_tokens
 from ftune.generation import generate_batch

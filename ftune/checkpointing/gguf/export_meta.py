@@ -20,8 +20,8 @@ from typing import Any
 import gguf
 import torch
 
-from ftune.checkpointing.gguf import llama3_rope_factors
-from ftune.checkpointing.gguf_gemma3 import LOCAL_ROPE_BASE, SLIDING_WINDOW_PATTERN
+from ftune.checkpointing.gguf.gemma3 import LOCAL_ROPE_BASE, SLIDING_WINDOW_PATTERN
+from ftune.checkpointing.gguf.reader import llama3_rope_factors
 from ftune.models import builder_kwargs
 
 logger = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from typing import Any
 
 import gguf
 
-from ftune.checkpointing.gguf_tokenizer import _LLAMA3_SPLIT
+from ftune.checkpointing.gguf.tokenizer import _LLAMA3_SPLIT
 
 TokenType = gguf.TokenType
 

@@ -97,7 +97,7 @@ def build_tokenizer(meta: Mapping[str, Any], *, source: str | os.PathLike) -> To
     """The `tokenizers.Tokenizer` described by a GGUF file's `tokenizer.ggml.*` metadata.
 
     Args:
-        meta: the file's metadata (`ftune.checkpointing.gguf.read_metadata`).
+        meta: the file's metadata (`ftune.checkpointing.gguf.reader.read_metadata`).
         source: file name for error messages.
 
     Raises:

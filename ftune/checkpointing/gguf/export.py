@@ -6,11 +6,11 @@
 The input is anything ftune reads as a Hugging Face folder: a downloaded or converted base model, a
 full fine-tune's step folder, a LoRA run's merged/ folder, a QAT run's output; `adapter_dir` (a LoRA
 or DoRA step folder) is merged into it first, as `ftune run generate` merges it. The file holds what
-llama.cpp's own `convert_hf_to_gguf.py` writes (`gguf_export_meta`, `gguf_export_vocab`,
-`gguf_export_tensors`), and an Ollama Modelfile is written beside it (`write_modelfile`).
+llama.cpp's own `convert_hf_to_gguf.py` writes (`export_meta`, `export_vocab`,
+`export_tensors`), and an Ollama Modelfile is written beside it (`write_modelfile`).
 
 Families: llama (SmolLM2, Llama 2, 3, 3.1, 3.2), mistral (a llama file), qwen2 (ftune's qwen2_5),
-qwen3, gemma3. Types: f32, f16, bf16, q8_0, q4_0 (`gguf_export_tensors.FILE_TYPES`).
+qwen3, gemma3. Types: f32, f16, bf16, q8_0, q4_0 (`export_tensors.FILE_TYPES`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ import torch
 from ftune.checkpointing.adapter import has_adapter
 from ftune.checkpointing.atomic import atomic_path
 from ftune.checkpointing.families import converter
-from ftune.checkpointing.gguf_export_meta import architecture, write_hparams
-from ftune.checkpointing.gguf_export_ollama import modelfile_text
-from ftune.checkpointing.gguf_export_tensors import (
+from ftune.checkpointing.gguf.export_meta import architecture, write_hparams
+from ftune.checkpointing.gguf.export_tensors import (
     FileType,
     GGMLType,
     encode,
@@ -39,7 +38,8 @@ from ftune.checkpointing.gguf_export_tensors import (
     tensor_type,
     to_numpy,
 )
-from ftune.checkpointing.gguf_export_vocab import TokenizerInfo, write_tokenizer
+from ftune.checkpointing.gguf.export_vocab import TokenizerInfo, write_tokenizer
+from ftune.checkpointing.gguf.ollama import modelfile_text
 from ftune.checkpointing.hf import HFCheckpointer
 from ftune.checkpointing.inference import merge_adapter_folder
 from ftune.checkpointing.model_build import HF_CONFIG_FILE
@@ -103,7 +103,7 @@ def export_gguf(
         model_dir: an HF-layout folder ftune reads (config.json, safetensors, tokenizer.json).
         output: the .gguf file to write (replaced if it exists: callers check first, see
             `ftune.cli.export`); its Modelfile goes to `modelfile_path(output)`.
-        file_type: one of `gguf_export_tensors.FILE_TYPES` (f32, f16, bf16, q8_0, q4_0).
+        file_type: one of `export_tensors.FILE_TYPES` (f32, f16, bf16, q8_0, q4_0).
         adapter_dir: a LoRA/DoRA step folder to merge first, or None.
         name: `general.name`; default: the model folder's name.
 
@@ -182,7 +182,7 @@ def _add_tensor_infos(
 
 
 def write_modelfile(gguf_path: Path, info: TokenizerInfo) -> Path:
-    """Write the Ollama Modelfile beside `gguf_path` (`gguf_export_ollama.modelfile_text`).
+    """Write the Ollama Modelfile beside `gguf_path` (`ollama.modelfile_text`).
 
     FROM the file, a stop parameter per stop token, and for a ChatML chat template the TEMPLATE in
     Ollama's syntax and its default SYSTEM prompt; other templates are left to Ollama, which reads

@@ -2,7 +2,7 @@
 
     convert_gguf("gemma-3-270m-q4_k_m.gguf", "checkpoints/gemma-3-270m")   # dispatches here
 
-Differences from the llama files `ftune.checkpointing.gguf` reads, all from llama.cpp's converter:
+Differences from the llama files `ftune.checkpointing.gguf.reader` reads, all from llama.cpp's converter:
 tensors keep HF's q/k row order (Gemma's RoPE rotates halves in llama.cpp too), every norm weight is
 stored as `1 + weight` (llama.cpp's RMSNorm multiplies by the stored value; Gemma's by 1 + weight),
 and what llama.cpp fixes in code instead of metadata is rebuilt here the same way: the local RoPE
@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from ftune.checkpointing.gguf_tensors import dequantized_state_dict, gguf_float
-from ftune.checkpointing.gguf_tokenizer import generation_config as _generation_config
-from ftune.checkpointing.gguf_tokenizer import require, special_token_ids
+from ftune.checkpointing.gguf.tensors import dequantized_state_dict, gguf_float
+from ftune.checkpointing.gguf.tokenizer import generation_config as _generation_config
+from ftune.checkpointing.gguf.tokenizer import require, special_token_ids
 
 ARCHITECTURE = "gemma3"
 LOCAL_ROPE_BASE = 10_000.0  # llama.cpp: rope_freq_base_train_swa for gemma3

@@ -24,16 +24,16 @@ from typing import Any
 import gguf
 import torch
 
-from ftune.checkpointing import gguf_gemma3
 from ftune.checkpointing.atomic import atomic_path, save_safetensors, write_json
-from ftune.checkpointing.gguf_tensors import (
+from ftune.checkpointing.gguf import gemma3 as gguf_gemma3
+from ftune.checkpointing.gguf.tensors import (
     _FLOAT_TYPES,
     check_tensor_types,
     dequantize,
     dequantized_state_dict,
     gguf_float,
 )
-from ftune.checkpointing.gguf_tokenizer import (
+from ftune.checkpointing.gguf.tokenizer import (
     build_tokenizer,
     generation_config,
     require,
@@ -46,7 +46,7 @@ from ftune.modules.rope import Llama3RopeScaling
 logger = logging.getLogger(__name__)
 
 ARCHITECTURE = "llama"
-ARCHITECTURES = (ARCHITECTURE, "gemma3")  # gemma3: ftune.checkpointing.gguf_gemma3
+ARCHITECTURES = (ARCHITECTURE, "gemma3")  # gemma3: ftune.checkpointing.gguf.gemma3
 GGMLType = gguf.GGMLQuantizationType
 
 # GGUF tensor name -> HF LlamaForCausalLM key; layer tensors are blk.<N>.<name>.weight.
