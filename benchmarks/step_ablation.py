@@ -44,7 +44,7 @@ from ftune.modules import attention, cpu_attention
 from ftune.peft import apply_lora
 from ftune.peft.lora import LoRALinear
 from ftune.peft.nf4 import frozen_linear
-from ftune.training.step.batch_loss import batch_loss
+from ftune.training.step.token_loss import batch_loss
 
 CPU = torch.device("cpu")
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

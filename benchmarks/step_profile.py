@@ -47,7 +47,7 @@ from ftune.config import instantiate  # noqa: E402
 from ftune.peft import apply_lora  # noqa: E402
 from ftune.runtime.device import get_dtype  # noqa: E402
 from ftune.training.run.memory import peak_memory_gib  # noqa: E402
-from ftune.training.step.batch_loss import batch_loss  # noqa: E402
+from ftune.training.step.token_loss import batch_loss  # noqa: E402
 
 MATMUL = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm"}
 LOSS = ("softmax", "nll_loss", "_LinearCrossEntropy", "logsumexp")

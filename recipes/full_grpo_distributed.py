@@ -83,7 +83,7 @@ def main(cfg: config.Config) -> None:
     def loss_on(batch: training.MicroBatch) -> training.Loss:
         """A micro-batch's forward and loss: the training step and validation both call this."""
         hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
-        return training.grpo_loss(loss_fn, model.output_weight, hidden, batch)  # [grpo] clipped ratio + KL
+        return training.grpo_loss(loss_fn, model, hidden, batch)  # [grpo] clipped ratio + KL
 
     loader = training.RolloutLoader(  # [grpo] prompts in, scored rollouts out (num_iterations times)
         loader, rollout_on, grad_accum_steps=s.grad_accum_steps, num_iterations=s.num_iterations
@@ -131,20 +131,19 @@ def main(cfg: config.Config) -> None:
                 if s.clip_grad_norm is not None:
                     grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad_norm)
                 stats = step_loss.finish(grad_norm)
-                stats = training.rollout_means(stats)  # [grpo] rewards, lengths, KL, clip ratios: means
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 if scheduler is not None:
                     scheduler.step()
                 step += 1
 
+                report.add_timings(loader.take_seconds())  # [grpo] time/rollout_s: sampling and scoring
                 report.step(step, stats, training.count_tokens(micro_batches))
                 profiler.step()
                 if val_loader is not None and training.every(step, s.run_val_every_n_steps):
                     val = training.validate(
                         loss_on, model, val_loader, device=device, max_batches=s.max_val_batches
                     )
-                    val = training.rollout_means(val)  # [grpo]
                     report.log(step, val)
                 if step == steps or stop.check():
                     break

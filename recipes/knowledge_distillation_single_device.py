@@ -66,7 +66,7 @@ def main(cfg: config.Config) -> None:
         teacher_hidden = training.teacher_hidden(teacher, batch)  # [kd] no grad
         hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
         return training.distill_loss(  # [kd] cross-entropy and KL to the teacher's distribution
-            loss_fn, model.output_weight, hidden, batch.labels, teacher.output_weight, teacher_hidden
+            loss_fn, model, hidden, batch, teacher, teacher_hidden
         )
 
     params = training.trainable_params(model)

@@ -63,7 +63,7 @@ def main(cfg: config.Config) -> None:
         reference_logps = reference.row_logps(loss_fn, batch)  # [dpo] no grad; None for SimPO
         hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
         return training.preference_loss(  # [dpo] pair losses, rewards, log-prob accuracies
-            loss_fn, model.output_weight, hidden, batch, reference_logps
+            loss_fn, model, hidden, batch, reference_logps
         )
 
     params = training.trainable_params(model)

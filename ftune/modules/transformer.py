@@ -10,7 +10,10 @@ from ftune.modules.softcap import softcap
 
 
 class OutputHead(NamedTuple):
-    """What turns final hidden states into logits, for losses that project in blocks themselves.
+    """What turns final hidden states into logits: the one way every loss reads the output layer.
+
+    Losses project in blocks of tokens themselves (only one block of fp32 logits at a time), so they
+    take the head, never the bare weight: a soft-capped model's logits are capped in every loss.
 
     Attributes:
         weight: the (vocab_size, embed_dim) output projection (tied or not).
@@ -20,6 +23,12 @@ class OutputHead(NamedTuple):
 
     weight: torch.Tensor
     softcap: float | None
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """fp32 logits ``(..., vocab)`` of hidden states ``(..., embed_dim)``: projected, upcast, then capped
+        in fp32 (tanh's slope matters near the cap)."""
+        logits = F.linear(hidden, self.weight).float()
+        return logits if self.softcap is None else softcap(logits, self.softcap)
 
 
 class TransformerDecoder(nn.Module):
@@ -38,8 +47,7 @@ class TransformerDecoder(nn.Module):
         max_seq_len: the longest context the model was trained for; informational (RoPE has no
             table), and the default length of KV caches.
         final_logit_softcap: cap the output logits at ±cap with tanh (Gemma 2's
-            final_logit_softcapping); None = plain logits. The SFT losses read `head` (weight and
-            cap); `output_weight` refuses a capped model (see its docstring).
+            final_logit_softcapping); None = plain logits. Every loss reads `head` (weight and cap).
     """
 
     def __init__(
@@ -62,29 +70,10 @@ class TransformerDecoder(nn.Module):
 
     @property
     def head(self) -> OutputHead:
-        """The output projection's weight and the logits' soft-cap: what a chunked loss needs to compute
-        the logits the model outputs (``training.token_loss`` passes both to the loss)."""
+        """The output projection's weight and the logits' soft-cap: what every loss reads to compute the
+        logits the model outputs, in blocks (``training.token_loss`` and the other loss helpers pass it)."""
         weight = self.tok_embeddings.weight if self.output is None else self.output.weight
         return OutputHead(weight, self.final_logit_softcap)
-
-    @property
-    def output_weight(self) -> torch.Tensor:
-        """The (vocab_size, embed_dim) weight `project` multiplies by, for losses that take it alone.
-
-        Raises:
-            ValueError: for a model that soft-caps its logits (Gemma 2): a loss given this weight
-                alone would compute logits the model never outputs; read `head` instead.
-        """
-        if self.final_logit_softcap is not None:
-            raise ValueError(
-                f"{type(self).__name__}.output_weight: this model soft-caps its output logits "
-                f"(final_logit_softcap={self.final_logit_softcap}, Gemma 2's final_logit_softcapping), and the "
-                "DPO, GRPO and distillation losses project the hidden states with output_weight alone, so they "
-                "would score logits without the cap that the model never outputs. Fine-tune a soft-capped model "
-                "with the SFT recipes (full_finetune_*, lora_finetune_*, qat_*), whose training.token_loss "
-                "applies the cap (model.head); DPO, GRPO and distillation of such a model are not supported yet."
-            )
-        return self.head.weight
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final hidden states (..., embed_dim) -> logits (..., vocab_size), soft-capped if the model caps."""

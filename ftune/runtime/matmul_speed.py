@@ -74,8 +74,7 @@ def model_linears(
         if isinstance(module, nn.Linear):
             adapted = lora_rank if name.rsplit(".", 1)[-1] in lora_targets else 0
             found.append(Linear(module.in_features, module.out_features, trains, adapted))
-    # Not model.output_weight: a soft-capped model (Gemma 2) refuses it, yet has the same projection.
-    vocab, dim = (model.tok_embeddings.weight if model.output is None else model.output.weight).shape
+    vocab, dim = model.head.weight.shape
     if model.output is not None:  # untied: the loop above met it already
         found = [x for x in found if (x.in_features, x.out_features) != (dim, vocab)]
     found.append(Linear(dim, vocab, trains))

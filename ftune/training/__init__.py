@@ -43,22 +43,22 @@ from ftune.training.features.compile import compile_loss, compile_model
 from ftune.training.features.fsdp import is_sharded, shard_model
 from ftune.training.features.low_precision_optim import AdamWBf16State, optimizer_state_bytes
 from ftune.training.features.optimizer_in_backward import OptimizerInBackward
+from ftune.training.methods.distill_loss import distill_loss, teacher_hidden
 from ftune.training.methods.dpo_loss import DPOLoss, PairLogps, PairLosses
-from ftune.training.methods.grpo_loss import GRPOLoss, GRPOLosses, grpo_token_means, per_sequence
+from ftune.training.methods.grpo_loss import GRPOLoss, GRPOLosses, grpo_loss, per_sequence
 from ftune.training.methods.grpo_rewards import group_advantages, zero_variance_share
-from ftune.training.methods.kd_loss import KDLoss, distill_loss, teacher_hidden
+from ftune.training.methods.kd_loss import KDLoss
 from ftune.training.methods.peft_setup import apply_peft
-from ftune.training.methods.preference_step import preference_loss
+from ftune.training.methods.preference_loss import preference_loss
 from ftune.training.methods.reference import ReferenceModel
 from ftune.training.methods.rollout_batch import (
     RolloutBatch,
     Sampling,
-    grpo_loss,
     rollout_batch,
     sample_rollout,
     score_rollout,
 )
-from ftune.training.methods.rollout_loader import RolloutLoader, rollout_means
+from ftune.training.methods.rollout_loader import RolloutLoader
 from ftune.training.methods.teacher import check_same_vocab, load_teacher
 from ftune.training.run.cadence import every, every_after, total_steps
 from ftune.training.run.dtype_advice import resolve_dtype
@@ -76,19 +76,13 @@ from ftune.training.run.reporter import Reporter, count_tokens
 from ftune.training.run.resume import model_state, restore, save_checkpoint, snapshot
 from ftune.training.run.signals import StopOnSignal
 from ftune.training.run.throughput import Throughput
-from ftune.training.step.batch_loss import (
-    Loss,
-    MicroBatch,
-    batch_loss,
-    on_device,
-    per_pair,
-    per_token,
-    token_loss,
-)
 from ftune.training.step.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
+from ftune.training.step.metric import Loss, Metric
+from ftune.training.step.micro_batch import MicroBatch, on_device, per_pair, per_token
 from ftune.training.step.optimizer import build_optimizer
 from ftune.training.step.schedulers import constant_with_warmup, cosine_with_warmup, linear_with_warmup
 from ftune.training.step.step_loss import NonFiniteError, StepLoss, StepStats, accumulate, validate
+from ftune.training.step.token_loss import batch_loss, token_loss
 
 __all__ = [
     "announce",
@@ -101,7 +95,6 @@ __all__ = [
     "GRPOLoss",
     "GRPOLosses",
     "group_advantages",
-    "grpo_token_means",
     "per_sequence",
     "zero_variance_share",
     "GRPOSettings",
@@ -113,7 +106,6 @@ __all__ = [
     "Sampling",
     "grpo_loss",
     "rollout_batch",
-    "rollout_means",
     "sample_rollout",
     "score_rollout",
     "FullSettings",
@@ -126,6 +118,7 @@ __all__ = [
     "PairLogps",
     "PairLosses",
     "Loss",
+    "Metric",
     "MicroBatch",
     "Profiler",
     "ProgressBar",

@@ -141,7 +141,7 @@ def test_prefill_projects_only_each_rows_last_prompt_token(model: TransformerDec
     monkeypatch.setattr(model, "project", lambda h: shapes.append(tuple(h.shape)) or project(h))
     prompts = [[1, 2, 3, 4, 5], [6, 7]]
     out = generate_batch(model, prompts, max_new_tokens=3)
-    assert shapes[0] == (2, model.output_weight.shape[1])  # prefill: 2 rows, not 2 x 5 positions
+    assert shapes[0] == (2, model.head.weight.shape[1])  # prefill: 2 rows, not 2 x 5 positions
     assert out == [greedy_by_recomputing(model, p, 3) for p in prompts]
 
 

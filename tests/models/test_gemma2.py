@@ -139,15 +139,14 @@ def test_softcapped_attention_without_a_cap_is_sdpa() -> None:
     assert torch.equal(softcap(torch.tensor([0.0, 1e6, -1e6]), 30.0), torch.tensor([0.0, 30.0, -30.0]))
 
 
-def test_losses_refuse_a_soft_capped_model() -> None:
-    # ftune's losses project hidden states with model.output_weight, without the cap: the weight is
-    # refused with the reason, while forward and project apply the cap.
+def test_the_head_every_loss_reads_carries_the_cap() -> None:
+    # Every loss projects hidden states through model.head (weight and cap): its fp32 logits are the
+    # model's own, capped, as forward and project give them.
     model = _ftune_of(build_tiny_hf("gemma2"))
-    refused = r"soft-caps its output logits \(final_logit_softcap=3.0.*not supported"
-    with pytest.raises(ValueError, match=refused):
-        _ = model.output_weight
+    assert model.head.softcap == 3.0
     hidden = torch.randn(3, 64)
     assert torch.equal(model.project(hidden), softcap(hidden @ model.tok_embeddings.weight.T, 3.0))
+    torch.testing.assert_close(model.head.logits(hidden), model.project(hidden).float(), rtol=0, atol=0)
 
 
 def test_config_layouts_and_defaults() -> None:

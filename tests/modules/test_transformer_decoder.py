@@ -86,14 +86,14 @@ def test_kv_cache_errors() -> None:
 def test_tied_output_uses_the_embedding() -> None:
     model = tiny(tie=True)
     assert model.output is None and "output.weight" not in model.state_dict()
-    assert model.output_weight is model.tok_embeddings.weight
+    assert model.head.weight is model.tok_embeddings.weight
     seq = tokens(1, 6)
     with torch.no_grad():
         h = model.hidden(seq)
         torch.testing.assert_close(model.project(h), h @ model.tok_embeddings.weight.T)
         assert torch.equal(model.project(h), model(seq))
     untied = tiny(tie=False)
-    assert untied.output_weight is untied.output.weight
+    assert untied.head.weight is untied.output.weight
     assert {n.rsplit(".", 1)[-1] for n, m in untied.named_modules() if isinstance(m, nn.Linear)} == {
         "q_proj",
         "k_proj",

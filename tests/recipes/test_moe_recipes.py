@@ -11,8 +11,10 @@ import torch
 
 from ftune.models.qwen3_moe import qwen3_moe
 from ftune.training import CrossEntropyLoss, on_device
-from ftune.training.step import batch_loss
-from ftune.training.step.batch_loss import Loss, labelled_positions, real_tokens, token_loss
+from ftune.training.step import token_loss as token_loss_module
+from ftune.training.step.metric import Loss, Metric
+from ftune.training.step.micro_batch import labelled_positions, real_tokens
+from ftune.training.step.token_loss import token_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from ftune_tiny_hf import build_tiny_hf  # noqa: E402 - tests/models' helper
@@ -125,9 +127,9 @@ def test_aux_term_reaches_the_gradient(run_recipe, tiny_moe, tmp_path):
 def test_a_mutant_that_drops_the_term_fails_the_check(run_recipe, tiny_moe, tmp_path, monkeypatch):
     def logged_not_added(model, batch, loss):  # the metric stays, the term leaves the loss
         kept = model.aux_loss(real_tokens(batch)) * loss.count
-        return Loss(loss.sum, loss.count, {**loss.metrics, "aux_loss": kept.detach()})
+        return Loss(loss.sum, loss.count, {**loss.metrics, "aux_loss": Metric.ratio(kept, loss.count)})
 
-    monkeypatch.setattr(batch_loss, "with_aux_loss", logged_not_added)
+    monkeypatch.setattr(token_loss_module, "with_aux_loss", logged_not_added)
     with pytest.raises(AssertionError):
         check_aux_term_reaches_training(run_recipe, tmp_path, tiny_moe)
 
@@ -154,13 +156,13 @@ def test_aux_loss_counts_real_tokens_as_transformers_does_with_an_attention_mask
     with torch.no_grad():
         hidden = model.hidden(batch.tokens)
         loss = token_loss(CrossEntropyLoss(), model, hidden, batch)
-        ce, n = CrossEntropyLoss()(model.output_weight, hidden, batch.labels)
+        ce, n = CrossEntropyLoss()(model.head, hidden, batch.labels)
     expected = load_balancing_loss_func(
         tuple(model.router_logits()), SIZES["num_experts"], SIZES["top_k"], attention_mask=real.long()
     )
-    aux = loss.metrics["aux_loss"] / loss.count
+    aux = loss.metrics["aux_loss"].value()
     assert loss.count == n
-    assert aux.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert aux == pytest.approx(expected.item(), rel=1e-6)
     assert (loss.sum / n).item() == pytest.approx((ce / n + COEF * expected).item(), rel=1e-6)
     unmasked = load_balancing_loss_func(tuple(model.router_logits()), SIZES["num_experts"], SIZES["top_k"])
     assert abs(unmasked.item() - expected.item()) > 1e-4  # the padding would have counted
@@ -173,8 +175,8 @@ def test_coefficient_zero_leaves_the_loss_and_still_logs():
     hidden = model.hidden(batch.tokens)
     loss = token_loss(CrossEntropyLoss(), model, hidden, batch)
     labels, rows = labelled_positions(batch.labels, hidden, ignore_index=-100)  # what token_loss projects
-    ce, _ = CrossEntropyLoss()(model.output_weight, rows, labels)
-    assert torch.equal(loss.sum, ce) and loss.metrics["aux_loss"] > 0
+    ce, _ = CrossEntropyLoss()(model.head, rows, labels)
+    assert torch.equal(loss.sum, ce) and loss.metrics["aux_loss"].value() > 0
 
 
 def test_aux_term_gradient_equals_autograd_of_ce_plus_coef_aux():
@@ -190,16 +192,6 @@ def test_aux_term_gradient_equals_autograd_of_ce_plus_coef_aux():
     (ce + COEF * model.aux_loss(real_tokens(batch))).backward()
     torch.testing.assert_close(got, model.layers[0].mlp.gate.weight.grad, rtol=1e-5, atol=1e-7)
     assert got.abs().sum() > 0
-
-
-def test_dpo_kd_and_grpo_refuse_an_moe_model():
-    from ftune.training import ReferenceModel, check_same_vocab
-
-    model = qwen3_moe(**SIZES, max_seq_len=64, aux_loss_coef=COEF)
-    with pytest.raises(ValueError, match="DPO / GRPO does not train mixture-of-experts models yet"):
-        ReferenceModel.frozen(model)
-    with pytest.raises(ValueError, match="Knowledge distillation does not train mixture-of-experts"):
-        check_same_vocab(None, None, model, model)
 
 
 def test_activation_checkpointing_keeps_the_losses_and_aux(run_recipe, tiny_moe, tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from ftune.models.smollm2 import smollm2_135m
+from ftune.modules.transformer import OutputHead
 from ftune.runtime.matmul_speed import Linear, Product, model_linears, step_products, time_products
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -45,7 +46,7 @@ def test_an_untied_output_projection_is_counted_once():
     model = torch.nn.Module()
     model.proj = torch.nn.Linear(8, 4)
     model.output = torch.nn.Linear(4, 32)
-    model.output_weight = model.output.weight
+    model.head = OutputHead(model.output.weight, None)
     linears = model_linears(model, trains=True)
     assert linears == [Linear(8, 4, True), Linear(4, 32, True)]
 

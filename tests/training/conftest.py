@@ -1,4 +1,4 @@
-"""A tiny decoder that follows ftune's model API (hidden / project / head / output_weight / layers).
+"""A tiny decoder that follows ftune's model API (hidden / project / head / layers).
 
 It stands in for ftune.models while those are written: causal attention that honours
 ``mask`` (True = may attend) and learned positions indexed by ``input_pos``, so packed
@@ -54,12 +54,8 @@ class TinyDecoder(nn.Module):
         self.output = None if tied else nn.Linear(dim, vocab_size, bias=False)
 
     @property
-    def output_weight(self) -> torch.Tensor:
-        return self.tok_embeddings.weight if self.output is None else self.output.weight
-
-    @property
     def head(self) -> OutputHead:
-        return OutputHead(self.output_weight, None)
+        return OutputHead(self.tok_embeddings.weight if self.output is None else self.output.weight, None)
 
     def hidden(
         self, tokens: torch.Tensor, *, input_pos: torch.Tensor | None = None, mask: torch.Tensor | None = None
@@ -75,7 +71,7 @@ class TinyDecoder(nn.Module):
         return self.norm(x)
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.output_weight)
+        return F.linear(hidden, self.head.weight)
 
     def forward(
         self, tokens: torch.Tensor, *, input_pos: torch.Tensor | None = None, mask: torch.Tensor | None = None

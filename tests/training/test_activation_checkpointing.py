@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from ftune.training.features.activation_checkpointing import apply_activation_checkpointing
-from ftune.training.step.batch_loss import batch_loss
 from ftune.training.step.loss import ChunkedCrossEntropyLoss
+from ftune.training.step.token_loss import batch_loss
 
 CPU = torch.device("cpu")
 

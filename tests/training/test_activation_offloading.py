@@ -11,8 +11,8 @@ import torch
 
 from ftune.training import apply_activation_checkpointing, apply_activation_offloading
 from ftune.training.features.activation_offloading import offloadable
-from ftune.training.step.batch_loss import batch_loss
 from ftune.training.step.loss import ChunkedCrossEntropyLoss
+from ftune.training.step.token_loss import batch_loss
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="activation offloading needs a CUDA device")
 

@@ -2,6 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ftune.modules.transformer import OutputHead
 from ftune.training.step.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 
 
@@ -25,7 +26,7 @@ def _reference(weight, hidden, labels):
 )
 def test_loss_and_grads_equal_full_cross_entropy(loss_fn):
     weight, hidden, labels = _inputs()
-    loss_sum, num_tokens = loss_fn(weight, hidden, labels)
+    loss_sum, num_tokens = loss_fn(OutputHead(weight, None), hidden, labels)
     assert loss_sum.dtype == torch.float32 and loss_sum.dim() == 0
     assert num_tokens == int((labels != -100).sum()) == 2 * 13 - 7
     grads = torch.autograd.grad(loss_sum, (weight, hidden))
@@ -49,27 +50,29 @@ def test_chunks_are_contiguous_blocks_of_tokens(monkeypatch):
 
     monkeypatch.setattr(loss_fn, "chunk_loss", spy)
     weight, hidden, labels = _inputs(b=3, s=8)
-    loss_fn(weight, hidden, labels)
+    loss_fn(OutputHead(weight, None), hidden, labels)
     assert seen == [(6, True)] * 4  # 24 tokens in 4 contiguous blocks, even with b > 1
 
 
 def test_bf16_inputs_give_fp32_loss_close_to_fp32():
     weight, hidden, labels = _inputs(dtype=torch.bfloat16)
-    loss_sum, _ = ChunkedCrossEntropyLoss(num_chunks=4)(weight, hidden, labels)
+    loss_sum, _ = ChunkedCrossEntropyLoss(num_chunks=4)(OutputHead(weight, None), hidden, labels)
     assert loss_sum.dtype == torch.float32
     torch.testing.assert_close(loss_sum, _reference(weight, hidden, labels), rtol=2e-2, atol=0.0)
 
 
 def test_all_ignored_gives_zero_loss_and_zero_tokens():
     weight, hidden, labels = _inputs()
-    loss_sum, num_tokens = ChunkedCrossEntropyLoss()(weight, hidden, torch.full_like(labels, -100))
+    loss_sum, num_tokens = ChunkedCrossEntropyLoss()(
+        OutputHead(weight, None), hidden, torch.full_like(labels, -100)
+    )
     assert num_tokens == 0 and loss_sum.item() == 0.0
 
 
 def test_shape_mismatch_is_explained():
     weight, hidden, labels = _inputs()
     with pytest.raises(ValueError, match=r"got weight \[50, 16\], hidden \[2, 13, 16\], labels \[2, 12\]"):
-        ChunkedCrossEntropyLoss()(weight, hidden, labels[:, :-1])
+        ChunkedCrossEntropyLoss()(OutputHead(weight, None), hidden, labels[:, :-1])
 
 
 def test_bad_num_chunks():

@@ -3,6 +3,7 @@ import copy
 import pytest
 import torch
 
+from ftune.modules.transformer import OutputHead
 from ftune.training.features.compile import compile_loss, compile_model
 from ftune.training.step.loss import ChunkedCrossEntropyLoss
 
@@ -25,9 +26,9 @@ def test_compiled_layers_and_loss_equal_eager(tiny_model, monkeypatch):
         torch.testing.assert_close(compiled.hidden(tokens), hidden, rtol=1e-5, atol=1e-5)
 
     def loss_and_grads(loss_fn):
-        w = model.output_weight.detach().clone().requires_grad_()
+        w = model.head.weight.detach().clone().requires_grad_()
         h = hidden.clone().requires_grad_()
-        loss_sum, n = loss_fn(w, h, labels)
+        loss_sum, n = loss_fn(OutputHead(w, None), h, labels)
         return (loss_sum, n, *torch.autograd.grad(loss_sum, (w, h)))
 
     eager = loss_and_grads(ChunkedCrossEntropyLoss(num_chunks=2))

@@ -11,9 +11,10 @@ import torch.nn.functional as F
 from trl_losses import trl_dpo, trl_simpo
 
 from ftune.models.smollm2 import smollm2
+from ftune.modules.transformer import OutputHead
 from ftune.peft import adapters_disabled, apply_lora
 from ftune.training import DPOLoss, PairLogps, ReferenceModel, StepLoss, on_device, per_pair, preference_loss
-from ftune.training.methods.sequence_logps import sequence_logps
+from ftune.training.methods.logps import sequence_logps
 
 B, S = 3, 9
 
@@ -97,7 +98,7 @@ def test_dpo_and_ipo_equal_trl(loss_type):
     (grad_trl,) = torch.autograd.grad(loss, raw_trl)
     torch.testing.assert_close(out.losses.mean(), loss)
     torch.testing.assert_close(grad, grad_trl)
-    ours = {k: float(v) / B for k, v in out.sums().items()}
+    ours = {k: m.value() for k, m in out.metrics().items()}
     assert ours["rewards/chosen"] == pytest.approx(metrics["rewards/chosen"], rel=1e-6)
     assert ours["rewards/rejected"] == pytest.approx(metrics["rewards/rejected"], rel=1e-6)
     assert ours["rewards/margin"] == pytest.approx(metrics["rewards/margins"], rel=1e-6)
@@ -141,7 +142,7 @@ def test_sequence_logps_equal_full_log_softmax(num_chunks):
     labels = torch.randint(0, 50, (4, 6), generator=g)
     labels[0, :3] = -100
     labels[2] = -100  # a row without labels sums to 0
-    logps, counts = sequence_logps(weight, hidden, labels, num_chunks=num_chunks)
+    logps, counts = sequence_logps(OutputHead(weight, None), hidden, labels, num_chunks=num_chunks)
     full = F.log_softmax(F.linear(hidden, weight), dim=-1)  # (4, 6, 50)
     picked = full.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1) * (labels != -100)
     torch.testing.assert_close(logps, picked.sum(1))
@@ -185,7 +186,7 @@ def _loss_on(model, loss_fn, reference):
         batch = on_device(batch, torch.device("cpu"))
         reference_logps = reference.row_logps(loss_fn, batch)
         hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
-        return preference_loss(loss_fn, model.output_weight, hidden, batch, reference_logps)
+        return preference_loss(loss_fn, model, hidden, batch, reference_logps)
 
     return loss_on
 
@@ -208,22 +209,18 @@ def test_lora_reference_is_the_base_model_without_a_second_copy():
         sum(p.numel() for p in model.parameters()) == n_params and {id(p) for p in model.parameters()} == ids
     )
     # The reference log-probs equal the base model's, computed separately.
-    from ftune.training.step.batch_loss import shift_labels
+    from ftune.training.step.micro_batch import shift_labels
 
     labels = shift_labels(batch["labels"])
     with torch.no_grad():
-        want = PairLogps.from_rows(
-            *loss_fn.row_logps(base.output_weight, base.hidden(batch["tokens"]), labels)
-        )
+        want = PairLogps.from_rows(*loss_fn.row_logps(base.head, base.hidden(batch["tokens"]), labels))
         got = reference.row_logps(loss_fn, on_device(batch, torch.device("cpu")))
-        policy = PairLogps.from_rows(
-            *loss_fn.row_logps(model.output_weight, model.hidden(batch["tokens"]), labels)
-        )
+        policy = PairLogps.from_rows(*loss_fn.row_logps(model.head, model.hidden(batch["tokens"]), labels))
     torch.testing.assert_close(got.chosen, want.chosen)
     torch.testing.assert_close(got.rejected, want.rejected)
     assert not torch.allclose(policy.chosen, want.chosen)  # the adapters are back on after the reference pass
     rewards = 0.1 * (policy.chosen - want.chosen)
-    torch.testing.assert_close(loss.metrics["rewards/chosen"], rewards.sum())
+    assert loss.metrics["rewards/chosen"].value() == pytest.approx(rewards.mean().item(), rel=1e-6)
     assert loss.count == B
     loss.sum.backward()
     trained = [n for n, p in model.named_parameters() if p.grad is not None]

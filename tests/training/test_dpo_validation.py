@@ -13,6 +13,7 @@ from torch import nn
 
 from ftune.data import validation_loader
 from ftune.data.collate import padded_collate_preference
+from ftune.modules.transformer import OutputHead
 from ftune.training import CrossEntropyLoss, DPOLoss, ReferenceModel, preference_loss, validate
 
 CPU = torch.device("cpu")
@@ -29,8 +30,8 @@ class Unigram(nn.Module):
         self.dropout = nn.Dropout(0.5)  # draws from the RNG in train mode only
 
     @property
-    def output_weight(self) -> torch.Tensor:
-        return self.weight
+    def head(self) -> OutputHead:
+        return OutputHead(self.weight, None)
 
     def hidden(self, tokens, *, input_pos=None, mask=None):
         return self.dropout(torch.ones(*tokens.shape, 1))
@@ -95,7 +96,7 @@ def evaluate(policy, reference, loss_fn, batches, max_batches=None) -> dict[str,
     def loss_on(batch):
         reference_logps = reference.row_logps(loss_fn, batch)
         hidden = policy.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
-        return preference_loss(loss_fn, policy.output_weight, hidden, batch, reference_logps)
+        return preference_loss(loss_fn, policy, hidden, batch, reference_logps)
 
     return validate(loss_on, policy, batches, device=CPU, max_batches=max_batches)
 

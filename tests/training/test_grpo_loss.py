@@ -15,16 +15,16 @@ import torch
 import torch.nn.functional as F
 from trl_grpo import trl_loss
 
+from ftune.modules.softcap import softcap
+from ftune.modules.transformer import OutputHead
 from ftune.training import (
     GRPOLoss,
     MicroBatch,
     group_advantages,
-    grpo_token_means,
     per_sequence,
     zero_variance_share,
 )
-from ftune.training.methods.grpo_loss import target_logps
-from ftune.training.methods.sequence_logps import sequence_logps
+from ftune.training.methods.logps import sequence_logps, target_logps
 
 KL_ESTIMATORS = ["k3", "k3_ratio"]
 LENGTHS = [5, 2, 4, 1, 3, 5]  # completion tokens per row: unequal, one row using the full width
@@ -78,6 +78,16 @@ def _formula(loss_type, beta, eps_low, eps_high, max_len, logps, old, ref, adv, 
     return loss, kl_sum / tokens, low / tokens, high / tokens
 
 
+def _count(grpo: GRPOLoss, mask: torch.Tensor) -> int:
+    """The step's count of these rows (``GRPOLoss.per``, what StepLoss and validation divide by)."""
+    labels = torch.where(mask.bool(), 7, -100)
+    return int(grpo.per(MicroBatch(labels.clone(), labels, None, None)))
+
+
+def _means(out) -> dict[str, float]:
+    return {k: m.value() for k, m in out.metrics().items()}
+
+
 def _loss(loss_type, beta=0.04, eps=0.2, eps_high=0.28, max_len=8, kl_estimator="k3"):
     return GRPOLoss(
         loss_type,
@@ -98,13 +108,14 @@ def _loss(loss_type, beta=0.04, eps=0.2, eps_high=0.28, max_len=8, kl_estimator=
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
 def test_loss_kl_and_clipping_equal_the_formulas(loss_type, beta, kl_estimator):
     logps, old, ref, adv, mask = _inputs()
-    out = _loss(loss_type, beta=beta, kl_estimator=kl_estimator)(logps, old, ref if beta else None, adv, mask)
+    grpo = _loss(loss_type, beta=beta, kl_estimator=kl_estimator)
+    out = grpo(logps, old, ref if beta else None, adv, mask)
     loss, kl, low, high = _formula(loss_type, beta, 0.2, 0.28, 8, logps, old, ref, adv, mask, kl_estimator)
     expected_count = {"grpo": B, "dapo": sum(LENGTHS), "dr_grpo": B * 8}[loss_type]
-    assert out.count == expected_count
-    assert out.as_loss().count == expected_count and out.as_loss().sum is out.sum
-    assert (out.sum / out.count).item() == pytest.approx(loss, rel=1e-5)
-    means = grpo_token_means({k: v.item() for k, v in out.sums().items()})
+    count = _count(grpo, mask)
+    assert count == expected_count
+    assert (out.sum / count).item() == pytest.approx(loss, rel=1e-5)
+    means = _means(out)
     assert means["kl"] == pytest.approx(kl if beta else 0.0, rel=1e-5)
     assert means["clip_ratio/low"] == pytest.approx(low) and low > 0
     assert means["clip_ratio/high"] == pytest.approx(high) and high > 0
@@ -117,8 +128,10 @@ def test_loss_kl_and_clipping_equal_the_formulas(loss_type, beta, kl_estimator):
 def test_loss_gradient_and_metrics_equal_trl(loss_type, beta, kl_estimator):
     """k3 is TRL's use_bias_correction_kl=False, k3_ratio its True (its default): loss, gradient, kl."""
     logps, old, ref, adv, mask = _inputs(seed=1)
-    out = _loss(loss_type, beta=beta, kl_estimator=kl_estimator)(logps, old, ref if beta else None, adv, mask)
-    (grad,) = torch.autograd.grad(out.sum / out.count, logps)
+    grpo = _loss(loss_type, beta=beta, kl_estimator=kl_estimator)
+    out = grpo(logps, old, ref if beta else None, adv, mask)
+    count = _count(grpo, mask)
+    (grad,) = torch.autograd.grad(out.sum / count, logps)
     theirs_logps = logps.detach().clone().requires_grad_()
     loss, metrics = trl_loss(
         loss_type,
@@ -134,9 +147,9 @@ def test_loss_gradient_and_metrics_equal_trl(loss_type, beta, kl_estimator):
         ratio_kl=kl_estimator == "k3_ratio",
     )
     (grad_trl,) = torch.autograd.grad(loss, theirs_logps)
-    torch.testing.assert_close(out.sum / out.count, loss)
+    torch.testing.assert_close(out.sum / count, loss)
     torch.testing.assert_close(grad, grad_trl)
-    means = grpo_token_means({k: v.item() for k, v in out.sums().items()})
+    means = _means(out)
     assert means["clip_ratio/low"] == pytest.approx(metrics["clip_ratio/low_mean"])
     assert means["clip_ratio/high"] == pytest.approx(metrics["clip_ratio/high_mean"])
     assert means["clip_ratio/region"] == pytest.approx(metrics["clip_ratio/region_mean"])
@@ -158,7 +171,7 @@ def test_accumulated_micro_batches_equal_trl_gradient_accumulation(loss_type, kl
     batches = [MicroBatch(labels[h].clone(), labels[h], None, None) for h in halves]
     total = sum(int(grpo.per(b)) for b in batches)
     outs = [grpo(logps[h], old[h], ref[h], adv[h], mask[h]) for h in halves]
-    assert total == sum(o.count for o in outs)
+    assert total == sum(_count(grpo, mask[h]) for h in halves)
     ours = sum(o.sum for o in outs) / total
     (grad,) = torch.autograd.grad(ours, logps)
     theirs_logps = logps.detach().clone().requires_grad_()
@@ -255,7 +268,7 @@ def _hidden_case(seed=0, vocab=50, dim=8):
 def test_token_logps_equal_the_full_log_softmax_with_the_same_gradients():
     weight, hidden, labels = _hidden_case()
     upstream = torch.randn(labels.shape, generator=torch.Generator().manual_seed(9))
-    ours = _loss("grpo").token_logps(weight, hidden, labels)
+    ours = _loss("grpo").token_logps(OutputHead(weight, None), hidden, labels)
     keep = labels != -100
     full = F.log_softmax(F.linear(hidden, weight).float(), dim=-1)
     expected = full.gather(2, labels.clamp(min=0)[..., None]).squeeze(2) * keep
@@ -265,21 +278,43 @@ def test_token_logps_equal_the_full_log_softmax_with_the_same_gradients():
     for got, want in zip(grads, grads_ref):
         torch.testing.assert_close(got, want)
     # the rows' sums are DPO's sequence log-probabilities
-    sums, counts = sequence_logps(weight, hidden, labels, num_chunks=2)
+    sums, counts = sequence_logps(OutputHead(weight, None), hidden, labels, num_chunks=2)
     torch.testing.assert_close(ours.sum(1), sums)
+
+
+def test_token_logps_of_a_capped_head_equal_the_capped_log_softmax_with_the_same_gradients():
+    """Gemma 2's final soft-cap in GRPO's log-probabilities: forward and the recomputing backward."""
+    weight, hidden, labels = _hidden_case(seed=3)
+    with torch.no_grad():
+        weight.mul_(4.0)  # logits well past the cap
+    cap = 2.5
+    upstream = torch.randn(labels.shape, generator=torch.Generator().manual_seed(5))
+    ours = target_logps(OutputHead(weight, cap), hidden, labels, num_chunks=3)
+    keep = labels != -100
+    full = F.log_softmax(softcap(F.linear(hidden, weight).float(), cap), dim=-1)
+    expected = full.gather(2, labels.clamp(min=0)[..., None]).squeeze(2) * keep
+    torch.testing.assert_close(ours, expected)
+    grads = torch.autograd.grad((ours * upstream).sum(), (hidden, weight))
+    grads_ref = torch.autograd.grad((expected * upstream).sum(), (hidden, weight))
+    for got, want in zip(grads, grads_ref):
+        torch.testing.assert_close(got, want)
+    uncapped = target_logps(OutputHead(weight, None), hidden, labels, num_chunks=3)
+    assert (uncapped - ours).abs().max() > 1.0  # the cap matters here: a dropped cap fails above
+    sums, _ = sequence_logps(OutputHead(weight, cap), hidden, labels, num_chunks=2)
+    torch.testing.assert_close(ours.sum(1), sums)  # DPO's sequence log-probabilities are capped too
 
 
 def test_token_logps_with_a_frozen_weight_and_no_labels():
     weight, hidden, labels = _hidden_case(seed=1)
     weight = weight.detach()
-    ours = target_logps(weight, hidden, labels, num_chunks=4)
+    ours = target_logps(OutputHead(weight, None), hidden, labels, num_chunks=4)
     (grad,) = torch.autograd.grad(ours.sum(), hidden)
     full = (
         F.log_softmax(F.linear(hidden, weight), dim=-1).gather(2, labels.clamp(min=0)[..., None]).squeeze(2)
     )
     (grad_ref,) = torch.autograd.grad((full * (labels != -100)).sum(), hidden)
     torch.testing.assert_close(grad, grad_ref)
-    none = target_logps(weight, hidden, torch.full_like(labels, -100), num_chunks=2)
+    none = target_logps(OutputHead(weight, None), hidden, torch.full_like(labels, -100), num_chunks=2)
     assert none.abs().sum() == 0 and none.requires_grad
 
 
@@ -294,7 +329,7 @@ def _saved_bytes(fn, weight, hidden, labels) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(weight, hidden, labels, num_chunks=2)
+        fn(OutputHead(weight, None), hidden, labels, num_chunks=2)
     return sum(saved)
 
 
@@ -367,5 +402,8 @@ def test_bad_inputs_are_refused():
         group_advantages(torch.zeros(3), 3, scale_rewards="group")
     with pytest.raises(ValueError, match=r"token_logps: num_chunks must be a positive int, got 0"):
         target_logps(
-            torch.zeros(4, 2), torch.zeros(1, 3, 2), torch.zeros(1, 3, dtype=torch.long), num_chunks=0
+            OutputHead(torch.zeros(4, 2), None),
+            torch.zeros(1, 3, 2),
+            torch.zeros(1, 3, dtype=torch.long),
+            num_chunks=0,
         )

@@ -10,8 +10,9 @@ import pytest
 import torch
 from trl_grpo import trl_advantages, trl_reward_metrics
 
-from ftune.training import StepStats, group_advantages, rollout_means, zero_variance_share
-from ftune.training.methods.grpo_rewards import reward_means, reward_sums
+from ftune.training import group_advantages, zero_variance_share
+from ftune.training.methods.grpo_rewards import reward_metrics
+from ftune.training.step.metric import add_metrics, reduce_metrics
 
 G = 3
 NAMES = ["correct", "format"]
@@ -51,36 +52,32 @@ def _rollouts(count=3, prompts=2, seed=0):
     return out
 
 
-def _sums(rollouts, count):
-    """The rollouts' reward_sums, added and divided by the loss's count, as StepLoss and validate do."""
+def _figures(rollouts) -> dict[str, float]:
+    """The rollouts' reward metrics, added and read, as StepLoss and validate do (one rank)."""
     added = {}
     for r in rollouts:
-        for k, v in reward_sums(r.sum(1), dict(zip(NAMES, r.T)), G).items():
-            added[k] = added.get(k, 0.0) + v.item()
-    return {k: v / count for k, v in added.items()}
+        add_metrics(added, reward_metrics(r.sum(1), dict(zip(NAMES, r.T)), G))
+    return reduce_metrics(added, torch.device("cpu"))
 
 
 def test_a_steps_reward_figures_are_trls_over_its_completions():
     """reward_std and rewards/<name>/std: the sample std of the step's rewards (TRL's nanstd over its
-    generation batch: the step's, with steps_per_generation == gradient_accumulation_steps)."""
+    generation batch: the step's, with steps_per_generation == gradient_accumulation_steps), whatever
+    the loss's count (each figure carries its own)."""
     rollouts = _rollouts()
     theirs = trl_reward_metrics(torch.cat(rollouts), NAMES, G)
-    tokens, count = 50, 37.0  # any count: dapo's tokens, grpo's sequences, ...
-    sums = {**_sums(rollouts, count), "completion_tokens": tokens / count}
-    sums.update({"completions/max_length": 1.0, "completions/clipped": 0.0})
-    stats = rollout_means(StepStats(loss=0.0, num_tokens=tokens, grad_norm=None, lr=0.0, metrics=sums))
+    ours = _figures(rollouts)
+    assert sorted(ours) == sorted(FIGURES)
     for key in FIGURES:
-        assert stats.metrics[key] == pytest.approx(theirs[key], rel=1e-5), key
+        assert ours[key] == pytest.approx(theirs[key], rel=1e-5), key
     assert theirs["reward_std"] > 0 and theirs["frac_reward_zero_std"] > 0
     population = statistics.pstdev(torch.cat(rollouts).sum(1).tolist())
-    assert stats.metrics["reward_std"] != pytest.approx(population, rel=1e-3)  # sample, not population
+    assert ours["reward_std"] != pytest.approx(population, rel=1e-3)  # sample, not population
 
 
-def test_validation_reward_figures_are_the_mean_of_its_rollouts_as_trls_evaluation():
-    """Validation does not know its count: each figure is the mean over its rollouts of TRL's figure
-    of that rollout (TRL's evaluation logs the mean of its eval batches' figures)."""
-    rollouts = _rollouts(seed=1)
-    per = [trl_reward_metrics(r, NAMES, G) for r in rollouts]
-    ours = reward_means(_sums(rollouts, 11.0), None)
+def test_one_rollouts_figures_are_trls_of_that_rollout():
+    rollouts = _rollouts(count=1, seed=1)
+    theirs = trl_reward_metrics(rollouts[0], NAMES, G)
+    ours = _figures(rollouts)
     for key in FIGURES:
-        assert ours[key] == pytest.approx(statistics.fmean(p[key] for p in per), rel=1e-5), key
+        assert ours[key] == pytest.approx(theirs[key], rel=1e-5), key

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ftune.models.smollm2 import smollm2, smollm2_tokenizer
+from ftune.modules.transformer import OutputHead
 from ftune.training import KDLoss, check_same_vocab, distill_loss, on_device, teacher_hidden
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
@@ -63,7 +64,7 @@ def _kd(student, teacher, batch, loss_fn):
     batch = on_device(batch, CPU)
     t_hidden = teacher_hidden(teacher, batch)
     hidden = student.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
-    loss = distill_loss(loss_fn, student.output_weight, hidden, batch.labels, teacher.output_weight, t_hidden)
+    loss = distill_loss(loss_fn, student, hidden, batch, teacher, t_hidden)
     return loss.sum, loss.count
 
 
@@ -186,6 +187,6 @@ def test_backward_keeps_one_fp32_logits_worth_of_the_student_only():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss, _ = loss_fn(weight, hidden, labels, *teacher)
+        loss, _ = loss_fn(OutputHead(weight, None), hidden, labels, OutputHead(teacher[0], None), teacher[1])
     assert sum(saved) == n * VOCAB, f"saved {sum(saved)} fp32 vocab entries for {n} tokens"
     loss.backward()

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ftune.models.smollm2 import smollm2
+from ftune.modules.transformer import OutputHead
 from ftune.training import KDLoss, compile_loss, distill_loss, on_device, teacher_hidden
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
@@ -66,7 +67,7 @@ def _kd(student, teacher, batch, loss_fn):
     batch = on_device(batch, CPU)
     t_hidden = teacher_hidden(teacher, batch)
     hidden = student.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
-    loss = distill_loss(loss_fn, student.output_weight, hidden, batch.labels, teacher.output_weight, t_hidden)
+    loss = distill_loss(loss_fn, student, hidden, batch, teacher, t_hidden)
     return loss.sum, loss.count
 
 
@@ -167,7 +168,9 @@ def test_backward_keeps_one_fp32_logits_worth():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss, _ = KDLoss(0.5, 4, kl="reverse")(weight, hidden, labels, *teacher)
+        loss, _ = KDLoss(0.5, 4, kl="reverse")(
+            OutputHead(weight, None), hidden, labels, OutputHead(teacher[0], None), teacher[1]
+        )
     assert sum(saved) == n * VOCAB, f"saved {sum(saved)} fp32 vocab entries for {n} tokens"
 
 
@@ -192,8 +195,13 @@ def test_compiled_chunk_loss_equals_eager(kl, lam):
     hidden = torch.randn(1, 40, 16, generator=g, requires_grad=True)
     labels = torch.randint(0, VOCAB, (1, 40), generator=g)
     teacher = (torch.randn(VOCAB, 24, generator=g), torch.randn(1, 40, 24, generator=g))
-    eager, _ = KDLoss(0.5, 4, kl=kl, sym_kd_ratio=lam)(weight, hidden, labels, *teacher)
-    compiled, _ = compile_loss(KDLoss(0.5, 4, kl=kl, sym_kd_ratio=lam))(weight, hidden, labels, *teacher)
+    t_head = OutputHead(teacher[0], None)
+    eager, _ = KDLoss(0.5, 4, kl=kl, sym_kd_ratio=lam)(
+        OutputHead(weight, None), hidden, labels, t_head, teacher[1]
+    )
+    compiled, _ = compile_loss(KDLoss(0.5, 4, kl=kl, sym_kd_ratio=lam))(
+        OutputHead(weight, None), hidden, labels, t_head, teacher[1]
+    )
     torch.testing.assert_close(compiled, eager)
     for a, b in zip(
         torch.autograd.grad(compiled, (weight, hidden)), torch.autograd.grad(eager, (weight, hidden))

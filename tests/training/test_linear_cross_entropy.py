@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ftune.modules.transformer import OutputHead
 from ftune.training.step.linear_cross_entropy import linear_cross_entropy
 from ftune.training.step.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 
@@ -30,7 +31,7 @@ def _reference(weight, hidden, labels):
 @pytest.mark.parametrize("num_chunks", [1, 3, 8, 100])
 def test_loss_and_gradients_equal_the_plain_path(num_chunks):
     weight, hidden, labels = _inputs()
-    loss, tokens = ChunkedCrossEntropyLoss(num_chunks)(weight, hidden, labels)
+    loss, tokens = ChunkedCrossEntropyLoss(num_chunks)(OutputHead(weight, None), hidden, labels)
     (loss * 0.25).backward()  # StepLoss scales the summed loss before backward
     want_loss, want_w, want_h = _reference(weight, hidden, labels)
     assert tokens == 22
@@ -41,7 +42,7 @@ def test_loss_and_gradients_equal_the_plain_path(num_chunks):
 
 def test_bf16_gradients_match_the_plain_path_in_bf16():
     weight, hidden, labels = _inputs(dtype=torch.bfloat16)
-    loss, _ = ChunkedCrossEntropyLoss(4)(weight, hidden, labels)
+    loss, _ = ChunkedCrossEntropyLoss(4)(OutputHead(weight, None), hidden, labels)
     (loss * 0.25).backward()
     want_loss, want_w, want_h = _reference(weight, hidden, labels)
     assert loss.dtype == torch.float32 and weight.grad.dtype == hidden.grad.dtype == torch.bfloat16
@@ -54,7 +55,7 @@ def test_bf16_gradients_match_the_plain_path_in_bf16():
 def test_a_frozen_weight_gets_no_gradient_and_hidden_still_does():
     weight, hidden, labels = _inputs()
     weight.requires_grad_(False)
-    loss, _ = ChunkedCrossEntropyLoss(3)(weight, hidden, labels)
+    loss, _ = ChunkedCrossEntropyLoss(3)(OutputHead(weight, None), hidden, labels)
     (loss * 0.25).backward()
     _, _, want_h = _reference(weight.detach().requires_grad_(), hidden, labels)
     assert weight.grad is None
@@ -64,7 +65,7 @@ def test_a_frozen_weight_gets_no_gradient_and_hidden_still_does():
 def test_a_loss_beyond_float_underflow_is_still_exact():
     # Logits of scale ~1000: the labels' probabilities underflow to 0, so -log(p) would be inf.
     weight, hidden, labels = _inputs(scale=300.0)
-    loss, _ = ChunkedCrossEntropyLoss(2)(weight, hidden, labels)
+    loss, _ = ChunkedCrossEntropyLoss(2)(OutputHead(weight, None), hidden, labels)
     want_loss, _, _ = _reference(weight, hidden, labels)
     assert torch.isfinite(loss) and loss.item() > 1000
     torch.testing.assert_close(loss.detach(), want_loss, rtol=1e-6, atol=1e-2)
@@ -79,7 +80,7 @@ def _largest_saved_elements(loss_fn, weight, hidden, labels) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss_fn(weight, hidden, labels)
+        loss_fn(OutputHead(weight, None), hidden, labels)
     return largest
 
 
@@ -99,7 +100,7 @@ def test_without_grad_the_plain_block_loop_runs():
     loss_fn = ChunkedCrossEntropyLoss(3)
     with torch.no_grad():
         assert not loss_fn._fused_backward(weight, hidden)
-        loss, _ = loss_fn(weight, hidden, labels)
+        loss, _ = loss_fn(OutputHead(weight, None), hidden, labels)
     torch.testing.assert_close(loss, _reference(weight, hidden, labels)[0], rtol=1e-6, atol=1e-5)
     assert not CrossEntropyLoss()._fused_backward(weight, hidden)  # the reference stays plain
 

@@ -11,8 +11,8 @@ from recipe_step import train_step
 from ftune.data.collate import padded_collate_sft, padding_free_collate
 from ftune.models.llama3 import llama3
 from ftune.training.features.activation_checkpointing import apply_activation_checkpointing
-from ftune.training.step.batch_loss import batch_loss
 from ftune.training.step.loss import ChunkedCrossEntropyLoss
+from ftune.training.step.token_loss import batch_loss
 
 CPU = torch.device("cpu")
 

@@ -5,10 +5,11 @@ import pytest
 import torch
 from recipe_step import train_step
 
-from ftune.training.step.batch_loss import batch_loss, shift_labels, token_loss
 from ftune.training.step.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
+from ftune.training.step.micro_batch import shift_labels
 from ftune.training.step.schedulers import linear_with_warmup
 from ftune.training.step.step_loss import NonFiniteError, StepStats, accumulate, validate
+from ftune.training.step.token_loss import batch_loss, token_loss
 
 CPU = torch.device("cpu")
 

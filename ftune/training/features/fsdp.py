@@ -115,3 +115,10 @@ def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
     if world_size() > 1:
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
     return value
+
+
+def all_reduce_max(value: torch.Tensor) -> torch.Tensor:
+    """The elementwise maximum of a tensor over ranks, in place (no-op without a process group); returns it."""
+    if world_size() > 1:
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value

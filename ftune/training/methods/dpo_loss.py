@@ -27,8 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ftune.training.methods.sequence_logps import sequence_logps, token_logps
+from ftune.modules.transformer import OutputHead
+from ftune.training.methods.logps import sequence_logps, token_logps
 from ftune.training.step.loss import IGNORE_INDEX
+from ftune.training.step.metric import Metric
 
 LOSS_TYPES = ("sigmoid", "hinge", "ipo", "simpo")
 
@@ -67,14 +69,14 @@ class PairLosses:
     chosen_rewards: torch.Tensor
     rejected_rewards: torch.Tensor
 
-    def sums(self) -> dict[str, torch.Tensor]:
-        """The summed reward figures of these pairs (detached), to be averaged over the step's pairs."""
-        chosen, rejected = self.chosen_rewards.detach(), self.rejected_rewards.detach()
+    def metrics(self) -> dict[str, Metric]:
+        """The reward figures of these pairs, each a mean over pairs."""
+        chosen, rejected = self.chosen_rewards, self.rejected_rewards
         return {
-            "rewards/chosen": chosen.sum(),
-            "rewards/rejected": rejected.sum(),
-            "rewards/margin": (chosen - rejected).sum(),
-            "rewards/accuracy": (chosen > rejected).float().sum(),
+            "rewards/chosen": Metric.mean(chosen),
+            "rewards/rejected": Metric.mean(rejected),
+            "rewards/margin": Metric.mean(chosen - rejected),
+            "rewards/accuracy": Metric.mean((chosen > rejected).float()),
         }
 
 
@@ -132,15 +134,16 @@ class DPOLoss(nn.Module):
         """False for SimPO: no reference model is run."""
         return self.loss_type != "simpo"
 
-    def chunk_loss(self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def chunk_loss(self, head: OutputHead, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """``log p(label)`` of one block of labelled tokens (the unit ``ftune.training.compile_loss`` compiles)."""
-        return token_logps(weight, hidden, labels)
+        return token_logps(head, hidden, labels)
 
     def row_logps(
-        self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor
+        self, head: OutputHead, hidden: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per row of ``hidden [rows, s, dim]`` / shifted ``labels [rows, s]``: summed log-probability and count."""
-        return sequence_logps(weight, hidden, labels, num_chunks=self.num_chunks, chunk_fn=self.chunk_loss)
+        """Per row of ``hidden [rows, s, dim]`` / shifted ``labels [rows, s]``, through the model's head
+        (``model.head``): summed log-probability and count."""
+        return sequence_logps(head, hidden, labels, num_chunks=self.num_chunks, chunk_fn=self.chunk_loss)
 
     def forward(self, policy: PairLogps, reference: PairLogps | None) -> PairLosses:
         """Per-pair losses and rewards.

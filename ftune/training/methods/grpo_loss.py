@@ -22,22 +22,28 @@ over micro-batches and ranks, sum / count is TRL's loss of the step (for grpo an
 averages per-micro-batch means, which is the same with equal micro-batches, as GRPO's are; for
 dapo it is TRL's with ``steps_per_generation == gradient_accumulation_steps``, its default).
 
-Log-probabilities come from final hidden states through :meth:`GRPOLoss.token_logps`, in blocks
-of tokens: neither the forward nor the saved state for backward ever holds more than one block's
-fp32 logits (backward recomputes each block's projection).
+Log-probabilities come from final hidden states through the model's head (:meth:`GRPOLoss.token_logps`),
+in blocks of tokens: neither the forward nor the saved state for backward ever holds more than one
+block's fp32 logits (backward recomputes each block's projection). A recipe's ``loss_on`` calls
+:func:`grpo_loss`, which adds a mixture-of-experts policy's balancing loss of its own forward.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import nn
 
+from ftune.modules.transformer import OutputHead
 from ftune.settings.grpo import loss_problems
-from ftune.training.step.batch_loss import Loss, MicroBatch
+from ftune.training.methods.logps import target_logps
+from ftune.training.methods.rollout_batch import RolloutBatch
+from ftune.training.step.aux_loss import with_aux_loss
 from ftune.training.step.loss import IGNORE_INDEX
+from ftune.training.step.metric import Loss, Metric
+from ftune.training.step.micro_batch import MicroBatch
 
 #: The per-token KL terms: Schulman's k3, and k3 times the policy ratio (TRL's bias-corrected KL).
 KL_ESTIMATORS = ("k3", "k3_ratio")
@@ -50,8 +56,6 @@ class GRPOLosses:
     Attributes:
         sum: the loss summed the way ``loss_type`` aggregates (sequence means for grpo, token
             sums otherwise), a scalar with a graph; divide by the step's :meth:`GRPOLoss.per` total.
-        count: this micro-batch's share of that total (sequences, tokens, or sequences ×
-            max_completion_length).
         tokens: completion tokens of the micro-batch.
         kl: the token sum of ``kl_tok`` (k3, or r·k3 for ``"k3_ratio"``; 0 when beta is 0: not computed).
         clipped_low: tokens whose ratio fell below 1 - ε_low with A < 0 (the clip is active).
@@ -59,117 +63,17 @@ class GRPOLosses:
     """
 
     sum: torch.Tensor
-    count: int
     tokens: torch.Tensor
     kl: torch.Tensor
     clipped_low: torch.Tensor
     clipped_high: torch.Tensor
 
-    def as_loss(self) -> Loss:
-        """What a recipe's ``loss_on`` returns: ``Loss(sum, count, sums())``."""
-        return Loss(self.sum, self.count, self.sums())
-
-    def sums(self) -> dict[str, torch.Tensor]:
-        """Detached token sums to log (``Loss.metrics``); :func:`grpo_token_means` turns the step's into means."""
-        return {
-            "completion_tokens": self.tokens.detach().float(),
-            "kl": self.kl.detach(),
-            "clip_ratio/low": self.clipped_low.detach(),
-            "clip_ratio/high": self.clipped_high.detach(),
-            "clip_ratio/region": (self.clipped_low + self.clipped_high).detach(),
-        }
-
-
-def grpo_token_means(metrics: dict[str, float]) -> dict[str, float]:
-    """Per-token means of the summed :meth:`GRPOLosses.sums` of a step (or of their step means).
-
-    ``StepLoss`` divides every metric by the step's count, which for grpo and dr_grpo is not the
-    number of tokens; dividing by the equally scaled ``completion_tokens`` gives TRL's global
-    token means (``kl``, ``clip_ratio/low``, ``clip_ratio/high``, ``clip_ratio/region``).
-    """
-    tokens = metrics["completion_tokens"]
-    return {k: v / tokens if tokens else 0.0 for k, v in metrics.items() if k != "completion_tokens"}
-
-
-class _TargetLogps(torch.autograd.Function):
-    """``log softmax(hidden @ weight.T)[label]`` per row, in row blocks; backward recomputes each block."""
-
-    @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, num_chunks: int):
-        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
-        lse = torch.empty_like(out)
-        start = 0
-        for h, y in zip(hidden.chunk(num_chunks), labels.chunk(num_chunks)):
-            rows = slice(start, start + h.shape[0])
-            start += h.shape[0]
-            logits = (h @ weight.T).float()  # (tokens, vocab): the only block-sized buffer
-            lse[rows] = torch.logsumexp(logits, dim=-1)
-            out[rows] = logits.gather(1, y[:, None]).squeeze(1) - lse[rows]
-            del logits
-        # Saved: the inputs and one fp32 per token, never logits (they are recomputed in backward).
-        ctx.save_for_backward(hidden, weight, labels, lse)
-        ctx.num_chunks = num_chunks
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor):
-        hidden, weight, labels, lse = ctx.saved_tensors
-        need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = (
-            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
-        )
-        start = 0
-        for h, y in zip(hidden.chunk(ctx.num_chunks), labels.chunk(ctx.num_chunks)):
-            rows = slice(start, start + h.shape[0])
-            start += h.shape[0]
-            g = grad_out[rows].float()
-            # d log p(y) / d logits = one_hot(y) - softmax(logits), times the incoming gradient.
-            grad = (h @ weight.T).float().sub_(lse[rows, None]).exp_().mul_(-g[:, None])
-            grad[torch.arange(grad.shape[0], device=grad.device), y] += g
-            grad = grad.to(weight.dtype)
-            if need_hidden:
-                torch.mm(grad, weight, out=grad_hidden[rows])
-            if need_weight:
-                grad_weight += (grad.T @ h).float()
-            del grad
-        if grad_weight is not None:
-            grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None
-
-
-def target_logps(
-    weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor, *, num_chunks: int
-) -> torch.Tensor:
-    """Per-token ``log p(label)`` of final hidden states, without the full fp32 logits.
-
-    Args:
-        weight: output projection ``[vocab, dim]``.
-        hidden: final hidden states ``[b, t, dim]`` (of the positions that predict the completion).
-        labels: ``[b, t]`` target ids aligned with ``hidden``, ``-100`` where there is none (padding).
-        num_chunks: blocks the labelled positions are projected to the vocabulary in.
-
-    Returns:
-        ``[b, t]`` fp32, 0 where the label is ``-100``; differentiable in ``hidden`` and ``weight``.
-
-    Raises:
-        ValueError: if the shapes do not fit together or ``num_chunks`` is not a positive int.
-    """
-    if hidden.dim() != 3 or labels.shape != hidden.shape[:2] or weight.shape[-1] != hidden.shape[-1]:
-        raise ValueError(
-            f"token_logps: expected weight [vocab, dim], hidden [b, t, dim] and labels [b, t]; got "
-            f"weight {list(weight.shape)}, hidden {list(hidden.shape)}, labels {list(labels.shape)}."
-        )
-    if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
-        raise ValueError(f"token_logps: num_chunks must be a positive int, got {num_chunks!r}.")
-    index = (labels != IGNORE_INDEX).reshape(-1).nonzero().squeeze(1)  # (n,) flat labelled positions
-    out = hidden.new_zeros(labels.numel(), dtype=torch.float32)
-    if not index.numel():
-        return (out + 0.0 * hidden.sum()).view_as(labels)  # keep a graph: a zero gradient
-    flat_hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)  # (n, dim), contiguous
-    flat_labels = labels.reshape(-1).index_select(0, index)
-    logps = _TargetLogps.apply(flat_hidden, weight, flat_labels, num_chunks)
-    return out.index_copy(0, index, logps).view_as(labels)
+    def metrics(self) -> dict[str, Metric]:
+        """The figures logged with the loss, each a mean over the completion tokens (TRL's global token means)."""
+        region = self.clipped_low + self.clipped_high
+        figures = {"clip_ratio/low": self.clipped_low, "clip_ratio/high": self.clipped_high}
+        figures.update({"clip_ratio/region": region, "kl": self.kl})
+        return {name: Metric.ratio(value, self.tokens) for name, value in figures.items()}
 
 
 def per_sequence(batch: MicroBatch) -> torch.Tensor:
@@ -241,9 +145,10 @@ class GRPOLoss(nn.Module):
             return per_sequence(batch)
         return per_sequence(batch) * self.max_completion_length
 
-    def token_logps(self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Per-token ``log p(label)`` ``[b, t]`` in ``num_chunks`` blocks (:func:`target_logps`)."""
-        return target_logps(weight, hidden, labels, num_chunks=self.num_chunks)
+    def token_logps(self, head: OutputHead, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Per-token ``log p(label)`` ``[b, t]`` through the model's head, in ``num_chunks`` blocks
+        (:func:`ftune.training.methods.logps.target_logps`)."""
+        return target_logps(head, hidden, labels, num_chunks=self.num_chunks)
 
     def _check(self, logps, old_logps, ref_logps, advantages, mask) -> None:
         if (ref_logps is None) == self.needs_reference:
@@ -314,10 +219,33 @@ class GRPOLoss(nn.Module):
             loss_sum = (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum()
         else:
             loss_sum = masked.sum()
-        count = {"grpo": logps.shape[0], "dapo": int(tokens.item())}.get(
-            self.loss_type, logps.shape[0] * (self.max_completion_length or 0)
-        )
         with torch.no_grad():
             low = ((ratio < 1 - self.epsilon_low) & (adv < 0)).to(mask.dtype)
             high = ((ratio > 1 + self.epsilon_high) & (adv > 0)).to(mask.dtype)
-            return GRPOLosses(loss_sum, count, tokens, kl_sum, (low * mask).sum(), (high * mask).sum())
+            return GRPOLosses(loss_sum, tokens, kl_sum, (low * mask).sum(), (high * mask).sum())
+
+
+def grpo_loss(loss_fn: GRPOLoss, model: nn.Module, hidden: torch.Tensor, batch: MicroBatch) -> Loss:
+    """A rollout micro-batch's GRPO loss sum, its count (:meth:`GRPOLoss.per`), and the figures logged with it.
+
+    Args:
+        loss_fn: the recipe's :class:`GRPOLoss`.
+        model: the policy whose ``hidden`` these are (its output head, and its router logits).
+        hidden: the policy's final hidden states ``[b, s, dim]`` of ``batch``.
+        batch: a :class:`ftune.training.RolloutBatch` (``rollout_on``'s).
+
+    Raises:
+        ValueError: ``batch`` is not a RolloutBatch (a GRPO loader makes them).
+    """
+    if not isinstance(batch, RolloutBatch):
+        raise ValueError(
+            f"grpo_loss: got a {type(batch).__name__}; a GRPO recipe's batches come from "
+            "training.RolloutLoader (prompts in, scored rollouts out)."
+        )
+    scaled = hidden if batch.temperature == 1.0 else hidden / batch.temperature
+    logps = loss_fn.token_logps(model.head, scaled, batch.labels)  # (b, s), 0 off the completions
+    mask = batch.labels != IGNORE_INDEX
+    old = batch.old_logps if batch.old_logps is not None else logps.detach()
+    losses = loss_fn(logps, old, batch.ref_logps, batch.advantages, mask)
+    loss = Loss(losses.sum, int(loss_fn.per(batch)), {**losses.metrics(), **batch.metrics})
+    return with_aux_loss(model, batch, loss)

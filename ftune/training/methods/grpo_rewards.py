@@ -7,19 +7,20 @@ The logged figures are TRL 1.16's (``GRPOTrainer._generate_and_score_completions
 mean weighted total, ``reward_std`` its sample (Bessel-corrected) std, ``rewards/<name>/mean`` and
 ``/std`` the same of each reward, ``frac_reward_zero_std`` the share of groups whose rewards are all
 equal. TRL takes them over a generation batch: the step's completions, on every rank, with its
-default ``steps_per_generation == gradient_accumulation_steps``. So does a training step here
-(:func:`reward_means` with the step's count); validation, like TRL's evaluation, averages each
-rollout's figures (one micro-batch on one rank: ``batch_size`` prompts × ``group_size``).
+default ``steps_per_generation == gradient_accumulation_steps``. So does a training step here. A
+validation pass takes them over all its completions (TRL's evaluation averages its batches' figures:
+the same means, and for the stds the mean of the batches' stds).
 
-A micro-batch logs sums (:func:`reward_sums`) that ``StepLoss`` and ``validate`` add over
-micro-batches and ranks and divide by the loss's count; :func:`reward_means` turns them back.
+A micro-batch returns them as metrics with their own counts (:func:`reward_metrics`: completions
+for the rewards, groups for ``frac_reward_zero_std``), which ``StepLoss`` and ``validate`` add over
+micro-batches and ranks before reading each one's value.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from ftune.training.step.metric import Metric
 
 #: Added to a group's reward std before dividing (TRL's value).
 STD_EPSILON = 1e-4
@@ -85,10 +86,10 @@ def zero_variance_share(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return torch.isclose(std, torch.zeros_like(std)).float().mean()
 
 
-def reward_sums(
+def reward_metrics(
     total: torch.Tensor, per_reward: dict[str, torch.Tensor], group_size: int
-) -> dict[str, torch.Tensor]:
-    """One rollout's reward sums, which :func:`reward_means` reads once added over a step or a validation.
+) -> dict[str, Metric]:
+    """One rollout's reward figures under TRL's names, as metrics that add over micro-batches and ranks.
 
     Args:
         total: the weighted totals ``[prompts * group_size]``.
@@ -96,52 +97,18 @@ def reward_sums(
         group_size: completions per prompt.
 
     Returns:
-        fp32 scalars: ``sequences``, ``groups``, ``rollouts`` (1), ``zero_std_groups`` and, for the
-        total (``reward``) and each reward (``rewards/<name>``), the sum, the sum of squares
-        (``_sq``) and this rollout's sample std (``_rollout_std``).
+        ``reward`` and ``rewards/<name>/mean`` (means over completions), ``reward_std`` and
+        ``rewards/<name>/std`` (sample stds over every completion added), ``frac_reward_zero_std``
+        (the share of groups whose rewards are all equal).
     """
-    grouped = _check_rewards(total, group_size, "reward_sums")
+    grouped = _check_rewards(total, group_size, "reward_metrics")
+    zero = zero_variance_share(total, group_size) * grouped.shape[0]
     out = {
-        "sequences": torch.tensor(float(total.numel()), device=total.device),
-        "groups": torch.tensor(float(grouped.shape[0]), device=total.device),
-        "rollouts": torch.ones((), device=total.device),
-        "zero_std_groups": zero_variance_share(total, group_size) * grouped.shape[0],
+        "reward": Metric.mean(total),
+        "reward_std": Metric.std(total),
+        "frac_reward_zero_std": Metric.ratio(zero, float(grouped.shape[0])),
     }
-    for key, values in [("reward", total), *((f"rewards/{n}/mean", v) for n, v in per_reward.items())]:
-        values = values.float()
-        out[key] = values.sum()
-        out[f"{key}_sq"] = (values * values).sum()
-        out[f"{key}_rollout_std"] = (
-            values.std() if values.numel() > 1 else torch.zeros((), device=values.device)
-        )
-    return out
-
-
-def reward_means(sums: dict[str, float], count: float | None) -> dict[str, float]:
-    """TRL's reward figures from added :func:`reward_sums`, all divided by one ``count``.
-
-    Args:
-        sums: the added sums, divided by the loss's count (as ``StepLoss`` and ``validate`` do).
-        count: that count (a training step's: its stds are the sample stds of all its
-            completions), or None when it is unknown (validation: each std is the mean of the
-            rollouts' sample stds).
-
-    Returns:
-        ``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/<name>/mean`` and ``/std``.
-    """
-    seqs = sums["sequences"]
-    n = round(seqs * count) if count else 0
-
-    def std(key: str) -> float:
-        if n < 2:
-            return sums[f"{key}_rollout_std"] / sums["rollouts"]
-        mean = sums[key] / seqs
-        return math.sqrt(max(sums[f"{key}_sq"] / seqs - mean * mean, 0.0) * n / (n - 1))
-
-    out = {"reward": sums["reward"] / seqs, "reward_std": std("reward")}
-    out["frac_reward_zero_std"] = sums["zero_std_groups"] / sums["groups"]
-    for key in sums:
-        if key.startswith("rewards/") and key.endswith("/mean"):
-            out[key] = sums[key] / seqs
-            out[key.removesuffix("/mean") + "/std"] = std(key)
+    for name, values in per_reward.items():
+        out[f"rewards/{name}/mean"] = Metric.mean(values)
+        out[f"rewards/{name}/std"] = Metric.std(values)
     return out

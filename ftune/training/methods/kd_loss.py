@@ -16,7 +16,8 @@ The loss returns the *sum* over labelled tokens and their count, exactly like
 whole step (micro-batches and ranks): gradient accumulation and world size behave as in SFT.
 
 Both models' logits are computed in ``num_chunks`` blocks of tokens from their final hidden
-states: only one block of fp32 logits of each model exists at a time, never the full fp32 logits
+states, each through its own output head (``model.head``: weight and soft-cap, so Gemma 2's capped
+logits are the ones compared): only one block of fp32 logits of each model exists at a time, never the full fp32 logits
 of both (which for a 128k vocabulary would dwarf the models' activations). What backward keeps
 of each block is one fp32 tensor, the gradient with respect to the student's logits: over the
 blocks, the size of the student's fp32 logits of the labelled tokens, as chunked cross-entropy.
@@ -27,11 +28,10 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from ftune.modules.transformer import OutputHead
 from ftune.training.methods.kd_divergences import KL_KINDS, MixedDivergence, TargetCrossEntropy
-from ftune.training.step.batch_loss import Loss, MicroBatch, labelled_positions
 from ftune.training.step.loss import IGNORE_INDEX
 
 
@@ -97,23 +97,23 @@ class KDLoss(nn.Module):
 
     def chunk_loss(
         self,
-        weight: torch.Tensor,
+        head: OutputHead,
         hidden: torch.Tensor,
-        teacher_weight: torch.Tensor,
+        teacher_head: OutputHead,
         teacher_hidden: torch.Tensor,
         labels: torch.Tensor,
     ) -> torch.Tensor:
         """The mixed loss summed over one block of tokens (fp32 scalar); the unit ``compile_loss`` compiles.
 
         Args:
-            weight, hidden: the student's output weight ``[vocab, dim]`` and hidden states ``[tokens, dim]``.
-            teacher_weight, teacher_hidden: the teacher's, ``[vocab, dim_t]`` and ``[tokens, dim_t]``.
+            head, hidden: the student's output head and hidden states ``[tokens, dim]``.
+            teacher_head, teacher_hidden: the teacher's, and its hidden states ``[tokens, dim_t]``.
             labels: ``[tokens]``; ``ignore_index`` rows add nothing.
         """
-        logits = F.linear(hidden, weight).float()  # (tokens, vocab)
+        logits = head.logits(hidden)  # (tokens, vocab) fp32
         if self.kl != "forward":
             with torch.no_grad():
-                log_p = F.log_softmax(F.linear(teacher_hidden, teacher_weight).float(), dim=-1)
+                log_p = torch.log_softmax(teacher_head.logits(teacher_hidden), dim=-1)
             forward_share = 0.0 if self.kl == "reverse" else self.sym_kd_ratio
             weights = (
                 1.0 - self.kd_ratio,
@@ -123,7 +123,7 @@ class KDLoss(nn.Module):
             return MixedDivergence.apply(logits, log_p, labels, labels != self.ignore_index, weights)
         keep = (labels != self.ignore_index)[:, None]  # (tokens, 1)
         with torch.no_grad():
-            log_p = F.log_softmax(F.linear(teacher_hidden, teacher_weight).float(), dim=-1)  # (tokens, vocab)
+            log_p = torch.log_softmax(teacher_head.logits(teacher_hidden), dim=-1)  # (tokens, vocab)
             # Both terms are a cross-entropy against a fixed target distribution, plus a constant:
             # (1 - r) CE + r KL = -sum_v t(v) log q(v) + r sum_v p(v) log p(v),
             # with t = (1 - r) onehot(label) + r p on labelled rows and 0 on the others.
@@ -136,19 +136,19 @@ class KDLoss(nn.Module):
 
     def forward(
         self,
-        weight: torch.Tensor,
+        head: OutputHead,
         hidden: torch.Tensor,
         labels: torch.Tensor,
-        teacher_weight: torch.Tensor,
+        teacher_head: OutputHead,
         teacher_hidden: torch.Tensor,
     ) -> tuple[torch.Tensor, int]:
         """The mixed loss summed over the labelled tokens, and their count.
 
         Args:
-            weight: the student's output weight ``[vocab, dim]`` (``model.output_weight``).
+            head: the student's output head (``model.head``).
             hidden: the student's final hidden states ``[b, s, dim]``.
             labels: targets aligned with ``hidden`` (shifted), ``[b, s]``.
-            teacher_weight: the teacher's output weight ``[vocab, dim_t]``.
+            teacher_head: the teacher's output head (``teacher.head``).
             teacher_hidden: the teacher's final hidden states of the same positions ``[b, s, dim_t]``.
 
         Returns:
@@ -157,6 +157,7 @@ class KDLoss(nn.Module):
         Raises:
             ValueError: shapes that do not fit together (vocabularies, positions).
         """
+        weight, teacher_weight = head.weight, teacher_head.weight
         if (
             hidden.dim() != 3
             or labels.shape != hidden.shape[:2]
@@ -181,35 +182,5 @@ class KDLoss(nn.Module):
             flat.chunk(self.num_chunks), flat_t.chunk(self.num_chunks), flat_labels.chunk(self.num_chunks)
         )
         for h, ht, y in blocks:
-            loss_sum = loss_sum + self.chunk_loss(weight, h, teacher_weight, ht, y)
+            loss_sum = loss_sum + self.chunk_loss(head, h, teacher_head, ht, y)
         return loss_sum, int((flat_labels != self.ignore_index).sum())
-
-
-@torch.no_grad()
-def teacher_hidden(teacher: nn.Module, batch: MicroBatch) -> torch.Tensor:
-    """The frozen teacher's final hidden states of a micro-batch ``[b, s, dim_t]``, without gradients."""
-    return teacher.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
-
-
-def distill_loss(
-    loss_fn: KDLoss,
-    weight: torch.Tensor,
-    hidden: torch.Tensor,
-    labels: torch.Tensor,
-    teacher_weight: torch.Tensor,
-    teacher_hidden: torch.Tensor,
-) -> Loss:
-    """:class:`KDLoss` over the labelled positions of student and teacher (cut with one index, so the two
-    line up row for row), as a :class:`ftune.training.Loss`.
-
-    Args:
-        loss_fn: the :class:`KDLoss`.
-        weight, hidden: the student's output weight and final hidden states ``[b, s, dim]``.
-        labels: the shifted labels ``[b, s]`` (``MicroBatch.labels``).
-        teacher_weight, teacher_hidden: the teacher's, ``[b, s, dim_t]`` (:func:`teacher_hidden`).
-    """
-    labels, hidden, teacher_hidden = labelled_positions(
-        labels, hidden, teacher_hidden, ignore_index=loss_fn.ignore_index
-    )
-    loss_sum, num_tokens = loss_fn(weight, hidden, labels, teacher_weight, teacher_hidden)
-    return Loss(loss_sum, int(num_tokens), {})

@@ -3,7 +3,10 @@
 Build it with :meth:`ReferenceModel.adapters_off` (LoRA: the policy itself with its adapters
 switched off, no second copy of the weights) or :meth:`ReferenceModel.frozen` (full fine-tuning: a
 second model built from the base checkpoint, also on a resumed run, sharded like the policy under
-FSDP2). Its passes run without gradients.
+FSDP2). Its passes run without gradients, through the reference's own output head (``model.head``:
+a soft-capped model's logits are capped), and leave the policy's router state as it was: a LoRA
+reference reruns the policy's own mixture-of-experts blocks, whose router logits the policy's aux
+loss reads (``ftune.training.step.aux_loss.keep_router_state``).
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
+from ftune.modules.transformer import OutputHead
 from ftune.peft.disable import adapters_disabled
 from ftune.peft.lora import LoRALinear
 from ftune.training.methods.dpo_loss import DPOLoss, PairLogps
 from ftune.training.methods.grpo_loss import GRPOLoss
-from ftune.training.methods.preference_step import check_preference
-from ftune.training.step.batch_loss import MicroBatch, refuse_moe
+from ftune.training.methods.preference_loss import check_preference
+from ftune.training.step.aux_loss import keep_router_state
+from ftune.training.step.micro_batch import MicroBatch
 
 T = TypeVar("T")
 
@@ -34,9 +39,6 @@ class ReferenceModel:
     """
 
     def __init__(self, model: nn.Module, *, disable_adapters: bool) -> None:
-        # A LoRA reference pass reruns the policy's own MoE blocks and would overwrite the router
-        # logits the balancing loss reads; DPO and GRPO leave MoE models out until they add it.
-        refuse_moe(model, "DPO / GRPO")
         self.model, self.disable_adapters = model, disable_adapters
 
     @classmethod
@@ -56,21 +58,23 @@ class ReferenceModel:
         return cls(model.eval(), disable_adapters=False)
 
     @torch.no_grad()
-    def scores(self, batch: MicroBatch, score: Callable[[torch.Tensor, torch.Tensor], T]) -> T:
-        """``score(output_weight, hidden)`` of the reference's final hidden states of ``batch``, no gradients.
+    def scores(self, batch: MicroBatch, score: Callable[[OutputHead, torch.Tensor], T]) -> T:
+        """``score(head, hidden)`` of the reference's final hidden states of ``batch``, no gradients.
 
         Args:
             batch: an unpacked micro-batch (its tokens are read).
-            score: turns the output projection ``[vocab, dim]`` and the hidden states ``[b, s, dim]``
-                into what the loss needs (log-probabilities); it runs while the adapters are off.
+            score: turns the reference's output head (``model.head``) and its hidden states
+                ``[b, s, dim]`` into what the loss needs (log-probabilities); it runs while the
+                adapters are off.
         """
         if self.disable_adapters:
-            with adapters_disabled(self.model):
+            # The policy's own modules: its router state (the policy forward's) is put back after.
+            with adapters_disabled(self.model), keep_router_state(self.model):
                 hidden = self.model.hidden(batch.tokens, input_pos=None, mask=None)  # (b, s, dim)
-                out = score(self.model.output_weight, hidden)
+                out = score(self.model.head, hidden)
         else:
             hidden = self.model.hidden(batch.tokens, input_pos=None, mask=None)
-            out = score(self.model.output_weight, hidden)
+            out = score(self.model.head, hidden)
         if isinstance(self.model, FSDPModule) and not self.disable_adapters:
             self.model.reshard()  # no backward follows: free the root's gathered parameters
         return out
@@ -81,11 +85,13 @@ class ReferenceModel:
         check_preference(loss_fn, batch)
         if not loss_fn.needs_reference:
             return None
-        return self.scores(batch, lambda w, h: PairLogps.from_rows(*loss_fn.row_logps(w, h, batch.labels)))
+        return self.scores(
+            batch, lambda head, h: PairLogps.from_rows(*loss_fn.row_logps(head, h, batch.labels))
+        )
 
     def token_logps(self, loss_fn: GRPOLoss, batch: MicroBatch, temperature: float) -> torch.Tensor | None:
         """GRPO: the reference's log-probability of each labelled token ``[b, s]`` at the sampling
         temperature (0 elsewhere); None when the loss has no KL term (beta 0), which does not run it."""
         if not loss_fn.needs_reference:
             return None
-        return self.scores(batch, lambda w, h: loss_fn.token_logps(w, h / temperature, batch.labels))
+        return self.scores(batch, lambda head, h: loss_fn.token_logps(head, h / temperature, batch.labels))

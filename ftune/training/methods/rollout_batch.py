@@ -5,7 +5,7 @@ policy's completions on the KV cache, in eval mode, each prompt's rows seeded by
 the epoch and the prompt's dataset index, so that a completion does not depend on the batch or the
 rank it is sampled on), :func:`score_rollout` (the rewards) and :func:`rollout_batch`
 (group-relative advantages, the old and the reference log-probabilities): a :class:`RolloutBatch`,
-the micro-batch its ``loss_on`` hands to :func:`grpo_loss`.
+the micro-batch its ``loss_on`` hands to ``training.grpo_loss``.
 
 Every log-probability is taken at the sampling temperature (TRL's convention, see
 ``ftune.generation.rollout``): logits / T, which is ``(hidden / T) @ W``, so the hidden states are
@@ -14,8 +14,6 @@ divided before the chunked projection and no logits tensor is ever scaled.
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,10 +27,9 @@ from torch.distributed.fsdp import FSDPModule
 from ftune.data.prompt_batch import PromptBatch
 from ftune.generation.rollout import Rollout, rollout
 from ftune.rewards import RewardSet
-from ftune.training.methods.grpo_loss import GRPOLoss
-from ftune.training.methods.grpo_rewards import group_advantages, reward_sums
-from ftune.training.step.batch_loss import Loss, MicroBatch, on_device
-from ftune.training.step.loss import IGNORE_INDEX
+from ftune.training.methods.grpo_rewards import group_advantages, reward_metrics
+from ftune.training.step.metric import Metric
+from ftune.training.step.micro_batch import MicroBatch, on_device
 
 
 @dataclass(frozen=True)
@@ -190,14 +187,14 @@ class RolloutBatch(MicroBatch):
             the loss takes the current ones, detached (ratio 1).
         ref_logps: ``[b, s]`` the reference's, or None when the loss has no KL term.
         temperature: the temperature log-probabilities are taken at.
-        metrics: sums logged with the step (rewards, lengths, rollout time; see :func:`rollout_means`).
+        metrics: figures logged with the step, each with its own count (rewards, completion lengths).
     """
 
     advantages: torch.Tensor
     old_logps: torch.Tensor | None
     ref_logps: torch.Tensor | None
     temperature: float
-    metrics: dict[str, torch.Tensor]
+    metrics: dict[str, Metric]
 
     def state(self) -> dict[str, Any]:
         """Plain tensors and numbers (a checkpoint of a rollout that later steps reuse)."""
@@ -209,7 +206,7 @@ class RolloutBatch(MicroBatch):
             "old_logps": self.old_logps,
             "ref_logps": self.ref_logps,
             "temperature": self.temperature,
-            "metrics": dict(self.metrics),
+            "metrics": {k: vars(m) for k, m in self.metrics.items()},
         }
 
     @classmethod
@@ -229,22 +226,24 @@ class RolloutBatch(MicroBatch):
             old_logps=move(state["old_logps"]),
             ref_logps=move(state["ref_logps"]),
             temperature=float(state["temperature"]),
-            metrics={k: move(v) for k, v in state["metrics"].items()},
+            metrics={k: _metric(m, move) for k, m in state["metrics"].items()},
         )
 
 
-def _policy_logps(
-    policy: nn.Module, loss_fn: GRPOLoss, batch: MicroBatch, temperature: float
-) -> torch.Tensor:
+def _metric(state: dict[str, Any], move: Callable[[torch.Tensor | None], torch.Tensor | None]) -> Metric:
+    return Metric(state["kind"], move(state["total"]), move(state["count"]), move(state["squares"]))
+
+
+def _policy_logps(policy: nn.Module, loss_fn: Any, batch: MicroBatch, temperature: float) -> torch.Tensor:
     with torch.no_grad():
         hidden = policy.hidden(batch.tokens, input_pos=None, mask=None)
-        return loss_fn.token_logps(policy.output_weight, hidden / temperature, batch.labels)
+        return loss_fn.token_logps(policy.head, hidden / temperature, batch.labels)
 
 
 def rollout_batch(
     rollout: Rollout,
     scores: Scores,
-    loss_fn: GRPOLoss,
+    loss_fn: Any,
     *,
     policy: nn.Module,
     reference: Any,
@@ -264,7 +263,7 @@ def rollout_batch(
         keep_old_logps: the rollout serves several steps (``num_iterations > 1``): keep the
             sampling policy's log-probabilities for the clipped ratio.
     """
-    if not isinstance(loss_fn, GRPOLoss):
+    if not callable(getattr(loss_fn, "token_logps", None)) or not hasattr(loss_fn, "needs_reference"):
         raise ValueError(
             "loss: the GRPO recipes need loss._component_=ftune.training.GRPOLoss; got "
             f"{type(loss_fn).__module__}.{type(loss_fn).__name__}."
@@ -280,10 +279,12 @@ def rollout_batch(
     per_reward = {
         k: torch.tensor(v, dtype=torch.float32, device=device) for k, v in scores.per_reward.items()
     }
+    lengths = rollout.lengths.float().to(device)
     metrics = {
-        **reward_sums(total, per_reward, g),
-        "completions/clipped": (~rollout.finished).float().sum().to(device),
-        "completions/max_length": rollout.lengths.max().float().to(device) * total.numel(),
+        **reward_metrics(total, per_reward, g),
+        "completions/mean_length": Metric.mean(lengths),
+        "completions/max_length": Metric.max(lengths),
+        "completions/clipped_ratio": Metric.mean((~rollout.finished).float().to(device)),
     }
     return RolloutBatch(
         batch.tokens,
@@ -296,45 +297,3 @@ def rollout_batch(
         temperature=temperature,
         metrics=metrics,
     )
-
-
-def grpo_loss(loss_fn: GRPOLoss, weight: torch.Tensor, hidden: torch.Tensor, batch: MicroBatch) -> Loss:
-    """A rollout micro-batch's GRPO loss sum, its count, and the sums logged with it.
-
-    Args:
-        loss_fn: the recipe's :class:`ftune.training.GRPOLoss`.
-        weight: the policy's output projection (``model.output_weight``).
-        hidden: the policy's final hidden states ``[b, s, dim]`` of ``batch``.
-        batch: a :class:`RolloutBatch` (``rollout_on``'s).
-
-    Raises:
-        ValueError: ``batch`` is not a RolloutBatch (a GRPO loader makes them).
-    """
-    if not isinstance(batch, RolloutBatch):
-        raise ValueError(
-            f"grpo_loss: got a {type(batch).__name__}; a GRPO recipe's batches come from "
-            "training.RolloutLoader (prompts in, scored rollouts out)."
-        )
-    scaled = hidden if batch.temperature == 1.0 else hidden / batch.temperature
-    logps = loss_fn.token_logps(weight, scaled, batch.labels)  # (b, s), 0 off the completions
-    mask = batch.labels != IGNORE_INDEX
-    old = batch.old_logps if batch.old_logps is not None else logps.detach()
-    losses = loss_fn(logps, old, batch.ref_logps, batch.advantages, mask)
-    return Loss(losses.sum, losses.count, {**losses.sums(), **batch.metrics})
-
-
-def _rollout_seconds(batch: RolloutBatch, seconds: float) -> RolloutBatch:
-    metrics = {**batch.metrics, "time/rollout_s": torch.tensor(seconds, device=batch.tokens.device)}
-    return dataclasses.replace(batch, metrics=metrics)
-
-
-def timed(make: Any, *args: Any) -> RolloutBatch:
-    """``make(*args)`` with its wall time recorded in the batch's metrics (``time/rollout_s``)."""
-    start = time.perf_counter()
-    batch = make(*args)
-    return _rollout_seconds(batch, time.perf_counter() - start)
-
-
-def reused(batch: RolloutBatch) -> RolloutBatch:
-    """The same batch served again (a later iteration): no rollout time is spent on it."""
-    return _rollout_seconds(batch, 0.0)

@@ -1,10 +1,14 @@
-"""The GRPO recipes' loader: prompt batches in, scored rollout micro-batches out, and the step's figures.
+"""The GRPO recipes' loader: prompt batches in, scored rollout micro-batches out, and the time they took.
 
 A GRPO recipe wraps its prompt loader in a :class:`RolloutLoader` with its own ``rollout_on(prompts,
 number) -> RolloutBatch``; the shared loop then reads it like any loader (``training.accumulate``,
 ``total_steps``, ``restore``, ``save_checkpoint``). With ``num_iterations = k > 1`` the loader
 samples one step's ``grad_accum_steps`` micro-batches, then serves them k times: k optimizer steps
 on one rollout, the later ones with a clipped ratio against the log-probabilities kept at sampling.
+
+The loader times what it makes: :meth:`RolloutLoader.take_seconds` is the wall time this rank spent
+making rollouts (sampling, scoring, old and reference log-probabilities) since it was last read, which
+a recipe logs with its step as ``time/rollout_s`` (a timing, not a loss metric: nothing divides it).
 
 Resume is exact: the state holds the prompt loader's position (its epoch, with the run's seed and
 each prompt's dataset index, seeds the prompt's sampling, so no generator state is needed) and a
@@ -14,17 +18,13 @@ only: not on the batch size, the accumulation or the world size.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ftune.data.prompt_batch import PromptBatch
-from ftune.runtime.rank import world_size
-from ftune.training.methods.grpo_loss import grpo_token_means
-from ftune.training.methods.grpo_rewards import reward_means
-from ftune.training.methods.rollout_batch import RolloutBatch, reused, timed
-from ftune.training.step.step_loss import StepStats
+from ftune.training.methods.rollout_batch import RolloutBatch
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class RolloutLoader:
         self.accum, self.iterations, self.validation = grad_accum_steps, num_iterations, validation
         self.reuse: list[RolloutBatch] = []  # a step's rollout still to be served again
         self.passes_left = 0
+        self.seconds = 0.0  # spent making rollouts since take_seconds() last read it
         dropped = len(prompts) % grad_accum_steps if num_iterations > 1 and hasattr(prompts, "__len__") else 0
         if dropped:
             logger.warning(
@@ -95,14 +96,14 @@ class RolloutLoader:
         epoch = self.prompts.state_dict()["epoch"]  # type: ignore[attr-defined]
         if self.iterations == 1:
             for prompts in self.prompts:
-                yield timed(self.rollout_on, prompts, epoch)
+                yield self._timed(prompts, epoch)
             return
         group: list[PromptBatch] = []
         for prompts in self.prompts:
             group.append(prompts)
             if len(group) < self.accum:
                 continue
-            made = [timed(self.rollout_on, p, epoch) for p in group]
+            made = [self._timed(p, epoch) for p in group]
             group, self.reuse, self.passes_left = [], made, self.iterations - 1
             yield from made
             yield from self._reuse_passes()
@@ -112,7 +113,19 @@ class RolloutLoader:
         """The passes still owed over the kept rollout, the count kept current for `state_dict`."""
         while self.passes_left:
             self.passes_left -= 1
-            yield from (reused(b) for b in self.reuse)
+            yield from self.reuse
+
+    def _timed(self, prompts: PromptBatch, epoch: int) -> RolloutBatch:
+        start = time.perf_counter()
+        batch = self.rollout_on(prompts, epoch)
+        self.seconds += time.perf_counter() - start
+        return batch
+
+    def take_seconds(self) -> dict[str, float]:
+        """``{"time/rollout_s": ...}``: this rank's seconds spent making rollouts since the last call (0
+        for a step that reuses a rollout), then restart the count. A recipe logs it with the step."""
+        seconds, self.seconds = self.seconds, 0.0
+        return {"time/rollout_s": seconds}
 
     def state_dict(self) -> dict[str, Any]:
         """{"epoch", "prompts" (the prompt loader's position), "passes_left", "reuse"}."""
@@ -134,39 +147,3 @@ class RolloutLoader:
         self.prompts.load_state_dict(state["prompts"])  # type: ignore[attr-defined]
         self.passes_left = int(state["passes_left"])
         self.reuse = [RolloutBatch.from_state(b) for b in state["reuse"]]
-
-
-def _means(sums: dict[str, float], count: float | None) -> dict[str, float]:
-    """Means of a step's (or validation's) rollout sums, all divided by one count (None: unknown)."""
-    seqs = sums.get("sequences", 0.0)
-    if not seqs:
-        return dict(sums)
-    out = {k: v for k, v in grpo_token_means(sums).items() if k.startswith(("kl", "clip_ratio"))}
-    out.update(reward_means(sums, count))
-    out["completions/mean_length"] = sums["completion_tokens"] / seqs
-    out["completions/max_length"] = sums["completions/max_length"] / seqs
-    out["completions/clipped_ratio"] = sums["completions/clipped"] / seqs
-    return out
-
-
-def rollout_means(stats: StepStats | dict[str, float]) -> StepStats | dict[str, float]:
-    """The logged figures of a GRPO step (``StepStats``) or validation (``val_``-prefixed dict).
-
-    ``StepLoss`` and ``validate`` divide every sum by the loss's count (sequences, tokens, ...),
-    so means are ratios of two sums: rewards and lengths per completion, ``frac_reward_zero_std`` per
-    group, KL and clip ratios per token. The step's trained tokens give back its count, so a step's
-    ``time/rollout_s`` (sampling, scoring, old and reference log-probabilities) is a total and its
-    ``reward_std`` and ``rewards/<name>/std`` the sample stds of its completions (TRL's); validation's
-    stds are the mean of its rollouts' (TRL's evaluation: the mean of its batches').
-    """
-    if isinstance(stats, StepStats):
-        sums = stats.metrics
-        # the step's count: its trained tokens over their divided sum
-        count = stats.num_tokens / sums["completion_tokens"] if sums.get("completion_tokens") else None
-        out = _means(sums, count)
-        if count and "time/rollout_s" in sums:
-            out["time/rollout_s"] = sums["time/rollout_s"] * count / world_size()  # a rank's
-        return dataclasses.replace(stats, metrics=out)
-    sums = {k.removeprefix("val_"): v for k, v in stats.items() if k != "val_loss"}
-    out = {f"val_{k}": v for k, v in _means(sums, None).items()}
-    return {"val_loss": stats["val_loss"], **out} if "val_loss" in stats else out

@@ -17,7 +17,6 @@ from torch import nn
 
 from ftune.checkpointing.inference import load_inference_model
 from ftune.config import instantiate
-from ftune.training.step.batch_loss import refuse_moe
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +68,8 @@ def check_same_vocab(tokenizer: Any, teacher_tokenizer: Any, model: nn.Module, t
         model: the student; ``teacher``: the teacher.
 
     Raises:
-        ValueError: one line naming what differs, the keys involved and how to fix it; or a student
-            that is a mixture-of-experts model (distillation does not add its balancing loss yet).
+        ValueError: one line naming what differs, the keys involved and how to fix it.
     """
-    refuse_moe(model, "Knowledge distillation")
     problems = []
     n, m = tokenizer.vocab_size, teacher_tokenizer.vocab_size
     if n != m:
@@ -89,7 +86,7 @@ def check_same_vocab(tokenizer: Any, teacher_tokenizer: Any, model: nn.Module, t
                 f"{len(differ)} ids map to different tokens, e.g. id {i}: "
                 f"{_token(tokenizer, i)!r} vs {_token(teacher_tokenizer, i)!r}"
             )
-    rows, teacher_rows = model.output_weight.shape[0], teacher.output_weight.shape[0]
+    rows, teacher_rows = model.head.weight.shape[0], teacher.head.weight.shape[0]
     if rows != teacher_rows:
         problems.append(f"output rows {rows} (model) vs {teacher_rows} (teacher_model)")
     if problems:

@@ -14,7 +14,7 @@ from ftune.training.run.dtype_advice import say_pending_advice
 from ftune.training.run.memory import peak_memory_gib
 from ftune.training.run.progress import ProgressBar
 from ftune.training.run.throughput import Throughput
-from ftune.training.step.batch_loss import MicroBatch
+from ftune.training.step.micro_batch import MicroBatch
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,11 @@ class Reporter:
         self.tokens = 0
         self.losses: list[float] = []
         self.last = time.perf_counter()  # the end of the last step (or validation pass)
+        self.timings: dict[str, float] = {}  # add_timings', logged with the next step
+
+    def add_timings(self, timings: dict[str, float]) -> None:
+        """Seconds to log as they are with the next step (this rank's: a GRPO step's ``time/rollout_s``)."""
+        self.timings.update(timings)
 
     def step(self, step: int, stats: Any, num_tokens: int) -> dict[str, float]:
         """Record one optimizer step (`num_tokens`: this rank's); returns what was logged (global figures)."""
@@ -75,6 +80,8 @@ class Reporter:
             "step_seconds": seconds,  # since the previous step or validation pass (saves included)
         }
         metrics.update(stats.metrics)
+        metrics.update(self.timings)
+        self.timings = {}
         if stats.grad_norm is not None:
             metrics["grad_norm"] = stats.grad_norm
         if peak is not None:

@@ -1,9 +1,11 @@
-"""Token cross-entropy losses that take the output projection's weight and the final hidden states.
+"""Token cross-entropy losses that take the model's output head and the final hidden states.
 
 Every loss here is called the same way by the training step (``training.token_loss``)::
 
-    loss_sum, num_tokens = loss_fn(model.head.weight, hidden, shifted_labels)
-    loss_sum, num_tokens = loss_fn(weight, hidden, shifted_labels, softcap=30.0)  # Gemma 2's capped logits
+    loss_sum, num_tokens = loss_fn(model.head, hidden, shifted_labels)
+
+``model.head`` is the output projection's weight and the logits' soft-cap (Gemma 2's; None for the
+others): a loss projects through it (``head.logits(hidden)``) and scores the logits the model outputs.
 
 and returns the *sum* over non-ignored tokens (fp32) and their count, so the caller can
 normalise by the token count of the whole optimizer step (see ``ftune.training.StepLoss``).
@@ -13,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ftune.modules.softcap import softcap as cap_logits
+from ftune.modules.transformer import OutputHead
 from ftune.training.step.linear_cross_entropy import linear_cross_entropy
 
 # Same value as ftune.data's CROSS_ENTROPY_IGNORE_IDX (and torch's default ignore_index).
@@ -42,26 +44,21 @@ class CrossEntropyLoss(nn.Module):
         self.ignore_index = ignore_index
         self.num_chunks = 1
 
-    def chunk_loss(
-        self, weight: torch.Tensor, hidden: torch.Tensor, labels: torch.Tensor, softcap: float | None = None
-    ) -> torch.Tensor:
+    def chunk_loss(self, head: OutputHead, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Summed fp32 cross-entropy of one block of tokens.
 
         This is the unit ``ftune.training.compile_loss`` compiles.
 
         Args:
-            weight: output projection weight, ``[vocab, dim]``.
+            head: the model's output head (``model.head``: weight ``[vocab, dim]`` and soft-cap).
             hidden: hidden states, ``[tokens, dim]``.
             labels: target ids, ``[tokens]``; ``ignore_index`` entries are skipped.
-            softcap: cap the logits at ±softcap with tanh (the model's ``head.softcap``); None = plain.
 
         Returns:
             fp32 scalar: the sum of the per-token losses.
         """
-        # Upcast here, per block: softmax over a large vocab in bf16 loses precision.
-        logits = F.linear(hidden, weight).float()  # (tokens, vocab)
-        if softcap is not None:
-            logits = cap_logits(logits, softcap)  # in fp32: tanh's slope matters near the cap
+        # Upcast per block (softmax over a large vocab in bf16 loses precision), then cap in fp32.
+        logits = head.logits(hidden)  # (tokens, vocab)
         return F.cross_entropy(logits, labels, ignore_index=self.ignore_index, reduction="sum")
 
     def _fused_backward(self, weight: torch.Tensor, hidden: torch.Tensor) -> bool:
@@ -79,31 +76,26 @@ class CrossEntropyLoss(nn.Module):
         )
 
     def forward(
-        self,
-        weight: torch.Tensor,
-        hidden: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        softcap: float | None = None,
+        self, head: OutputHead, hidden: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, int]:
         """Cross-entropy summed over the non-ignored tokens.
 
         Args:
-            weight: output projection weight, ``[vocab, dim]`` (``model.head.weight``).
+            head: the model's output head (``model.head``): the weight ``[vocab, dim]`` and the
+                soft-cap (logits are ``cap * tanh(hidden @ weight.T / cap)``; None = plain).
             hidden: final hidden states, ``[b, s, dim]`` (``model.hidden(...)``).
             labels: targets already aligned with ``hidden`` (shifted by the caller), ``[b, s]``.
-            softcap: the logits are ``softcap * tanh(hidden @ weight.T / softcap)`` (``model.head.softcap``,
-                Gemma 2); None = plain ``hidden @ weight.T``.
 
         Returns:
             ``(loss_sum, num_tokens)``: fp32 scalar sum over non-ignored tokens, and their count.
 
         Raises:
-            ValueError: if the shapes of ``hidden``, ``labels`` and ``weight`` do not fit together.
+            ValueError: if the shapes of ``hidden``, ``labels`` and the head's weight do not fit together.
         """
+        weight = head.weight
         if hidden.dim() != 3 or labels.shape != hidden.shape[:2] or weight.shape[-1] != hidden.shape[-1]:
             raise ValueError(
-                f"{type(self).__name__}: expected weight [vocab, dim], hidden [b, s, dim] and labels [b, s]; "
+                f"{type(self).__name__}: expected head weight [vocab, dim], hidden [b, s, dim] and labels [b, s]; "
                 f"got weight {list(weight.shape)}, hidden {list(hidden.shape)}, labels {list(labels.shape)}."
             )
         # Flatten (b, s) into tokens and chunk along that axis: each chunk is a contiguous block of
@@ -118,15 +110,12 @@ class CrossEntropyLoss(nn.Module):
                 flat_labels,
                 num_chunks=self.num_chunks,
                 ignore_index=self.ignore_index,
-                softcap=softcap,
+                softcap=head.softcap,
             )
         else:
             loss_sum = hidden.new_zeros((), dtype=torch.float32)
             for h, y in zip(flat_hidden.chunk(self.num_chunks), flat_labels.chunk(self.num_chunks)):
-                # The keyword only when capping: a chunk_loss replaced by compile_loss or a test keeps
-                # its three-argument call for every uncapped model.
-                cap = {} if softcap is None else {"softcap": softcap}
-                loss_sum = loss_sum + self.chunk_loss(weight, h, y, **cap)
+                loss_sum = loss_sum + self.chunk_loss(head, h, y)
         return loss_sum, int((flat_labels != self.ignore_index).sum())
 
 

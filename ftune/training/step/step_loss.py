@@ -22,7 +22,8 @@ from ftune.runtime.rank import world_size
 from ftune.settings import check_optimizer_in_backward
 from ftune.training.features.fsdp import all_reduce_sum
 from ftune.training.features.optimizer_in_backward import OptimizerInBackward
-from ftune.training.step.batch_loss import Loss, MicroBatch, on_device, per_token
+from ftune.training.step.metric import Loss, Metric, add_metrics, reduce_metrics
+from ftune.training.step.micro_batch import MicroBatch, on_device, per_token
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ class StepStats:
         num_tokens: the step's labelled tokens (those trained on).
         grad_norm: total gradient norm before clipping; None when clipping is off.
         lr: learning rate of the first param group used for this step (before the scheduler moved it).
-        metrics: the means of the further sums ``loss_on`` returned (DPO's rewards); empty for SFT.
+        metrics: the values of the step's metrics (``Loss.metrics``, each over its own count: DPO's
+            rewards, GRPO's KL and rewards, an MoE's aux loss); empty for a dense model's SFT.
     """
 
     loss: float
@@ -141,7 +143,7 @@ class StepLoss:
         # sum of the ranks' shares of the global mean (see ftune/training/features/fsdp.py).
         self.scale = world_size() / self.denominator
         self.total = torch.zeros((), dtype=torch.float32, device=device)
-        self.metrics: dict[str, torch.Tensor] = {}
+        self.metrics: dict[str, Metric] = {}
 
     def scaled(self, loss: Loss) -> torch.Tensor:
         """Record a micro-batch's :class:`Loss`; return the tensor to call ``.backward()`` on."""
@@ -150,8 +152,7 @@ class StepLoss:
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteError(self.step, loss.sum.item() / self.denominator, None)
         self.total += loss.sum.detach().float()
-        for key, value in loss.metrics.items():
-            self.metrics[key] = self.metrics.get(key, 0.0) + value.detach().float()
+        add_metrics(self.metrics, loss.metrics)
         return loss.sum * self.scale
 
     def finish(self, grad_norm: torch.Tensor | float | None = None) -> StepStats:
@@ -168,15 +169,13 @@ class StepLoss:
             NonFiniteError: if the loss or the gradient norm is NaN or infinite. The gradients are
                 cleared first, so a caller that skips the step inherits nothing.
         """
-        keys = sorted(self.metrics)
-        sums = all_reduce_sum(torch.stack([self.total, *(self.metrics[k] for k in keys)])).tolist()
-        loss = sums[0] / self.denominator
+        loss = float(all_reduce_sum(self.total.clone())) / self.denominator
         norm = None if grad_norm is None else _as_float(grad_norm)
         if not math.isfinite(loss) or (norm is not None and not math.isfinite(norm)):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteError(self.step, loss, norm)
         lr = _as_float(self.optimizer.param_groups[0]["lr"])
-        metrics = {k: v / self.denominator for k, v in zip(keys, sums[1:])}
+        metrics = reduce_metrics(self.metrics, self.device)
         return StepStats(loss=loss, num_tokens=self.num_tokens, grad_norm=norm, lr=lr, metrics=metrics)
 
 
@@ -235,7 +234,8 @@ def validate(
         max_batches: stop after this many batches; None reads them all.
 
     Returns:
-        ``{"val_loss": sum / count, "val_<metric>": metric sum / count, ...}`` over the batches read.
+        ``{"val_loss": sum / count, "val_<metric>": its value, ...}`` over the batches read (each metric over
+        its own count, as in a training step).
 
     Raises:
         ValueError: if ``max_batches`` is negative, or the batches held nothing to count.
@@ -244,19 +244,18 @@ def validate(
         raise ValueError(f"validate: max_batches must be >= 0 or None, got {max_batches}.")
     was_training = model.training
     model.eval()
-    sums: dict[str, float] = {}
-    count = 0
+    total = torch.zeros(2, dtype=torch.float64, device=device)  # the loss's sum and its count
+    metrics: dict[str, Metric] = {}
     try:
         for i, batch in enumerate(batches):
             if max_batches is not None and i >= max_batches:
                 break
             loss = loss_on(on_device(batch, device))
-            keys = sorted(loss.metrics)
-            figures = [loss.sum, *(loss.metrics[k] for k in keys), torch.tensor(loss.count)]
-            totals = all_reduce_sum(torch.stack([f.detach().to(device, torch.float64) for f in figures]))
-            for key, value in zip(["loss", *keys], totals[:-1].tolist()):
-                sums[key] = sums.get(key, 0.0) + value
-            count += int(totals[-1].item())
+            count = torch.tensor(float(loss.count), dtype=torch.float64, device=device)
+            total += torch.stack([loss.sum.detach().to(device, torch.float64), count])
+            add_metrics(metrics, loss.metrics)
+        loss_sum, count = all_reduce_sum(total).tolist()
+        figures = reduce_metrics(metrics, device)
     finally:
         model.train(was_training)
         if isinstance(model, FSDPModule):
@@ -267,4 +266,4 @@ def validate(
             "pair. Check that dataset_val is not empty and not fully masked, and that max_val_batches "
             "is null or >= 1."
         )
-    return {f"val_{key}": value / count for key, value in sums.items()}
+    return {"val_loss": loss_sum / count, **{f"val_{key}": value for key, value in figures.items()}}

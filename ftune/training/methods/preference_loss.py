@@ -1,9 +1,12 @@
-"""The parts of a preference (DPO) step that must behave the same in every DPO recipe.
+"""A preference (DPO) micro-batch's loss: what every DPO recipe's ``loss_on`` returns.
 
 A DPO recipe's ``loss_on(batch)`` scores each micro-batch with a frozen reference
 (:class:`ftune.training.ReferenceModel`) and with the policy, and :func:`preference_loss` turns the two into the
 batch's summed pair losses and the figures logged with them. Its step is a mean over *pairs*
-(``StepLoss(per=training.per_pair)``), not over tokens; validation calls the same ``loss_on``.
+(``StepLoss(per=training.per_pair)``), not over tokens; validation calls the same ``loss_on`` and
+divides by the same count (``Loss.count`` is ``per_pair`` of the batch). A mixture-of-experts
+policy adds its balancing loss of its own forward (as TRL's DPOTrainer adds ``router_aux_loss_coef *
+aux_loss`` to the mean pair loss).
 
 The figures (means over pairs, ``val_`` prefixed in validation):
 
@@ -20,9 +23,12 @@ The figures (means over pairs, ``val_`` prefixed in validation):
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ftune.training.methods.dpo_loss import DPOLoss, PairLogps
-from ftune.training.step.batch_loss import Loss, MicroBatch
+from ftune.training.step.aux_loss import with_aux_loss
+from ftune.training.step.metric import Loss, Metric
+from ftune.training.step.micro_batch import MicroBatch, per_pair
 
 
 def check_preference(loss_fn: DPOLoss, batch: MicroBatch) -> None:
@@ -40,7 +46,7 @@ def check_preference(loss_fn: DPOLoss, batch: MicroBatch) -> None:
 
 def preference_loss(
     loss_fn: DPOLoss,
-    weight: torch.Tensor,
+    model: nn.Module,
     hidden: torch.Tensor,
     batch: MicroBatch,
     reference: PairLogps | None,
@@ -49,23 +55,24 @@ def preference_loss(
 
     Args:
         loss_fn: a :class:`ftune.training.DPOLoss`.
-        weight: the policy's output projection (``model.output_weight``).
+        model: the policy whose ``hidden`` these are (its output head, and its router logits).
         hidden: the policy's final hidden states ``[2b, s, dim]`` of ``batch`` (chosen rows, then
             the rejected rows of the same pairs: ``ftune.data.padded_collate_preference``).
         batch: the micro-batch (its shifted labels pick the answers' tokens).
         reference: ``ReferenceModel.row_logps`` of the batch (None for SimPO).
 
     Returns:
-        :class:`ftune.training.Loss`: the sum of the per-pair losses over the batch's pairs, with the
-        rewards and log-probability accuracies as sums (see the module docstring).
+        :class:`ftune.training.Loss`: the sum of the per-pair losses over the batch's pairs (its
+        count: :func:`ftune.training.per_pair`), with the rewards and log-probability accuracies as
+        means over pairs (see the module docstring).
 
     Raises:
         ValueError: for a packed batch, or a loss that is not a DPOLoss.
     """
     check_preference(loss_fn, batch)
-    policy = PairLogps.from_rows(*loss_fn.row_logps(weight, hidden, batch.labels))
+    policy = PairLogps.from_rows(*loss_fn.row_logps(model.head, hidden, batch.labels))
     pairs = loss_fn(policy, reference)
-    metrics = {**pairs.sums(), "logps/accuracy": (policy.chosen > policy.rejected).float().sum().detach()}
+    metrics = {**pairs.metrics(), "logps/accuracy": Metric.mean((policy.chosen > policy.rejected).float())}
     if reference is not None:
-        metrics["logps/reference_accuracy"] = (reference.chosen > reference.rejected).float().sum()
-    return Loss(pairs.losses.sum(), policy.chosen.numel(), metrics)
+        metrics["logps/reference_accuracy"] = Metric.mean((reference.chosen > reference.rejected).float())
+    return with_aux_loss(model, batch, Loss(pairs.losses.sum(), int(per_pair(batch)), metrics))

@@ -1,40 +1,22 @@
-"""A collated batch on its device, read once (:class:`MicroBatch`), and the token loss of its forward.
+"""A collated batch on its device, read once (:class:`MicroBatch`), and the counts a step divides by.
 
 This is the one place that knows the batch layout (``tokens``, ``labels``, and for packed batches
 ``input_pos`` and ``document_ids``). :func:`on_device` moves a batch and shifts its labels once; the
 step's normaliser, the recipe's ``loss_on`` (training and validation) and a teacher all read that.
-What a recipe's ``loss_on`` returns is a :class:`Loss`: the summed loss, the count it is a sum over,
-and further sums to log (divided by the same count).
+The counts (:func:`per_token`, :func:`per_pair`, ``GRPOLoss.per``) are each defined once, here or
+beside their loss: the step divides by them before backward, and the loss helpers report the same
+count for validation (``Loss.count``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
-from torch import nn
 
 from ftune.modules.masks import document_causal_mask
-from ftune.modules.moe import MoETransformerDecoder
 from ftune.training.step.loss import IGNORE_INDEX
-
-LossFn = Callable[..., tuple[torch.Tensor, int]]
-
-
-class Loss(NamedTuple):
-    """What a recipe's ``loss_on(batch)`` returns.
-
-    Attributes:
-        sum: the micro-batch's summed loss (a scalar with a graph during training).
-        count: what the sum is over (labelled tokens, or pairs for DPO): validation divides by it.
-        metrics: further sums to log, each divided by the step's (or the validation set's) count.
-    """
-
-    sum: torch.Tensor
-    count: int
-    metrics: dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -168,77 +150,6 @@ def check_batch(batch: dict[str, Any]) -> None:
         )
 
 
-def token_loss(loss_fn: LossFn, model: nn.Module, hidden: torch.Tensor, batch: MicroBatch) -> Loss:
-    """The supervised loss of a micro-batch's final hidden states, as a :class:`Loss`.
-
-    ``loss_fn(weight, hidden, labels)`` with the model's output head (``model.head``: the weight,
-    and for a model that soft-caps its logits, Gemma 2, also ``softcap=``), and for a
-    mixture-of-experts model its load-balancing loss on top (:func:`with_aux_loss`): a dense,
-    uncapped model pays nothing, and every recipe calls this one line whatever the model. A loss
-    whose ``token_wise`` attribute is True (ftune's cross-entropy losses) gets only the labelled
-    positions, as ``[1, n, dim]`` and ``[1, n]`` (see :func:`labelled_positions`).
-
-    Args:
-        loss_fn: called as ``loss_fn(weight, hidden, labels[, softcap=cap])``, returning
-            ``(loss_sum, num_tokens)``.
-        model: the model whose ``hidden`` these are (its output head, and its router logits).
-        hidden: the final hidden states ``[b, s, dim]`` of ``batch``.
-        batch: the micro-batch (its shifted labels, and which positions are real tokens).
-    """
-    labels = batch.labels
-    if getattr(loss_fn, "token_wise", False):
-        ignore_index = getattr(loss_fn, "ignore_index", IGNORE_INDEX)
-        labels, hidden = labelled_positions(labels, hidden, ignore_index=ignore_index)
-    head = model.head
-    cap = {} if head.softcap is None else {"softcap": head.softcap}  # a loss of your own needs it only then
-    loss_sum, num_tokens = loss_fn(head.weight, hidden, labels, **cap)
-    return with_aux_loss(model, batch, Loss(loss_sum, int(num_tokens), {}))
-
-
-def with_aux_loss(model: nn.Module, batch: MicroBatch, loss: Loss) -> Loss:
-    """``loss`` plus the load-balancing loss of a mixture-of-experts model's last forward (else ``loss``).
-
-    The router logits are those of the forward that made ``batch``'s hidden states; the balancing
-    loss counts the batch's real tokens only (:func:`real_tokens`, as transformers does with an
-    attention mask). It enters weighted by the micro-batch's count ``n``: ``loss.sum + coef * n * aux``.
-    ``StepLoss`` divides the step's sum by the step's count ``N`` (over every micro-batch and rank),
-    so the step's loss is ``mean loss + coef * sum_i(n_i * aux_i) / N``: each forward's balancing
-    loss (over its own tokens, as transformers computes it per forward), averaged with the weight
-    of its labelled tokens. One micro-batch on one device gives transformers' ``ce + coef * aux``
-    exactly; micro-batches and ranks enter like the tokens they hold.
-
-    ``coef`` is ``model.aux_loss_coef`` (HF ``router_aux_loss_coef``; 0 leaves the loss as it is).
-    The unscaled ``aux`` is logged either way, as the metric ``aux_loss`` (``n * aux``, which the
-    step divides by ``N``).
-    """
-    if not isinstance(model, MoETransformerDecoder):
-        return loss
-    weighted = model.aux_loss(real_tokens(batch)) * loss.count  # n * aux, fp32 scalar
-    total = loss.sum + model.aux_loss_coef * weighted if model.aux_loss_coef else loss.sum
-    return Loss(total, loss.count, {**loss.metrics, "aux_loss": weighted.detach()})
-
-
-def refuse_moe(model: nn.Module, method: str) -> None:
-    """Raise for a mixture-of-experts model in a recipe whose loss does not add its balancing loss.
-
-    Args:
-        model: the model the recipe trains (or its reference).
-        method: the recipe kind, for the message (e.g. "DPO").
-
-    Raises:
-        ValueError: ``model`` is an ``MoETransformerDecoder``.
-    """
-    if isinstance(model, MoETransformerDecoder):
-        experts = model.moe_blocks()[0].gate.num_experts
-        raise ValueError(
-            f"{method} does not train mixture-of-experts models yet: the config's model section builds a "
-            f"{type(model).__name__} with {experts} experts a layer, and this recipe's loss does not add the "
-            f"router's load-balancing loss (model.aux_loss_coef={model.aux_loss_coef}), so the experts would "
-            "drift out of balance unseen. Fine-tune it with full_finetune_* or lora_finetune_* (their loss "
-            "adds and logs it), or point model at a dense model for this recipe."
-        )
-
-
 def real_tokens(batch: MicroBatch) -> torch.Tensor:
     """``[b, s]`` bool: the positions that hold a sample's tokens, False on right padding.
 
@@ -255,21 +166,6 @@ def real_tokens(batch: MicroBatch) -> torch.Tensor:
     last = torch.where(labelled, positions, -1).amax(dim=1)  # (b,) last labelled position, -1 if none
     end = torch.where(last < 0, labels.shape[1], last + 1)  # (b,) the last real token's position
     return positions[None, :] <= end[:, None]  # (b, s)
-
-
-def batch_loss(
-    model: nn.Module, loss_fn: LossFn, batch: dict[str, torch.Tensor] | MicroBatch, *, device: torch.device
-) -> tuple[torch.Tensor, int]:
-    """The supervised recipes' ``loss_on`` as a function, for benchmarks and unit tests: the batch on
-    ``device`` (:func:`on_device`), the model's forward, then :func:`token_loss`.
-
-    Returns:
-        ``(loss_sum, num_tokens)``.
-    """
-    batch = on_device(batch, device)
-    hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
-    loss = token_loss(loss_fn, model, hidden, batch)
-    return loss.sum, loss.count
 
 
 def packed_mask(document_ids: torch.Tensor) -> torch.Tensor | None:
