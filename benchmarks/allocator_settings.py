@@ -18,7 +18,7 @@ that a slow hour hits all of them alike:
 
 Each process times `--steps` steps (the first two are warm-up), reports the median step time and
 its own peak RSS (VmHWM). Writes benchmarks/results/allocator_settings.json, which
-benchmarks/report.py renders into docs/benchmarks.md.
+benchmarks/figures/report.py renders into docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ SmolLM2-135M-Instruct in $FTUNE_HOME/models) this runs, each in its own process:
 
 Recorded per type: file size, export time, exact match, how many prompts llama.cpp tokenized to
 ftune's own prompt tokens, and how many answers equal ftune's answer. Writes
-benchmarks/results/gguf_quickstart.json (`--json` to write elsewhere), which benchmarks/report.py turns
+benchmarks/results/gguf_quickstart.json (`--json` to write elsewhere), which benchmarks/figures/report.py turns
 into the figures of docs/checkpoints.md and docs/quickstart.md.
 """
 

@@ -15,7 +15,7 @@ training prompts, and held-out exact match before and after.
    GRPO adapter over it.
 
 Writes benchmarks/results/grpo_demo.json (one row per setting; rows of other settings are kept), from
-which benchmarks/report.py renders the figures of docs/recipes/lora_grpo_single_device.md, and the run's
+which benchmarks/figures/report.py renders the figures of docs/recipes/lora_grpo_single_device.md, and the run's
 curves (`ftune plot`) to docs/recipes/grpo_demo_plot.png.
 """
 

@@ -21,7 +21,7 @@ model), loss_type grpo, num_iterations 1, reward 1 for an exact match with the a
    rewards and the reference log-probabilities, as ftune's `time/rollout_s`). Step 1 of every run is
    warm-up and not counted; update = step - rollout.
 
-Writes benchmarks/results/grpo_vs_trl.json; benchmarks/report.py renders docs/benchmarks.md from it.
+Writes benchmarks/results/grpo_vs_trl.json; benchmarks/figures/report.py renders docs/benchmarks.md from it.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@
   distributions alone (no cross-entropy on the labels). Exact match of the base, the teacher and the
   student.
 
-Writes benchmarks/results/method_demos.json, from which benchmarks/report.py renders the figures of
+Writes benchmarks/results/method_demos.json, from which benchmarks/figures/report.py renders the figures of
 docs/recipes/lora_dpo_single_device.md and docs/recipes/knowledge_distillation_single_device.md.
 """
 

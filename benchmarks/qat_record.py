@@ -7,7 +7,7 @@ Each sweep entry keeps the run's settings (learning rates, steps, fake-quantizat
 perplexities and recovered fractions (each against the full fine-tune of the same run), the machine
 and the load on it, and the command that reproduces it. An entry with the same settings and seeds is
 replaced; another seed of the same settings is an entry of its own.
-docs/qat.md renders the sweep with benchmarks/report.py (block qat_sweep).
+docs/qat.md renders the sweep with benchmarks/figures/report.py (block qat_sweep).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 from datetime import date
 from pathlib import Path
 
-from figures_common import lr_text
+from figures.common import lr_text
 from results_file import ROOT, commit, machine
 
 RESULTS = ROOT / "benchmarks" / "results" / "qat_experiment.json"

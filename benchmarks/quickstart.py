@@ -5,7 +5,7 @@
                                                                   # a finished run's folder, timed by hand
 
 Writes benchmarks/results/quickstart.json (smollm2) or quickstart_<model>.json, from which
-benchmarks/report.py generates the figures of docs/quickstart.md and README.md. The eval times are the
+benchmarks/figures/report.py generates the figures of docs/quickstart.md and README.md. The eval times are the
 eval recipe's own (the `seconds` of base.json / tuned.json); the training time and tokens/s are the
 quickstart's own (its summary.json: the wall time of the `ftune run` and the median of the logged steps).
 """

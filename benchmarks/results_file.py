@@ -1,6 +1,6 @@
 """Write a benchmark's results file (benchmarks/results/*.json): rows plus where, when and how they were measured.
 
-The one format benchmarks/report.py reads to generate the docs' figures:
+The one format benchmarks/figures/report.py reads to generate the docs' figures:
 {"benchmark", "commit", "date", "command", "machine": {"cpu", "threads", "flags", "native_bf16",
 "python", "torch"}, "note", "rows": [...]}.
 """

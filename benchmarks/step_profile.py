@@ -15,7 +15,7 @@ largest "everything else" operators. The fraction of the matmul peak is vs_torch
 The profiler inflates that step, short kernels most, so the shares are of profiled time; one
 unprofiled step before it is split by module with hooks as well (step_split.py: projections,
 attention core, MLP rest, norms, residual glue, head + loss, optimizer, in wall seconds).
-Writes benchmarks/results/step_profile.json; benchmarks/report.py renders docs/benchmarks.md's table.
+Writes benchmarks/results/step_profile.json; benchmarks/figures/report.py renders docs/benchmarks.md's table.
 """
 
 from __future__ import annotations

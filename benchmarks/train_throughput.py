@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def results_rows(results: list[Result]) -> list[dict]:
-    """One row per configuration: ftune next to bare where both ran (the format benchmarks/report.py reads)."""
+    """One row per configuration: ftune next to bare where both ran (the format benchmarks/figures/report.py reads)."""
     by = {(r.impl, r.method, r.dtype, r.compile): r for r in results if not r.error}
     rows = []
     for (impl, method, dtype, compiled), r in by.items():

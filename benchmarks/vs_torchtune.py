@@ -14,7 +14,7 @@ same), the load on the machine, and, measured in the same invocation before and 
 machine's square fp32 matrix-product peak and the step's own matrix-product bound (its products with
 its shapes, timed alone: ftune.runtime.matmul_speed), of which each tool's fraction is reported.
 After the runs, greedy generation against transformers' `generate` (generate_vs_transformers.py).
-benchmarks/report.py renders docs/benchmarks.md's table from the results file.
+benchmarks/figures/report.py renders docs/benchmarks.md's table from the results file.
 """
 
 from __future__ import annotations

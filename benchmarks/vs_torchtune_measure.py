@@ -208,7 +208,7 @@ SUMMARY_KEYS = {"variant", "tool", "tok_s", "tok_s_min", "tok_s_max", "peak_rss_
 
 
 def check_results(result: dict[str, Any]) -> None:
-    """Raise ValueError naming what a vs_torchtune results file lacks (the schema report.py relies on)."""
+    """Raise ValueError naming what a vs_torchtune results file lacks (the schema benchmarks/figures/ relies on)."""
     problems = []
     for key in ("benchmark", "commit", "date", "command", "machine", "note", "rows", "runs",
                 "matmul_peak_gflops", "matmul_bound", "contended", "quick", "workload"):  # fmt: skip

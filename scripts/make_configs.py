@@ -88,7 +88,7 @@ def header(m: Model, method: str, demo_pairs: bool = False) -> str:
 
 def runners(method: str) -> list[registry.Recipe]:
     """The recipes a config of `method` runs with (its header's run lines): the first declared
-    single-device and the first declared distributed recipe accepting the method (ftune/registry.py)."""
+    single-device and the first declared distributed recipe accepting the method (ftune/registry/recipes.py)."""
     accepting = [r for r in registry.RECIPES.values() if method in r.methods]
     firsts = [next((r for r in accepting if r.distributed == d), None) for d in (False, True)]
     return [r for r in firsts if r is not None]

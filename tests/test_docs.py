@@ -1,5 +1,5 @@
 """The docs cannot go stale silently: the recipe index, the recipe pages, their glossary links, their
-key tables and their commands are checked against ftune/registry.py, the settings classes and
+key tables and their commands are checked against the registry (ftune/registry/), the settings classes and
 the shipped configs."""
 
 import dataclasses
@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ftune import registry, registry_docs
+from ftune import registry
 from ftune.cli.run import split_args
 from ftune.cli.validate import validate
 from ftune.config.instantiate import resolve
 from ftune.config.recipe_file import recipe_settings
 from ftune.config.settings import describe
+from ftune.registry import docs as registry_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -83,8 +84,8 @@ def test_index_holds_the_current_generated_block():
         f"{INDEX.relative_to(ROOT)} lacks the markers {registry_docs.BEGIN!r} ... {registry_docs.END!r}."
     )
     assert block == registry_docs.recipes_index_markdown(), (
-        f"{INDEX.relative_to(ROOT)} is out of date with ftune/registry.py. Regenerate the block with "
-        "`python -m ftune.registry_docs --write` (or print it with `python -m ftune.registry_docs` and "
+        f"{INDEX.relative_to(ROOT)} is out of date with the registry (ftune/registry/). Regenerate the block with "
+        "`python -m ftune.registry.docs --write` (or print it with `python -m ftune.registry.docs` and "
         "paste it between the markers)."
     )
 
@@ -108,7 +109,7 @@ def test_generated_block_shows_every_recipe_feature_and_reason():
 
 
 def test_registry_docs_does_not_import_torch():
-    code = "import sys, ftune.registry_docs as d; d.recipes_index_markdown(); print('torch' in sys.modules)"
+    code = "import sys, ftune.registry.docs as d; d.recipes_index_markdown(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
 
@@ -166,7 +167,7 @@ def test_features_section_lists_exactly_the_supported_features(recipe):
         if registry.state(v) in (registry.YES, registry.GPU_ONLY)
     }
     assert listed == supported, (
-        f"docs/recipes/{recipe}.md lists features {sorted(listed)}, ftune/registry.py declares "
+        f"docs/recipes/{recipe}.md lists features {sorted(listed)}, ftune/registry/recipes.py declares "
         f"{sorted(supported)}: add {sorted(supported - listed)}, remove {sorted(listed - supported)}."
     )
 

@@ -61,15 +61,14 @@ def test_the_library_imports_neither_recipes_nor_the_cli():
 # and are not counted.
 #
 # A module's package is `ftune.<first part>` (ftune.models.gemma3._convert is in ftune.models); a module
-# directly under ftune/ (ftune.registry) is a package of its own, and `ftune` is ftune/__init__.py.
+# directly under ftune/ would be a package of its own, and `ftune` is ftune/__init__.py.
 #
 # LAYERS lists the packages lowest first. A module imports only its own package and packages of lower
 # layers; packages of one layer never import each other. CONTRIBUTING.md ("The layers") shows this
 # order (test_contributing_states_the_layer_order keeps it equal) and says why it is this one.
 LAYERS: list[tuple[str, ...]] = [
-    ("ftune", "ftune.feature_states"),  # the version; feature-state values of the registry
-    ("ftune.registry_cells",),  # the feature matrix's cells
-    ("ftune.registry",),  # recipes, their configs, tags, features (torch-free)
+    ("ftune",),  # the version
+    ("ftune.registry",),  # recipes, their configs, tags, the feature matrix and its page (torch-free)
     ("ftune.config",),  # YAML, overrides, instantiate, trust, the Settings machinery (torch-free)
     ("ftune.settings", "ftune.rewards"),  # every recipe's settings class; RL rewards (torch-free)
     ("ftune.runtime",),  # device, distributed, seed, hardware; torch's and torchao's log filters
@@ -83,7 +82,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ftune.training",),  # reads generation: GRPO samples its rollouts on the KV cache
     ("ftune.evaluation",),
     ("ftune.torchtune",),  # the torchtune config converter
-    ("ftune.registry_docs", "ftune.cli"),  # the docs generator and the command line
+    ("ftune.cli",),  # the command line
 ]
 
 # Imports allowed inside a function body. Optional dependencies (pyproject's extras) are imported where

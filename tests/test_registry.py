@@ -3,11 +3,12 @@ from pathlib import Path
 
 import pytest
 
-from ftune import registry, registry_docs
+from ftune import registry
 from ftune.cli import ls
 from ftune.config import load_config
 from ftune.config.recipe_file import recipe_settings
 from ftune.config.settings import collect_problems
+from ftune.registry import docs as registry_docs
 
 CONFIGS_DIR = registry.configs_dir()
 SHIPPED = sorted(str(p.relative_to(CONFIGS_DIR).with_suffix("")) for p in CONFIGS_DIR.rglob("*.yaml"))
@@ -21,6 +22,17 @@ def test_the_registry_lists_exactly_the_shipped_yaml_files_each_with_its_method(
     assert registry.CONFIGS["smollm2/135M_qlora"] == "qlora"
     assert registry.method_of("my_copy_135M_dora.yaml") == "dora"
     assert registry.method_of("notes.yaml") is None
+
+
+def test_every_config_method_has_a_recipe_and_an_entry_names_only_known_methods():
+    accepted = {m for r in registry.RECIPES.values() for m in r.methods}
+    assert set(registry.METHODS) == accepted, (
+        f"METHODS in ftune/registry/configs.py that no recipe accepts: {set(registry.METHODS) - accepted}"
+    )
+    with pytest.raises(
+        ValueError, match=r"recipe 'mine' .* lists config methods \['ful'\] .* Add a new method"
+    ):
+        registry.Recipe("mine", "a typo", False, "smollm2/135M_full", ("ful",))
 
 
 def test_every_recipe_has_a_file_a_default_config_and_settings():

@@ -12,7 +12,7 @@ from ftune import registry
 from ftune.config.errors import ConfigError
 from ftune.config.loading import load_config
 from ftune.config.run import parse_recipe_args
-from ftune.feature_states import NA, YES, reason, state
+from ftune.registry.states import NA, YES, reason, state
 
 # torchrun's own spellings of --nproc_per_node that are not a number.
 _NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")

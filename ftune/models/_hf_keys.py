@@ -44,6 +44,17 @@ def _aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.data_ptr() == b.data_ptr()
 
 
+def is_tied_copy(sd: StateDict, key: str, tie_word_embeddings: bool | None) -> bool:
+    """Whether `key` of the HF state dict `sd` is a tied model's `lm_head.weight`, which reading drops:
+    when asked to (True), or (None) when it is the very memory of `model.embed_tokens.weight`."""
+    if key != "lm_head.weight":
+        return False
+    if tie_word_embeddings is not None:
+        return bool(tie_word_embeddings)
+    embed = sd.get("model.embed_tokens.weight")
+    return embed is not None and _aliases(sd[key], embed)
+
+
 def hf_to_ftune(
     sd: StateDict, *, family: str, qkv_bias: bool, tie_word_embeddings: bool | None = None
 ) -> StateDict:
@@ -64,19 +75,9 @@ def hf_to_ftune(
     Raises:
         KeyError: for a key that is neither known nor in `HF_IGNORED`.
     """
-    table = hf_table(qkv_bias=qkv_bias)
-    embed = sd.get("model.embed_tokens.weight")
-    out: StateDict = {}
-    for key, value in sd.items():
-        if key == "lm_head.weight" and (
-            tie_word_embeddings
-            or (tie_word_embeddings is None and embed is not None and _aliases(value, embed))
-        ):
-            continue
-        new_key = rename_key(key, table, HF_IGNORED, family=family, source="HF")
-        if new_key is not None:
-            out[new_key] = value
-    return out
+    return table_hf_to_ftune(
+        sd, family=family, table=hf_table(qkv_bias=qkv_bias), tie_word_embeddings=tie_word_embeddings
+    )
 
 
 def ftune_to_hf(sd: StateDict, *, family: str, qkv_bias: bool) -> StateDict:
@@ -86,5 +87,25 @@ def ftune_to_hf(sd: StateDict, *, family: str, qkv_bias: bool) -> StateDict:
     Raises:
         KeyError: for a key that is not part of the family's base model (e.g. LoRA weights).
     """
-    table = invert(hf_table(qkv_bias=qkv_bias))
-    return {rename_key(k, table, frozenset(), family=family, source="ftune"): v for k, v in sd.items()}
+    return table_ftune_to_hf(sd, family=family, table=hf_table(qkv_bias=qkv_bias))
+
+
+def table_hf_to_ftune(
+    sd: StateDict, *, family: str, table: dict[str, str], tie_word_embeddings: bool | None = None
+) -> StateDict:
+    """`hf_to_ftune` through any pattern table (HF pattern -> ftune pattern): the families whose keys
+    are not the llama-style set (`_table_converter`, `_moe_converter`)."""
+    out: StateDict = {}
+    for key, value in sd.items():
+        if is_tied_copy(sd, key, tie_word_embeddings):
+            continue
+        new_key = rename_key(key, table, HF_IGNORED, family=family, source="HF")
+        if new_key is not None:
+            out[new_key] = value
+    return out
+
+
+def table_ftune_to_hf(sd: StateDict, *, family: str, table: dict[str, str]) -> StateDict:
+    """`ftune_to_hf` through any pattern table (the HF -> ftune one, inverted here)."""
+    inverse = invert(table)
+    return {rename_key(k, inverse, frozenset(), family=family, source="ftune"): v for k, v in sd.items()}

@@ -7,7 +7,7 @@ wrapper over `llama_style_decoder` that fixes the family's traits and defaults.
 
 from torch import nn
 
-from ftune.modules.attention import GroupedQueryAttention
+from ftune.models._layer_parts import attention, check_kv_heads, gated_feed_forward, head_dim_of
 from ftune.modules.decoder_layer import DecoderLayer
 from ftune.modules.feed_forward import SwiGLU
 from ftune.modules.rms_norm import RMSNorm
@@ -60,41 +60,28 @@ def llama_style_decoder(
     Raises:
         ValueError: if the head counts and widths do not fit together.
     """
-    if head_dim is None:
-        if embed_dim % num_heads:
-            raise ValueError(
-                f"{builder}(): embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}) "
-                "unless head_dim is given explicitly."
-            )
-        head_dim = embed_dim // num_heads
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"{builder}(): num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})."
-        )
+    head_dim = head_dim_of(builder, embed_dim=embed_dim, num_heads=num_heads, head_dim=head_dim)
+    check_kv_heads(builder, num_heads=num_heads, num_kv_heads=num_kv_heads)
     # One RoPE module shared by every layer: it holds no parameters, only the frequencies.
     rope = RotaryEmbedding(head_dim, base=rope_base, scaling=rope_scaling)
 
     def layer() -> DecoderLayer:
-        attn = GroupedQueryAttention(
-            q_proj=nn.Linear(embed_dim, num_heads * head_dim, bias=qkv_bias),
-            k_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=qkv_bias),
-            v_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=qkv_bias),
-            o_proj=nn.Linear(num_heads * head_dim, embed_dim, bias=False),
+        attn = attention(
+            embed_dim=embed_dim,
             num_heads=num_heads,
             num_kv_heads=num_kv_heads,
             head_dim=head_dim,
             rope=rope,
+            qkv_bias=qkv_bias,
             sliding_window=sliding_window,
             q_norm=RMSNorm(head_dim, norm_eps) if qk_norm else None,
             k_norm=RMSNorm(head_dim, norm_eps) if qk_norm else None,
         )
-        mlp = SwiGLU(
-            gate_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            up_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            down_proj=nn.Linear(intermediate_dim, embed_dim, bias=False),
-        )
         return DecoderLayer(
-            attn=attn, mlp=mlp, attn_norm=RMSNorm(embed_dim, norm_eps), mlp_norm=RMSNorm(embed_dim, norm_eps)
+            attn=attn,
+            mlp=gated_feed_forward(SwiGLU, embed_dim, intermediate_dim),
+            attn_norm=RMSNorm(embed_dim, norm_eps),
+            mlp_norm=RMSNorm(embed_dim, norm_eps),
         )
 
     return TransformerDecoder(

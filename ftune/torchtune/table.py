@@ -33,7 +33,7 @@ RECIPES: dict[str, str] = {
     "quantize": "quantize",
     "eleuther_eval": "eval",
 }
-# The torchtune recipes whose ftune recipe distils (tagged [kd] in ftune/registry.py): their configs have a teacher.
+# The torchtune recipes whose ftune recipe distils (tagged [kd] in ftune/registry/recipes.py): their configs have a teacher.
 KD_RECIPES = tuple(tt for tt, ours in RECIPES.items() if "kd" in registry.RECIPES[ours].tags)
 
 # torchtune recipes ftune has no counterpart for yet, with what to do instead.

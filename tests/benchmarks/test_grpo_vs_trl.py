@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import figures_methods  # noqa: E402
 import grpo_vs_trl as bench  # noqa: E402
-import report  # noqa: E402
+from figures import methods as figures_methods  # noqa: E402
+from figures import report  # noqa: E402
 
 
 def test_completion_lengths_count_up_to_and_including_the_first_stop():
@@ -114,7 +114,7 @@ def test_the_docs_block_reads_the_rows_the_script_writes(monkeypatch):
         "workload": {"repeats": 1, "steps_per_run": 2, "same_prompt_tokens": True},
     }  # fmt: skip
     monkeypatch.setattr(figures_methods, "load", lambda name: result)
-    monkeypatch.setattr("figures_common.load", lambda name: result)
+    monkeypatch.setattr("figures.common.load", lambda name: result)
     text = figures_methods.grpo_vs_trl()
     assert (
         "| stop at `<|im_end|>` (the recipe's setting) | 256.0 | 128.0 | 2.00x | 2.00 | 4.00 | 16.0 / 16.0 |"

@@ -4,8 +4,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import figures_pages  # noqa: E402
 import qat_record  # noqa: E402
+from figures import pages as figures_pages  # noqa: E402
 
 SETTINGS = {"seeds": [0], "methods": ["full", "qat"], "steps": 20, "lr": 2e-4, "lora_lr": 1e-3, "warmup": 2,
             "fake_quant_after": None}  # fmt: skip

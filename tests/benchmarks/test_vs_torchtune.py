@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import figures_training  # noqa: E402
-import report  # noqa: E402
 import vs_torchtune_configs as configs  # noqa: E402
 import vs_torchtune_data  # noqa: E402
 import vs_torchtune_measure as measure  # noqa: E402
+from figures import report  # noqa: E402
+from figures import training as figures_training  # noqa: E402
 
 SMOLLM2 = {  # SmolLM2-135M-Instruct's config.json (the dimensions that count)
     "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,

@@ -1,4 +1,4 @@
-"""Every figure table of README.md and docs/ is what benchmarks/report.py makes of benchmarks/results/*.json."""
+"""Every figure table of README.md and docs/ is what benchmarks/figures/report.py makes of benchmarks/results/*.json."""
 
 import importlib.util
 import json
@@ -7,7 +7,9 @@ import re
 import pytest
 from doc_blocks import ROOT
 
-spec = importlib.util.spec_from_file_location("benchmarks_report", ROOT / "benchmarks" / "report.py")
+spec = importlib.util.spec_from_file_location(
+    "benchmarks_report", ROOT / "benchmarks" / "figures" / "report.py"
+)
 report = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(report)
 RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
@@ -16,7 +18,7 @@ RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
 def test_generated_figures_match_the_results_files():
     assert not report.stale_pages(), (
         f"{report.stale_pages()}: a figure block differs from benchmarks/results. Edit the results file "
-        "(or rerun its benchmark), then run `python benchmarks/report.py`; never edit a block by hand."
+        "(or rerun its benchmark), then run `python benchmarks/figures/report.py`; never edit a block by hand."
     )
 
 
@@ -36,10 +38,7 @@ def test_results_file_says_where_when_and_how_it_was_measured(path):
 
 
 def test_every_results_file_feeds_a_page():
-    code = "".join(
-        p.read_text()
-        for p in [ROOT / "benchmarks" / "report.py", *(ROOT / "benchmarks").glob("figures_*.py")]
-    )
+    code = "".join(p.read_text() for p in (ROOT / "benchmarks" / "figures").glob("*.py"))
     used = {p.stem for p in RESULTS if f'"{p.stem}"' in code}
     assert used == {p.stem for p in RESULTS}, (
         f"results files no page shows: {sorted({p.stem for p in RESULTS} - used)}"

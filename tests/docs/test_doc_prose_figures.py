@@ -1,6 +1,6 @@
 """No measured figure is written by hand in README.md or docs/: each comes from a generated block.
 
-benchmarks/report.py renders every measurement from benchmarks/results/*.json between
+benchmarks/figures/report.py renders every measurement from benchmarks/results/*.json between
 `<!-- figures:NAME -->` markers. Outside those blocks, a number followed by a unit of speed, size,
 time or a ratio is taken for a hand-written measurement, which goes stale silently when the code
 changes. The few that are not measurements (sizes of models and files, arithmetic, config values,
@@ -111,7 +111,7 @@ def test_every_measured_figure_in_the_docs_is_generated_from_a_results_file():
         f"{len(hand_written)} measured figures are written by hand outside a generated block:\n"
         + "\n".join(hand_written)
         + "\nPut the figure in a results file (benchmarks/results/*.json: commit, machine, command, note) and "
-        "render its sentence with a block of benchmarks/report.py; or, when the prose only repeats a table, "
+        "render its sentence with a block of benchmarks/figures/report.py; or, when the prose only repeats a table, "
         "point at the table instead; or, when it is not a measurement, add it to ALLOWED with the reason."
     )
 

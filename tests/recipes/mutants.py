@@ -2,7 +2,7 @@
 
 A mutant replaces a feature's primitive with a no-op or with the plain alternative, through
 monkeypatch, the way a recipe that silently stopped using the feature would behave. For every
-(recipe, feature) cell marked ✓ in ftune/registry.py, the feature's check must FAIL (an
+(recipe, feature) cell marked ✓ in the registry (ftune/registry/cells.py), the feature's check must FAIL (an
 AssertionError) under each of its mutants: a ✓ whose check survives its mutant is not earned.
 tests/recipes/test_mutation.py runs this for the single-device recipes; the distributed recipes
 run their mutants inside their one torchrun launch (tests/recipes/dist_driver.py).

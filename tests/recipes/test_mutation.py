@@ -1,6 +1,6 @@
 """Mutation test of the feature matrix: every ✓ of a training recipe is earned.
 
-For each (recipe, feature) cell marked ✓ in ftune/registry.py, each of the feature's mutants
+For each (recipe, feature) cell marked ✓ in the registry (ftune/registry/cells.py), each of the feature's mutants
 (tests/recipes/mutants.py: its primitive replaced by a no-op or the plain alternative) must make
 the feature's check fail. The single-device recipes run here, in-process; the distributed ones
 run their mutants inside their one torchrun launch (tests/recipes/test_distributed.py).

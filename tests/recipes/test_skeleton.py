@@ -50,7 +50,7 @@ def test_every_recipe_file_with_tagged_lines_is_a_training_recipe():
     recipe with tags has an approved diff: no table to update but the registry's entry."""
     tagged_files = {p.stem for p in registry.recipes_dir().glob("*.py") if TAG.search(body(p))}
     assert tagged_files == set(ALLOWED), (
-        f"recipe files with tagged lines but no tags in ftune/registry.py: {sorted(tagged_files - set(ALLOWED))}; "
+        f"recipe files with tagged lines but no tags in ftune/registry/recipes.py: {sorted(tagged_files - set(ALLOWED))}; "
         f"registered with tags but without tagged lines: {sorted(set(ALLOWED) - tagged_files)}"
     )
     assert PARENT in ALLOWED
@@ -93,7 +93,7 @@ def test_sibling_diff_is_approved(recipe):
 def test_recipe_uses_only_its_own_tags(recipe):
     used = {t for tag in ANY_TAG.findall(body(registry.RECIPES[recipe].file)) for t in tag.split("+")}
     assert used <= ALLOWED[recipe], (
-        f"{recipe} uses tags {sorted(used - ALLOWED[recipe])} that its entry in ftune/registry.py does not "
+        f"{recipe} uses tags {sorted(used - ALLOWED[recipe])} that its entry in ftune/registry/recipes.py does not "
         f"list (its tags: {sorted(ALLOWED[recipe])}): add the tag to its `tags=` or fix the comment"
     )
     assert used, f"{recipe} has no tagged line: every recipe of the family tags what makes it itself"

@@ -7,14 +7,12 @@ layer is llama's (a norm before attention and one before the feed-forward): Gemm
 norms after them, soft-capping and sliding windows.
 """
 
-from torch import nn
-
-from ftune.modules.attention import GroupedQueryAttention
+from ftune.models._gemma_style import gemma_decoder
+from ftune.models._layer_parts import attention, check_kv_heads, gated_feed_forward
 from ftune.modules.decoder_layer import DecoderLayer
 from ftune.modules.geglu import GeGLU
 from ftune.modules.gemma_rms_norm import GemmaRMSNorm
 from ftune.modules.rope import RotaryEmbedding
-from ftune.modules.scaled_embedding import ScaledEmbedding
 from ftune.modules.transformer import TransformerDecoder
 
 
@@ -53,39 +51,28 @@ def gemma(
     Raises:
         ValueError: if num_heads is not a multiple of num_kv_heads.
     """
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"gemma(): num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})."
-        )
+    check_kv_heads("gemma", num_heads=num_heads, num_kv_heads=num_kv_heads)
     rope = RotaryEmbedding(head_dim, base=rope_base)  # frequencies only, shared by every layer
 
     def layer() -> DecoderLayer:
-        attn = GroupedQueryAttention(
-            q_proj=nn.Linear(embed_dim, num_heads * head_dim, bias=False),
-            k_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            v_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            o_proj=nn.Linear(num_heads * head_dim, embed_dim, bias=False),
-            num_heads=num_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            rope=rope,
-        )
-        mlp = GeGLU(
-            gate_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            up_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            down_proj=nn.Linear(intermediate_dim, embed_dim, bias=False),
-        )
         return DecoderLayer(
-            attn=attn,
-            mlp=mlp,
+            attn=attention(
+                embed_dim=embed_dim,
+                num_heads=num_heads,
+                num_kv_heads=num_kv_heads,
+                head_dim=head_dim,
+                rope=rope,
+            ),
+            mlp=gated_feed_forward(GeGLU, embed_dim, intermediate_dim),
             attn_norm=GemmaRMSNorm(embed_dim, norm_eps),
             mlp_norm=GemmaRMSNorm(embed_dim, norm_eps),
         )
 
-    return TransformerDecoder(
-        tok_embeddings=ScaledEmbedding(vocab_size, embed_dim, scale=embed_dim**0.5),
-        layers=nn.ModuleList(layer() for _ in range(num_layers)),
-        norm=GemmaRMSNorm(embed_dim, norm_eps),
-        output=None if tie_word_embeddings else nn.Linear(embed_dim, vocab_size, bias=False),
+    return gemma_decoder(
+        vocab_size=vocab_size,
+        embed_dim=embed_dim,
+        norm_eps=norm_eps,
+        tie_word_embeddings=tie_word_embeddings,
         max_seq_len=max_seq_len,
+        layers=(layer() for _ in range(num_layers)),
     )

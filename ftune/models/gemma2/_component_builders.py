@@ -8,17 +8,11 @@ attention, local first. Kept from Gemma: scaled embeddings, GeGLU (tanh GELU), t
 one RoPE base for every layer. Gemma 3 later dropped the soft caps for q/k norms.
 """
 
-from torch import nn
-
-from ftune.modules.attention import GroupedQueryAttention
-from ftune.modules.geglu import GeGLU
-from ftune.modules.gemma_rms_norm import GemmaRMSNorm
+from ftune.models._gemma_style import FULL, SLIDING, checked_layer_types, gemma_decoder, sandwich_layer
+from ftune.models._layer_parts import attention, check_kv_heads
 from ftune.modules.rope import RotaryEmbedding
 from ftune.modules.sandwich_decoder_layer import SandwichDecoderLayer
-from ftune.modules.scaled_embedding import ScaledEmbedding
 from ftune.modules.transformer import TransformerDecoder
-
-SLIDING, FULL = "sliding_attention", "full_attention"  # HF `layer_types` values
 
 
 def gemma2_layer_types(num_layers: int) -> list[str]:
@@ -73,17 +67,10 @@ def gemma2(
         ValueError: for head counts that do not fit, `layer_types` of the wrong length or values, or
             a cap that is not positive.
     """
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"gemma2(): num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})."
-        )
+    check_kv_heads("gemma2", num_heads=num_heads, num_kv_heads=num_kv_heads)
     if layer_types is None:
         layer_types = gemma2_layer_types(num_layers)
-    if len(layer_types) != num_layers or set(layer_types) - {SLIDING, FULL}:
-        raise ValueError(
-            f"gemma2(): layer_types must list {num_layers} entries (num_layers), each {SLIDING!r} or "
-            f"{FULL!r}; got {list(layer_types)}."
-        )
+    checked_layer_types("gemma2", layer_types, num_layers)
     for name, cap in (
         ("attn_logit_softcap", attn_logit_softcap),
         ("final_logit_softcap", final_logit_softcap),
@@ -93,11 +80,8 @@ def gemma2(
     rope = RotaryEmbedding(head_dim, base=rope_base)  # frequencies only, shared by every layer
 
     def layer(kind: str) -> SandwichDecoderLayer:
-        attn = GroupedQueryAttention(
-            q_proj=nn.Linear(embed_dim, num_heads * head_dim, bias=False),
-            k_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            v_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            o_proj=nn.Linear(num_heads * head_dim, embed_dim, bias=False),
+        attn = attention(
+            embed_dim=embed_dim,
             num_heads=num_heads,
             num_kv_heads=num_kv_heads,
             head_dim=head_dim,
@@ -106,25 +90,14 @@ def gemma2(
             softmax_scale=query_pre_attn_scalar**-0.5,
             logit_softcap=attn_logit_softcap,
         )
-        mlp = GeGLU(
-            gate_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            up_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            down_proj=nn.Linear(intermediate_dim, embed_dim, bias=False),
-        )
-        return SandwichDecoderLayer(
-            attn=attn,
-            mlp=mlp,
-            attn_norm=GemmaRMSNorm(embed_dim, norm_eps),
-            post_attn_norm=GemmaRMSNorm(embed_dim, norm_eps),
-            mlp_norm=GemmaRMSNorm(embed_dim, norm_eps),
-            post_mlp_norm=GemmaRMSNorm(embed_dim, norm_eps),
-        )
+        return sandwich_layer(attn, embed_dim=embed_dim, intermediate_dim=intermediate_dim, norm_eps=norm_eps)
 
-    return TransformerDecoder(
-        tok_embeddings=ScaledEmbedding(vocab_size, embed_dim, scale=embed_dim**0.5),
-        layers=nn.ModuleList(layer(kind) for kind in layer_types),
-        norm=GemmaRMSNorm(embed_dim, norm_eps),
-        output=None if tie_word_embeddings else nn.Linear(embed_dim, vocab_size, bias=False),
+    return gemma_decoder(
+        vocab_size=vocab_size,
+        embed_dim=embed_dim,
+        norm_eps=norm_eps,
+        tie_word_embeddings=tie_word_embeddings,
         max_seq_len=max_seq_len,
+        layers=(layer(kind) for kind in layer_types),
         final_logit_softcap=final_logit_softcap,
     )

@@ -8,18 +8,13 @@ sliding-window attention (RoPE base 10k) and global attention (RoPE base 1M, lin
 the 4B and larger models): five local layers, then one global, repeated.
 """
 
-from torch import nn
-
-from ftune.modules.attention import GroupedQueryAttention
-from ftune.modules.geglu import GeGLU
+from ftune.models._gemma_style import FULL, SLIDING, checked_layer_types, gemma_decoder, sandwich_layer
+from ftune.models._layer_parts import attention, check_kv_heads
 from ftune.modules.gemma_rms_norm import GemmaRMSNorm
 from ftune.modules.linear_rope_scaling import LinearRopeScaling
 from ftune.modules.rope import RotaryEmbedding
 from ftune.modules.sandwich_decoder_layer import SandwichDecoderLayer
-from ftune.modules.scaled_embedding import ScaledEmbedding
 from ftune.modules.transformer import TransformerDecoder
-
-SLIDING, FULL = "sliding_attention", "full_attention"  # HF `layer_types` values
 
 
 def gemma3_layer_types(num_layers: int, sliding_window_pattern: int) -> list[str]:
@@ -75,17 +70,10 @@ def gemma3(
     Raises:
         ValueError: for head counts that do not fit, or `layer_types` of the wrong length or values.
     """
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"gemma3(): num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})."
-        )
+    check_kv_heads("gemma3", num_heads=num_heads, num_kv_heads=num_kv_heads)
     if layer_types is None:
         layer_types = gemma3_layer_types(num_layers, sliding_window_pattern)
-    if len(layer_types) != num_layers or set(layer_types) - {SLIDING, FULL}:
-        raise ValueError(
-            f"gemma3(): layer_types must list {num_layers} entries (num_layers), each {SLIDING!r} or "
-            f"{FULL!r}; got {list(layer_types)}."
-        )
+    checked_layer_types("gemma3", layer_types, num_layers)
     scaling = LinearRopeScaling(rope_scaling_factor) if rope_scaling_factor is not None else None
     # Two RoPE modules (frequencies only), each shared by the layers of its kind.
     ropes = {
@@ -94,11 +82,8 @@ def gemma3(
     }
 
     def layer(kind: str) -> SandwichDecoderLayer:
-        attn = GroupedQueryAttention(
-            q_proj=nn.Linear(embed_dim, num_heads * head_dim, bias=False),
-            k_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            v_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            o_proj=nn.Linear(num_heads * head_dim, embed_dim, bias=False),
+        attn = attention(
+            embed_dim=embed_dim,
             num_heads=num_heads,
             num_kv_heads=num_kv_heads,
             head_dim=head_dim,
@@ -108,24 +93,13 @@ def gemma3(
             k_norm=GemmaRMSNorm(head_dim, norm_eps),
             softmax_scale=query_pre_attn_scalar**-0.5,
         )
-        mlp = GeGLU(
-            gate_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            up_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-            down_proj=nn.Linear(intermediate_dim, embed_dim, bias=False),
-        )
-        return SandwichDecoderLayer(
-            attn=attn,
-            mlp=mlp,
-            attn_norm=GemmaRMSNorm(embed_dim, norm_eps),
-            post_attn_norm=GemmaRMSNorm(embed_dim, norm_eps),
-            mlp_norm=GemmaRMSNorm(embed_dim, norm_eps),
-            post_mlp_norm=GemmaRMSNorm(embed_dim, norm_eps),
-        )
+        return sandwich_layer(attn, embed_dim=embed_dim, intermediate_dim=intermediate_dim, norm_eps=norm_eps)
 
-    return TransformerDecoder(
-        tok_embeddings=ScaledEmbedding(vocab_size, embed_dim, scale=embed_dim**0.5),
-        layers=nn.ModuleList(layer(kind) for kind in layer_types),
-        norm=GemmaRMSNorm(embed_dim, norm_eps),
-        output=None if tie_word_embeddings else nn.Linear(embed_dim, vocab_size, bias=False),
+    return gemma_decoder(
+        vocab_size=vocab_size,
+        embed_dim=embed_dim,
+        norm_eps=norm_eps,
+        tie_word_embeddings=tie_word_embeddings,
         max_seq_len=max_seq_len,
+        layers=(layer(kind) for kind in layer_types),
     )

@@ -9,7 +9,7 @@ jitter the block's input (`router_jitter_noise`, 0 in the published configs).
 
 from torch import nn
 
-from ftune.modules.attention import GroupedQueryAttention
+from ftune.models._layer_parts import attention, head_dim_of
 from ftune.modules.decoder_layer import DecoderLayer
 from ftune.modules.moe import MoEFeedForward, MoETransformerDecoder
 from ftune.modules.moe_experts import GroupedExperts
@@ -69,21 +69,12 @@ def mixtral(
     Raises:
         ValueError: if the head counts and widths, the expert counts or the jitter do not fit.
     """
-    if head_dim is None:
-        if embed_dim % num_heads:
-            raise ValueError(
-                f"mixtral(): embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}) "
-                "unless head_dim is given explicitly."
-            )
-        head_dim = embed_dim // num_heads
+    head_dim = head_dim_of("mixtral", embed_dim=embed_dim, num_heads=num_heads, head_dim=head_dim)
     rope = RotaryEmbedding(head_dim, base=rope_base)  # shared: it holds no parameters
 
     def layer() -> DecoderLayer:
-        attn = GroupedQueryAttention(
-            q_proj=nn.Linear(embed_dim, num_heads * head_dim, bias=False),
-            k_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            v_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            o_proj=nn.Linear(num_heads * head_dim, embed_dim, bias=False),
+        attn = attention(
+            embed_dim=embed_dim,
             num_heads=num_heads,
             num_kv_heads=num_kv_heads,
             head_dim=head_dim,

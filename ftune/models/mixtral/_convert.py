@@ -17,11 +17,9 @@ tensors (no copy). transformers 5's in-memory names (`model.layers.{L}.mlp.gate.
 embeddings are Mistral's.
 """
 
-from ftune.models._converter import Converter
 from ftune.models._expert_keys import ExpertLayout
-from ftune.models._hf_keys import HF_IGNORED, hf_table
-from ftune.models._key_rename import StateDict, key_pattern
-from ftune.models._table_converter import _ftune_to_hf, _hf_to_ftune
+from ftune.models._hf_keys import hf_table
+from ftune.models._moe_converter import moe_converter
 
 FAMILY = "mixtral"
 # The files' names: Mistral's attention, norms and embeddings (no dense feed-forward) and the router.
@@ -37,44 +35,7 @@ _LIVE_TABLE: dict[str, str] = {
 }
 _EXPERTS = ExpertLayout(FAMILY, "model.layers.{layer}.block_sparse_moe.experts.", ("w1", "w3", "w2"))
 
+CONVERTER = moe_converter(_EXPERTS, HF_TABLE, read_only=_LIVE_TABLE)
 
-def hf_to_ftune(sd: StateDict, *, tie_word_embeddings: bool | None = None) -> StateDict:
-    """HF keys (the files' per-expert layout or transformers 5's fused one) -> ftune keys.
-
-    Raises:
-        KeyError: an unknown key, a layer missing some expert's projection, or a tensor given in
-            both layouts (per-expert and fused experts, or `block_sparse_moe.gate` and `mlp.gate`).
-    """
-    experts, rest = _EXPERTS.split_hf(sd)
-    table = {**HF_TABLE, **_LIVE_TABLE}
-    out = _hf_to_ftune(rest, family=FAMILY, table=table, tie_word_embeddings=tie_word_embeddings)
-    targets: dict[str, str] = {}
-    for key in rest:
-        pattern, index = key_pattern(key)
-        if pattern in table and index is not None:
-            target = table[pattern].replace("{}", index)
-            if target in targets:
-                raise KeyError(
-                    f"{FAMILY}: {key!r} and {targets[target]!r} both hold {target}; a checkpoint holds "
-                    "one layout (the files' block_sparse_moe or transformers' fused mlp). Remove one."
-                )
-            targets[target] = key
-    return _EXPERTS.add_stacked(out, experts)
-
-
-def ftune_to_hf(sd: StateDict) -> StateDict:
-    """ftune keys -> HF keys as the hub's files hold them (one key per expert and projection; views).
-
-    Raises:
-        KeyError: a key that is not part of the family's base model (e.g. LoRA weights).
-    """
-    rest, out = _EXPERTS.split_ftune(sd)
-    return {**_ftune_to_hf(rest, family=FAMILY, table=HF_TABLE), **out}
-
-
-CONVERTER = Converter(
-    family=FAMILY,
-    hf_to_ftune=hf_to_ftune,
-    ftune_to_hf=ftune_to_hf,
-    hf_ignored=HF_IGNORED,
-)
+hf_to_ftune = CONVERTER.hf_to_ftune
+ftune_to_hf = CONVERTER.ftune_to_hf

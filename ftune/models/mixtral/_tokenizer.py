@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ftune.models._hf_tokenizer import hf_family_tokenizer
 from ftune.models.mistral._tokenizer import mistral_tokenizer
 from ftune.tokenizers.hf import HFTokenizer
 
@@ -17,18 +18,8 @@ mixtral_tokenizer = mistral_tokenizer
 
 
 def mixtral_v3_tokenizer(path: str | Path, max_seq_len: int | None = None) -> HFTokenizer:
-    """The Mixtral-8x22B tokenizer (v3 vocabulary) from its tokenizer.json.
+    """The Mixtral-8x22B tokenizer (v3 vocabulary) from its tokenizer.json, with the folder's chat template.
 
-    Args:
-        path: the `tokenizer.json` file, or the model folder holding it (its tokenizer_config.json,
-            with the chat template, is read from the same folder).
-        max_seq_len: `tokenize_messages` truncates to this many tokens when set.
-
-    Returns:
-        An HFTokenizer that lays conversations out with the folder's chat template.
-
-    Raises:
-        FileNotFoundError: no tokenizer.json at `path`.
-        ValueError: an unreadable tokenizer.json or tokenizer_config.json (see `HFTokenizer`).
+    Arguments, result and errors: `ftune.models._hf_tokenizer.hf_family_tokenizer`.
     """
-    return HFTokenizer(path, max_seq_len=max_seq_len)
+    return hf_family_tokenizer(path, max_seq_len)

@@ -14,7 +14,7 @@ from functools import partial
 import torch
 
 from ftune.models._converter import Converter
-from ftune.models._hf_keys import HF_IGNORED, _aliases
+from ftune.models._hf_keys import HF_IGNORED, is_tied_copy
 from ftune.models._key_rename import StateDict, invert, key_pattern, rename_key
 
 _ATTN = "model.layers.{}.self_attn."
@@ -74,13 +74,9 @@ def hf_to_ftune(sd: StateDict, *, family: str, tie_word_embeddings: bool | None 
         KeyError: an unknown key, or a qkv_proj without its layer's o_proj.
         ValueError: a fused weight whose rows do not split.
     """
-    embed = sd.get("model.embed_tokens.weight")
     out: StateDict = {}
     for key, value in sd.items():
-        if key == "lm_head.weight" and (
-            tie_word_embeddings
-            or (tie_word_embeddings is None and embed is not None and _aliases(value, embed))
-        ):
+        if is_tied_copy(sd, key, tie_word_embeddings):
             continue
         pattern, index = key_pattern(key)
         if pattern in _FUSED:

@@ -4,30 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ftune.models._hf_tokenizer import hf_family_tokenizer
 from ftune.tokenizers.hf import HFTokenizer
 
 
 def phi4_tokenizer(path: str | Path, max_seq_len: int | None = None) -> HFTokenizer:
-    """The Phi-4 tokenizer from its `tokenizer.json` + `tokenizer_config.json`.
+    """The Phi-4 tokenizer: byte-level BPE (tiktoken's cl100k pieces) and the
+    `<|im_start|>user<|im_sep|>...<|im_end|>` chat template. A path to the folder's `vocab.json`
+    (torchtune's configs name it) reads the `tokenizer.json` beside it.
 
-    The pieces run through the `tokenizers` library itself and conversations through the
-    checkpoint's own chat template (`<|im_start|>user<|im_sep|>...<|im_end|>`), so ids equal
-    transformers' AutoTokenizer's. torchtune's configs point at the folder's `vocab.json`: a path
-    to that file reads the `tokenizer.json` beside it.
-
-    Args:
-        path: the `tokenizer.json` file, the folder holding it with `tokenizer_config.json`, or the
-            folder's `vocab.json`.
-        max_seq_len: `tokenize_messages` truncates to this many tokens when set.
-
-    Returns:
-        An HFTokenizer: special tokens from the config, `tokenize_messages` through the chat template.
-
-    Raises:
-        FileNotFoundError: no tokenizer.json at `path` (or beside its vocab.json).
-        ValueError: unreadable files, or no EOS token in the config.
+    Arguments, result and errors: `ftune.models._hf_tokenizer.hf_family_tokenizer`.
     """
-    path = Path(path)
-    if path.name == "vocab.json":
-        path = path.parent
-    return HFTokenizer(path, max_seq_len=max_seq_len)
+    return hf_family_tokenizer(path, max_seq_len, beside="vocab.json")

@@ -9,7 +9,7 @@ router whose top-k probabilities are renormalised (`norm_topk_prob`); no shared 
 
 from torch import nn
 
-from ftune.modules.attention import GroupedQueryAttention
+from ftune.models._layer_parts import attention, gated_feed_forward, head_dim_of
 from ftune.modules.decoder_layer import DecoderLayer
 from ftune.modules.feed_forward import SwiGLU
 from ftune.modules.moe import MoEFeedForward, MoETransformerDecoder
@@ -71,24 +71,14 @@ def qwen3_moe(
     Raises:
         ValueError: if the head counts and widths, or the expert counts, do not fit together.
     """
-    if head_dim is None:
-        if embed_dim % num_heads:
-            raise ValueError(
-                f"qwen3_moe(): embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}) "
-                "unless head_dim is given explicitly."
-            )
-        head_dim = embed_dim // num_heads
+    head_dim = head_dim_of("qwen3_moe", embed_dim=embed_dim, num_heads=num_heads, head_dim=head_dim)
     if decoder_sparse_step < 1:
         raise ValueError(f"qwen3_moe(): decoder_sparse_step must be >= 1, got {decoder_sparse_step}.")
     rope = RotaryEmbedding(head_dim, base=rope_base)  # shared: it holds no parameters
 
     def mlp(i: int) -> nn.Module:
         if i in mlp_only_layers or (i + 1) % decoder_sparse_step:
-            return SwiGLU(
-                gate_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-                up_proj=nn.Linear(embed_dim, intermediate_dim, bias=False),
-                down_proj=nn.Linear(intermediate_dim, embed_dim, bias=False),
-            )
+            return gated_feed_forward(SwiGLU, embed_dim, intermediate_dim)
         return MoEFeedForward(
             gate=TopKRouter(
                 embed_dim=embed_dim, num_experts=num_experts, top_k=top_k, norm_topk_prob=norm_topk_prob
@@ -102,11 +92,8 @@ def qwen3_moe(
         )
 
     def layer(i: int) -> DecoderLayer:
-        attn = GroupedQueryAttention(
-            q_proj=nn.Linear(embed_dim, num_heads * head_dim, bias=False),
-            k_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            v_proj=nn.Linear(embed_dim, num_kv_heads * head_dim, bias=False),
-            o_proj=nn.Linear(num_heads * head_dim, embed_dim, bias=False),
+        attn = attention(
+            embed_dim=embed_dim,
             num_heads=num_heads,
             num_kv_heads=num_kv_heads,
             head_dim=head_dim,

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ftune.models._hf_tokenizer import hf_family_tokenizer
 from ftune.tokenizers.hf import HFTokenizer
 
 
 def smollm2_tokenizer(path: str | Path, max_seq_len: int | None = None) -> HFTokenizer:
-    """The SmolLM2 tokenizer from its `tokenizer.json` + `tokenizer_config.json`.
+    """The SmolLM2 tokenizer: its byte-level BPE and ChatML chat template, with a default system
+    prompt.
 
-    Args:
-        path: the `tokenizer.json` file, or the folder holding it with `tokenizer_config.json`
-            (e.g. the checkpoint folder).
-        max_seq_len: `tokenize_messages` truncates to this many tokens when set.
-
-    Returns:
-        An HFTokenizer: special tokens from the config, `tokenize_messages` through the chat template.
-
-    Raises:
-        FileNotFoundError: no tokenizer.json at `path`.
-        ValueError: unreadable files, or no EOS token in the config.
+    Arguments, result and errors: `ftune.models._hf_tokenizer.hf_family_tokenizer`.
     """
-    return HFTokenizer(path, max_seq_len=max_seq_len)
+    return hf_family_tokenizer(path, max_seq_len)

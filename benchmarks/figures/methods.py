@@ -3,7 +3,7 @@ GRPO against TRL, and the mixture-of-experts expert computation (benchmarks/moe_
 
 from __future__ import annotations
 
-from figures_common import load, lr_text, minutes, provenance, table
+from figures.common import load, lr_text, minutes, provenance, table
 
 
 def _row(name: str) -> dict:

@@ -1,12 +1,16 @@
-"""The feature cells that sibling recipes share, declared once: `ftune.registry` builds each recipe's
-features from these groups (``{**SFT_COMMON, **LORA, **SINGLE, ...}``) plus its own cells.
+"""Every cell of the feature matrix, in groups: each recipe's entry (`ftune.registry.recipes`) is a
+union of these (``{**SFT_COMMON, **LORA, **SINGLE, ...}``), so a cell is declared here only, once
+for every recipe that shares it. A cell is `YES` or a reason in one of the states of
+`ftune.registry.states`; the features (the matrix's rows) are `ftune.registry.features`.
 
-Pure Python, no torch.
+The groups, in order: what every supervised recipe shares, then what one axis of the matrix changes
+(LoRA or full, one device or FSDP2, QAT, optimizer in backward), then each recipe kind's own (DPO,
+KD, GRPO), then the recipes that do not train. Pure Python, no torch.
 """
 
 from __future__ import annotations
 
-from ftune.feature_states import YES, gpu_only, na, unchecked
+from ftune.registry.states import YES, gpu_only, na, unchecked
 
 _OFFLOAD = gpu_only(
     "moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
@@ -53,6 +57,18 @@ NO_QAT = {
     "qat": na("use qat_single_device or qat_distributed"),
     "learned_ranges": na("no QAT: use qat_single_device or qat_distributed"),
 }
+QAT = {"qat": YES, "learned_ranges": YES}
+# QAT + LoRA: plain LoRA adapters over the fake-quantized frozen base.
+QAT_LORA = {
+    "lora": YES,
+    "qlora": na("the frozen base is fake-quantized for QAT; storing it as NF4 would quantize it twice"),
+    "dora": na("QAT + LoRA trains plain LoRA adapters over the fake-quantized base"),
+    "qat": YES,
+    "learned_ranges": na(
+        "LoRA trains its adapters only, and the adapter checkpoint has no place for ranges: "
+        "quantizer.learn_ranges=true is refused with a message"
+    ),
+}
 OPT_BWD = {"optimizer_in_backward": YES}
 NO_OPT_BWD_DIST = {
     "optimizer_in_backward": na(
@@ -92,6 +108,15 @@ DPO_COMMON = {
     "profiler": unchecked(DPO_UNCHECKED),
     "qat": na("no QAT preference recipe"),
     "learned_ranges": na("no QAT preference recipe"),
+}
+DPO_LORA = {"lora": YES, "qlora": unchecked(DPO_UNCHECKED), "dora": unchecked(DPO_UNCHECKED)}
+DPO_SINGLE = {"optimizer_in_backward": unchecked(DPO_UNCHECKED)}
+DPO_LORA_DIST = {
+    **DPO_LORA,
+    "qlora": na(
+        "QLoRA under FSDP2 is checked in lora_finetune_distributed only, so the launcher refuses it "
+        "here; run QLoRA DPO with lora_dpo_single_device"
+    ),
 }
 KD = {
     **SFT_COMMON,
@@ -138,3 +163,16 @@ GRPO_COMMON = {
         "a reused rollout's clipped ratio needs the step to end before the weights change; refused with a message"
     ),
 }
+GRPO_LORA = {"lora": YES, "qlora": unchecked(GRPO_UNCHECKED), "dora": unchecked(GRPO_UNCHECKED)}
+GRPO_LORA_DIST = {
+    **GRPO_LORA,
+    "qlora": na(
+        "QLoRA under FSDP2 is checked in lora_finetune_distributed only, so the launcher refuses it "
+        "here; run QLoRA GRPO with lora_grpo_single_device"
+    ),
+}
+# The recipes that do not train: a cell for each feature they offer, none for the training features.
+GENERATE = {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES}
+QUANTIZE = {"quantization": YES, "qat": YES, "learned_ranges": YES}
+EVAL = {"kv_cache": YES, "lora": YES, "quantization": YES}
+DIST_CHECK = {"fsdp2": na("a launch check: it shards nothing")}

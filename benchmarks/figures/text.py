@@ -6,8 +6,8 @@ is written here once, and the figure comes from the results file, so a rerun upd
 
 from __future__ import annotations
 
-from figures_common import load, minutes, provenance, span, table, throughput_row
-from figures_pages import recovered
+from figures.common import load, minutes, provenance, span, table, throughput_row
+from figures.pages import recovered
 
 
 def _pct(x: float) -> str:

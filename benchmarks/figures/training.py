@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from figures_common import load, provenance, span, table, throughput_row
+from figures.common import load, provenance, span, table, throughput_row
 
 
 def throughput() -> str:
@@ -222,7 +222,7 @@ def no_figures(r: dict, script: str, where: str) -> str:
     return (
         f"No figures yet: the results file holds {kind}, measured while other processes used up to "
         f"{worst:.2f} cores, so this page quotes nothing from it. Rerun `python benchmarks/{script}` "
-        "on an idle machine, then `python benchmarks/report.py`. " + where
+        "on an idle machine, then `python benchmarks/figures/report.py`. " + where
     ).strip()
 
 

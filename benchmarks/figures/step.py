@@ -3,8 +3,8 @@ allocator_settings.json)."""
 
 from __future__ import annotations
 
-from figures_common import load, provenance, table
-from figures_training import no_figures
+from figures.common import load, provenance, table
+from figures.training import no_figures
 
 SPLIT_PARTS = (
     ("projections", ("forward projections", "backward projections")),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from figures_common import load, lr_text, minutes, provenance, table
 from qat_record import GROUP_SIZE, group_size, learn_ranges
+
+from figures.common import load, lr_text, minutes, provenance, table
 
 
 def readme_speed() -> str:

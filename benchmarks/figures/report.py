@@ -1,15 +1,16 @@
 """The figures of README.md and docs/, generated from benchmarks/results/*.json (the one source).
 
-    python benchmarks/report.py            # rewrite every generated block in place
-    python benchmarks/report.py --check    # exit 1, naming the blocks that differ (what the tests run)
+    python benchmarks/figures/report.py            # rewrite every generated block in place
+    python benchmarks/figures/report.py --check    # exit 1, naming the blocks that differ (what the tests run)
 
 A generated block sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->` in a page; edit
 the results file (or rerun the benchmark that writes it), never the block. Every block ends with
 the machine, commit and date its figures were measured on. The renderers, one small function a
-block, live in figures_training.py (docs/benchmarks.md, training recipes), figures_step.py (where
-one step's time and memory go), figures_pages.py (README,
-quickstart, QAT tables, inference recipes) and figures_text.py (sentences of prose built from the
-results); tests/docs/test_doc_figures.py also fails on a measured figure written outside a block.
+block, live beside this file: training.py (docs/benchmarks.md, training recipes), step.py (where
+one step's time and memory go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts),
+pages.py (README, quickstart, QAT tables, inference recipes) and text.py (sentences of prose built
+from the results); tests/docs/test_doc_figures.py also fails on a measured figure written outside
+a block.
 """
 
 from __future__ import annotations
@@ -20,13 +21,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import figures_methods as methods  # noqa: E402
-import figures_pages as pages  # noqa: E402
-import figures_step as step  # noqa: E402
-import figures_text as text  # noqa: E402
-import figures_training as training  # noqa: E402
-from figures_common import ROOT  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the package `figures`, qat_record
+from figures import methods, pages, step, text, training  # noqa: E402
+from figures.common import ROOT  # noqa: E402
 
 # block name -> (page, renderer)
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
@@ -123,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         for page in stale:
             print(
-                f"{page}: generated figures differ from benchmarks/results; run python benchmarks/report.py"
+                f"{page}: generated figures differ from benchmarks/results; run python benchmarks/figures/report.py"
             )
         return 1 if stale else 0
     for page in stale:

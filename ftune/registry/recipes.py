@@ -1,79 +1,45 @@
-"""Every recipe, its configs and the features it supports: the one source of truth.
+"""Every recipe: one `Recipe` entry each, and the tables derived from them.
 
 `ftune ls`, the docs' feature matrix (docs/recipes/index.md), the config generator and the tests all
-read this file: every test table of the recipes (skeleton, same tag, features, mutants, distributed) is
-derived from it. Adding a recipe is its file, one `Recipe` entry below (with its tags), its approved
-diff (`python tests/recipes/test_skeleton.py --approve`) and its docs page (docs/recipes/<name>.md).
-It imports nothing heavy (no torch), so `ftune ls` starts fast.
+read these entries: every test table of the recipes (skeleton, same tag, features, mutants,
+distributed) is derived from them. Adding a recipe is its file, one entry below (with its tags), its
+approved diff (`python tests/recipes/test_skeleton.py --approve`) and its docs page
+(docs/recipes/<name>.md). An entry's features are unions of the cells of `ftune.registry.cells`.
+Pure Python, no torch.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from ftune.feature_states import (  # noqa: F401 - re-exported: registry.YES, registry.na(...)
-    FEATURES,
-    GPU_ONLY,
-    NA,
-    UNCHECKED,
-    YES,
-    gpu_only,
-    na,
-    reason,
-    state,
-    unchecked,
-)
-from ftune.registry_cells import (
+from ftune.registry.cells import (
     DIST,
+    DIST_CHECK,
     DPO_COMMON,
-    DPO_UNCHECKED,
+    DPO_LORA,
+    DPO_LORA_DIST,
+    DPO_SINGLE,
+    EVAL,
+    GENERATE,
     GRPO_COMMON,
-    GRPO_UNCHECKED,
+    GRPO_LORA,
+    GRPO_LORA_DIST,
     KD,
     LORA,
     NO_OPT_BWD_DIST,
     NO_QAT,
     NOT_LORA,
     OPT_BWD,
+    QAT,
+    QAT_LORA,
+    QUANTIZE,
     SFT_COMMON,
     SINGLE,
 )
+from ftune.registry.configs import method_of
+from ftune.registry.recipe import Recipe
 
 # The training recipes are this recipe plus lines tagged with what makes each one itself (# [lora],
 # # [dist], ...): tests/recipes/test_skeleton.py checks it against tests/recipes/approved/<recipe>.diff.
 PARENT = "full_finetune_single_device"
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """One recipe: its file, what it does, how it launches, its configs and its features."""
-
-    name: str
-    description: str
-    distributed: bool
-    default_config: str
-    methods: tuple[str, ...]  # config methods it accepts, e.g. ("lora", "qlora", "dora")
-    features: dict[str, str] = field(default_factory=dict)
-    extra_configs: tuple[str, ...] = ()
-    # A training recipe: the tags its lines may use, what makes it differ from PARENT (PARENT's own
-    # included). The first recipe declared with a tag defines that tag's lines (`TAGS`). Empty: a
-    # recipe not built on PARENT (generate, eval, ...).
-    tags: frozenset[str] = frozenset()
-    # A distributed training recipe: the one-device recipe whose losses it gives at world size 2 (a
-    # QAT recipe: with fake quantization off). None: its own run as a world of one.
-    same_losses_as: str | None = None
-
-    @property
-    def file(self) -> Path:
-        return recipes_dir() / f"{self.name}.py"
-
-    @property
-    def configs(self) -> list[str]:
-        names = [n for n, m in CONFIGS.items() if m in self.methods]
-        return sorted(set(names) | set(self.extra_configs))
-
 
 _RECIPES = [
     Recipe(
@@ -120,7 +86,7 @@ _RECIPES = [
         False,
         "smollm2/135M_qat_full",
         ("qat_full",),
-        {**SFT_COMMON, **NOT_LORA, **SINGLE, "qat": YES, "learned_ranges": YES, **OPT_BWD},
+        {**SFT_COMMON, **NOT_LORA, **SINGLE, **QAT, **OPT_BWD},
         tags=frozenset({"qat", "sft"}),
     ),
     Recipe(
@@ -129,7 +95,7 @@ _RECIPES = [
         True,
         "smollm2/135M_qat_full",
         ("qat_full",),
-        {**SFT_COMMON, **NOT_LORA, **DIST, "qat": YES, "learned_ranges": YES, **NO_OPT_BWD_DIST},
+        {**SFT_COMMON, **NOT_LORA, **DIST, **QAT, **NO_OPT_BWD_DIST},
         tags=frozenset({"qat", "dist", "sft"}),
         same_losses_as="full_finetune_single_device",
     ),
@@ -139,21 +105,7 @@ _RECIPES = [
         True,
         "smollm2/135M_qat_lora",
         ("qat_lora",),
-        {
-            **SFT_COMMON,
-            "lora": YES,
-            "qlora": na(
-                "the frozen base is fake-quantized for QAT; storing it as NF4 would quantize it twice"
-            ),
-            "dora": na("QAT + LoRA trains plain LoRA adapters over the fake-quantized base"),
-            **DIST,
-            "qat": YES,
-            "learned_ranges": na(
-                "LoRA trains its adapters only, and the adapter checkpoint has no place for ranges: "
-                "quantizer.learn_ranges=true is refused with a message"
-            ),
-            **NO_OPT_BWD_DIST,
-        },
+        {**SFT_COMMON, **QAT_LORA, **DIST, **NO_OPT_BWD_DIST},
         tags=frozenset({"lora", "qat", "dist", "sft"}),
         same_losses_as="lora_finetune_single_device",
     ),
@@ -164,14 +116,7 @@ _RECIPES = [
         False,
         "smollm2/135M_lora_dpo",
         ("lora_dpo",),
-        {
-            **DPO_COMMON,
-            "lora": YES,
-            "qlora": unchecked(DPO_UNCHECKED),
-            "dora": unchecked(DPO_UNCHECKED),
-            **SINGLE,
-            "optimizer_in_backward": unchecked(DPO_UNCHECKED),
-        },
+        {**DPO_COMMON, **DPO_LORA, **SINGLE, **DPO_SINGLE},
         tags=frozenset({"lora", "dpo"}),  # preference tuning replaces the supervised # [sft] lines
     ),
     Recipe(
@@ -181,17 +126,7 @@ _RECIPES = [
         True,
         "smollm2/135M_lora_dpo",
         ("lora_dpo",),
-        {
-            **DPO_COMMON,
-            "lora": YES,
-            "qlora": na(
-                "QLoRA under FSDP2 is checked in lora_finetune_distributed only, so the launcher refuses it "
-                "here; run QLoRA DPO with lora_dpo_single_device"
-            ),
-            "dora": unchecked(DPO_UNCHECKED),
-            **DIST,
-            **NO_OPT_BWD_DIST,
-        },
+        {**DPO_COMMON, **DPO_LORA_DIST, **DIST, **NO_OPT_BWD_DIST},
         tags=frozenset({"lora", "dpo", "dist"}),
         same_losses_as="lora_dpo_single_device",
     ),
@@ -212,13 +147,7 @@ _RECIPES = [
         False,
         "smollm2/135M_lora_grpo",
         ("lora_grpo",),
-        {
-            **GRPO_COMMON,
-            "lora": YES,
-            "qlora": unchecked(GRPO_UNCHECKED),
-            "dora": unchecked(GRPO_UNCHECKED),
-            **SINGLE,
-        },
+        {**GRPO_COMMON, **GRPO_LORA, **SINGLE},
         tags=frozenset({"lora", "grpo"}),  # online RL replaces the supervised # [sft] lines
     ),
     Recipe(
@@ -236,16 +165,7 @@ _RECIPES = [
         True,
         "smollm2/135M_lora_grpo",
         ("lora_grpo",),
-        {
-            **GRPO_COMMON,
-            "lora": YES,
-            "qlora": na(
-                "QLoRA under FSDP2 is checked in lora_finetune_distributed only, so the launcher refuses it "
-                "here; run QLoRA GRPO with lora_grpo_single_device"
-            ),
-            "dora": unchecked(GRPO_UNCHECKED),
-            **DIST,
-        },
+        {**GRPO_COMMON, **GRPO_LORA_DIST, **DIST},
         tags=frozenset({"lora", "grpo", "dist"}),
         same_losses_as="lora_grpo_single_device",
     ),
@@ -265,7 +185,7 @@ _RECIPES = [
         False,
         "generation",
         ("generation",),
-        {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES},
+        GENERATE,
     ),
     Recipe(
         "quantize",
@@ -273,7 +193,7 @@ _RECIPES = [
         False,
         "quantization",
         ("quantization",),
-        {"quantization": YES, "qat": YES, "learned_ranges": YES},
+        QUANTIZE,
     ),
     Recipe(
         "eval",
@@ -281,7 +201,7 @@ _RECIPES = [
         False,
         "eval",
         ("eval",),
-        {"kv_cache": YES, "lora": YES, "quantization": YES},
+        EVAL,
     ),
     Recipe(
         "dist_check",
@@ -289,7 +209,7 @@ _RECIPES = [
         True,
         "dist_check",
         ("dist_check",),
-        {"fsdp2": na("a launch check: it shards nothing")},
+        DIST_CHECK,
     ),
     Recipe(
         "knowledge_distillation_single_device",
@@ -332,57 +252,6 @@ def _tag_references() -> dict[str, str]:
 # recipe is a line # [T] has there (tests/recipes/test_same_tag.py). Declare a new kind's one-device
 # recipe before its other variants.
 TAGS: dict[str, str] = _tag_references()
-
-
-def method_of_name(stem: str) -> str | None:
-    """The method a config file name ends with (``135M_qlora`` -> "qlora", ``eval`` -> "eval"), or None."""
-    methods = {m for r in _RECIPES for m in r.methods}
-    for method in sorted(methods, key=len, reverse=True):  # qat_full before full
-        if stem == method or stem.endswith("_" + method):
-            return method
-    return None
-
-
-def _shipped_configs() -> dict[str, str | None]:
-    # The YAML files are the one list: scripts/make_configs.py writes the fine-tuning ones, the
-    # rest are written by hand. A file whose name ends in no recipe's method maps to None (a test fails).
-    root = configs_dir()
-    names = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
-    return {name: method_of_name(Path(name).name) for name in names}
-
-
-def recipes_dir() -> Path:
-    """The folder holding the recipe files: ``recipes/`` in a checkout, ``ftune/_recipes`` when installed."""
-    spec = importlib.util.find_spec("ftune._recipes")
-    if spec is not None and spec.submodule_search_locations:
-        return Path(list(spec.submodule_search_locations)[0])
-    return Path(__file__).resolve().parent.parent / "recipes"
-
-
-def configs_dir() -> Path:
-    return recipes_dir() / "configs"
-
-
-# Every shipped config name (e.g. "smollm2/135M_lora") and its method, read from recipes/configs/.
-CONFIGS: dict[str, str | None] = _shipped_configs()
-
-
-def config_path(name: str) -> Path | None:
-    """The YAML file of a shipped config name, or None."""
-    if name not in CONFIGS:
-        return None
-    return configs_dir() / f"{name}.yaml"
-
-
-def all_config_names() -> list[str]:
-    return sorted(CONFIGS)
-
-
-def method_of(config: str) -> str | None:
-    """The method of a config name or file (``smollm2/135M_lora`` or ``my_135M_lora.yaml`` -> "lora")."""
-    if config in CONFIGS:
-        return CONFIGS[config]
-    return method_of_name(Path(config).stem)
 
 
 def recipe_for_config(config: str) -> Recipe | None:

@@ -1,11 +1,11 @@
-"""Helpers of the figure renderers (benchmarks/report.py): read a results file, format a table, say where it was measured."""
+"""Helpers of the figure renderers (report.py): read a results file, format a table, say where it was measured."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
