@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ftune import registry
+from ftune.config.run_config import default_config
 
 _CELL = {
     registry.YES: "✓",
@@ -40,8 +41,9 @@ def main(argv: list[str]) -> int:
     for recipe in registry.RECIPES.values():
         configs = recipe.configs
         label = recipe.name + (" (distributed)" if recipe.distributed else "")
+        default = default_config(recipe.name)
         for i, cfg in enumerate(configs):
-            mark = " (default)" if cfg == recipe.default_config else ""
+            mark = " (default)" if cfg == default else ""
             rows.append([label if i == 0 else "", cfg + mark])
     print(_table(rows))
     if args.features:
