@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from ftune import registry
-from ftune.config.run_config import default_config
 
 _CELL = {
     registry.YES: "✓",
@@ -41,9 +40,8 @@ def main(argv: list[str]) -> int:
     for recipe in registry.RECIPES.values():
         configs = recipe.configs
         label = recipe.name + (" (distributed)" if recipe.distributed else "")
-        default = default_config(recipe.name)
         for i, cfg in enumerate(configs):
-            mark = " (default)" if cfg == default else ""
+            mark = " (default)" if cfg == recipe.default_config else ""
             rows.append([label if i == 0 else "", cfg + mark])
     print(_table(rows))
     if args.features:

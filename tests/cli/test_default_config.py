@@ -1,4 +1,4 @@
-"""Every command that needs a recipe's default config gets it from ftune.config.run_config."""
+"""Commands that use or show a recipe's default config agree (ftune.config.run_config decides it)."""
 
 import pytest
 
