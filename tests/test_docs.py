@@ -18,6 +18,7 @@ from ftune.cli.run import split_args
 from ftune.cli.validate import validate
 from ftune.config.instantiate import resolve
 from ftune.config.recipe_file import recipe_settings
+from ftune.config.run_config import default_config, parse_recipe_args
 from ftune.config.settings import describe
 from ftune.registry import docs as registry_docs
 
@@ -335,14 +336,9 @@ def test_documented_run_commands_validate(page):
         if launcher:
             get_args_parser().parse_args([*launcher, "recipe.py"])  # torchrun accepts the options
             assert recipe is None or recipe.distributed, f"{command}: {name} runs on one device only"
-        config, overrides = (recipe.default_config if recipe else None), []
-        it = iter(rest)
-        for arg in it:
-            if arg == "--config":
-                config = next(it)
-            elif arg.startswith("--config="):
-                config = arg.split("=", 1)[1]
-            else:  # `prompt="..."` stands for the user's text: validate it as some text
-                overrides.append(arg[:-3] + "text" if arg.endswith("=...") else arg)
+        config, overrides = parse_recipe_args(rest)  # as `ftune run` reads them
+        config = config if config is not None else default_config(name)
+        # `prompt="..."` stands for the user's text: validate it as some text
+        overrides = [arg[:-3] + "text" if arg.endswith("=...") else arg for arg in overrides]
         assert config is not None, f"{command}: a copied recipe needs --config"
         validate(config, overrides, recipe.name if recipe else None, files=False)

@@ -9,6 +9,7 @@ from pathlib import Path
 from ftune import registry
 from ftune.config.errors import did_you_mean
 from ftune.config.output_path import OutputPathError, output_file, replace_file
+from ftune.config.run_config import default_config
 
 
 def source_for(name: str) -> Path:
@@ -66,4 +67,7 @@ def main(argv: list[str]) -> int:
         return 0
     replace_file(src, dest)
     print(f"Copied {src.name} to {dest}")
+    if (config := default_config(args.name)) is not None:  # a copy has no default config: name it
+        launch = "--nproc_per_node 2 " if registry.RECIPES[args.name].distributed else ""
+        print(f"Run it with: ftune run {launch}{dest} --config {config}")
     return 0

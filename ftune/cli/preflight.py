@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ftune import registry
 from ftune.config.errors import ConfigError
-from ftune.config.loading import load_config
-from ftune.config.run import parse_recipe_args
+from ftune.config.loading import Config
+from ftune.config.run_config import shipped_recipe
 from ftune.registry.states import NA, YES, reason, state
 
 # torchrun's own spellings of --nproc_per_node that are not a number.
@@ -40,24 +40,23 @@ def check_launcher_options(launcher: list[str]) -> None:
         )
 
 
-def check_distributed_config(recipe_args: list[str], recipe_name: str) -> None:
-    """Load the config of a distributed launch and refuse what no rank could run: QLoRA with a recipe whose
+def check_distributed_config(cfg: Config, recipe: Path) -> None:
+    """Refuse the config of a distributed launch when no rank could run it: QLoRA with a recipe whose
     registry entry says QLoRA does not apply to it (e.g. lora_dpo_distributed; lora_finetune_distributed
     shards NF4 bases and runs it).
 
+    Args:
+        cfg: the config the launch reads, loaded once by `ftune run`.
+        recipe: the recipe file.
+
     Raises:
-        ConfigError: for a config error (the same one each rank would raise), or `peft.quantize_base` true
-            with such a recipe.
+        ConfigError: `peft.quantize_base` true with such a recipe.
     """
-    config, overrides = parse_recipe_args(recipe_args)
-    if config is None:
-        return  # the recipe reports its missing config itself
-    cfg = load_config(config, overrides)
     peft = cfg.node.get("peft") if "peft" in cfg else None
     if peft is None or not hasattr(peft, "get") or peft.get("quantize_base") is not True:
         return
-    recipe = registry.RECIPES.get(Path(recipe_name).stem)
-    cell = recipe.features.get("qlora", "") if recipe is not None else ""
+    shipped = shipped_recipe(recipe)
+    cell = shipped.features.get("qlora", "") if shipped is not None else ""
     if state(cell) != NA:
         return  # QLoRA runs (or a copied recipe: shard_model says what cannot shard)
     supported = [
@@ -65,7 +64,7 @@ def check_distributed_config(recipe_args: list[str], recipe_name: str) -> None:
     ]
     raise ConfigError(
         [
-            f"peft.quantize_base: true ({cfg.where('peft.quantize_base')}) is QLoRA, and {recipe.name} does "
+            f"peft.quantize_base: true ({cfg.where('peft.quantize_base')}) is QLoRA, and {shipped.name} does "
             f"not run it: {reason(cell)}. Set peft.quantize_base=false for LoRA, or run QLoRA with "
             f"{' or '.join(supported)} (`ftune run --nproc_per_node N {supported[0]} --config ...`)."
         ],

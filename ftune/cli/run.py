@@ -13,14 +13,16 @@ import sys
 from pathlib import Path
 
 from ftune import registry
+from ftune.cli.fast_check import fast_check
 from ftune.cli.preflight import check_distributed_config, check_launcher_options
 from ftune.config.errors import ConfigError, did_you_mean
+from ftune.config.launch_checked import launch_stamp
 from ftune.config.model_source import missing_checkpoint_dirs
 from ftune.config.recipe_kind import resume_folder
 from ftune.config.run import report, run
+from ftune.config.run_config import load_run_config, shipped_recipe
 from ftune.config.trust import TRUST_ENV, env_packages, importable_problems
 from ftune.rewards.reward_set import builtin_reward_problems
-from ftune.settings.fast_check import fast_check
 
 # torchrun options that take no value; every other `--option` before the recipe takes one.
 _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module"}
@@ -62,8 +64,7 @@ def recipe_file(name: str) -> tuple[Path, registry.Recipe | None]:
     if path.suffix == ".py":
         if not path.is_file():
             raise ConfigError([f"recipe file {name!r} does not exist."])
-        shipped = registry.RECIPES.get(path.stem)
-        return path, shipped if shipped and shipped.file.resolve() == path.resolve() else None
+        return path, shipped_recipe(path)
     raise ConfigError(
         [
             f"recipe {name!r}: no such recipe.{did_you_mean(name, registry.RECIPES)} "
@@ -117,27 +118,26 @@ def main(argv: list[str]) -> int:
                     f"recipe {recipe.name} runs on one device and cannot be launched with {' '.join(launcher)}.{hint}"
                 ]
             )
-        if (
-            recipe is not None
-            and "--config" not in recipe_args
-            and not any(a.startswith("--config=") for a in recipe_args)
-        ):
-            recipe_args = ["--config", recipe.default_config, *recipe_args]
         if launcher:
             check_launcher_options(launcher)
-            check_distributed_config(recipe_args, path.name)
         cfg = None
         if not {"-h", "--help"} & set(recipe_args):
-            # keys, types, ranges, trust, a GRPO config's built-in rewards: before torch is imported
-            cfg = fast_check(path, recipe_args, more=builtin_reward_problems)
-            if cfg is not None and (missing := missing_checkpoint_dirs(cfg, resume_folder)):
+            # The one read of the YAML before any rank starts (None: no config, and the recipe has no default).
+            cfg = load_run_config(path, recipe_args)
+        if cfg is not None:
+            if launcher:
+                check_distributed_config(cfg, path)
+            # keys, types, ranges, trust, a GRPO config's built-in rewards, files, folders: before torch
+            fast_check(cfg, path, more=builtin_reward_problems)
+            if missing := missing_checkpoint_dirs(cfg, resume_folder):
                 raise ConfigError(missing, cfg.source)  # a stat, not the checkpointer's load after torch
         if launcher and cfg is not None:
             _check_sharded_optimizer(cfg)  # before torchrun starts any rank
     except Exception as e:  # noqa: BLE001
         return report(e, debug)
     if launcher:
-        return _torchrun(launcher, path, recipe_args)  # each rank loads the config in its own process
+        # Each rank loads the config to build its run; the stamp tells it what the launcher checked.
+        return _torchrun(launcher, path, recipe_args, launch_stamp(cfg) if cfg is not None else {})
     sys.argv = [str(path), *recipe_args]
     sys.path.insert(0, str(path.parent))
     if cfg is None:  # --help, or no config found: the recipe's own entry point parses the command line
@@ -160,7 +160,7 @@ def _check_sharded_optimizer(cfg) -> None:
             raise ConfigError(problems, cfg.source)
 
 
-def _torchrun(launcher: list[str], path: Path, recipe_args: list[str]) -> int:
+def _torchrun(launcher: list[str], path: Path, recipe_args: list[str], stamp: dict[str, str]) -> int:
     from torch.distributed import DistNetworkError
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
@@ -175,6 +175,7 @@ def _torchrun(launcher: list[str], path: Path, recipe_args: list[str]) -> int:
         return int(e.code or 2)
     launcher_env = dict(os.environ)
     try:
+        os.environ.update(stamp)  # the ranks inherit it (ftune.config.launch_checked); restored below
         run(args)
     except DistNetworkError as e:
         reason = str(e).strip().splitlines()[-1]

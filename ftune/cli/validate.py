@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ftune import registry
+from ftune.cli.fast_check import check_data_files, fast_problems
 from ftune.config.checks import check_component
 from ftune.config.errors import ConfigError, did_you_mean
 from ftune.config.loading import Config, load_config, resolve_config_path
@@ -21,10 +22,10 @@ from ftune.config.model_source import (
 from ftune.config.recipe_file import recipe_in_header, recipe_settings
 from ftune.config.recipe_kind import check_resume_folder
 from ftune.config.run import report
+from ftune.config.run_config import default_config, shipped_recipe
 from ftune.config.settings import collect_problems
 from ftune.config.trust import components_of, trust_folder, trust_packages
 from ftune.rewards.reward_set import builtin_reward_problems
-from ftune.settings.fast_check import check_data_files, fast_problems
 
 NO_RECIPE = (
     "(checked without a recipe's settings: no --recipe, no `# Run: ftune run <recipe> ...` line at the top "
@@ -50,10 +51,23 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None, 
     Raises:
         ConfigError: listing every problem.
     """
+    cfg, file = _load(config, overrides, recipe_name)
+    return check(cfg, file, files=files)
+
+
+def _load(config: str, overrides: list[str], recipe_name: str | None) -> tuple[Config, Path | None]:
+    """The config (read once) and the recipe file whose settings it is checked against."""
     if recipe_name is not None and recipe_name.endswith(".py"):
         trust_folder(Path(recipe_name).parent)  # modules next to a copied recipe
-    cfg = load_config(config, overrides)
-    file = recipe_file(config, recipe_name)
+    return load_config(config, overrides), recipe_file(config, recipe_name)
+
+
+def _is_override(word: str) -> bool:
+    return "=" in word or word.startswith("~")  # `key=value`, `~key`: never a config's name
+
+
+def check(cfg: Config, file: Path | None, *, files: bool = True) -> str:
+    """`validate` on a loaded config and its recipe file (None: components only)."""
     if file is None:
         # top-level keys as paths ("dataset.source"), so each problem names the override that fixes it
         problems = [p for key, value in cfg.to_dict().items() for p in check_component(value, key)]
@@ -64,7 +78,7 @@ def validate(config: str, overrides: list[str], recipe_name: str | None = None, 
         problems = fast or collect_problems(cfg, recipe_settings(file))
     if problems and file is None:
         problems.append(NO_RECIPE)
-    shipped = registry.RECIPES.get(file.stem) if file is not None else None
+    shipped = shipped_recipe(file)
     if not problems and shipped is not None and shipped.distributed and "optimizer" in cfg:
         # imported here: the checks above answer without torch (ftune.training imports it)
         from ftune.training.step.optimizer import sharded_step_problems
@@ -130,7 +144,10 @@ def main(argv: list[str]) -> int:
         "are none.",
     )
     parser.add_argument(
-        "config", nargs="?", help="shipped config name (see `ftune ls`) or path to a .yaml file"
+        "config",
+        nargs="?",
+        help="shipped config name (see `ftune ls`) or path to a .yaml file (default with --recipe: the "
+        "config `ftune run <recipe>` reads)",
     )
     parser.add_argument(
         "--config", dest="config_option", metavar="CONFIG", help="the same, as in `ftune run`"
@@ -153,13 +170,17 @@ def main(argv: list[str]) -> int:
     if args.config_option is not None:  # `--config X a=1`: the first word was an override
         args.overrides[:0] = [args.config] if args.config is not None else []
         args.config = args.config_option
-    elif args.config is None:
+    elif args.recipe is not None and (args.config is None or _is_override(args.config)):
+        # `ftune validate --recipe R [a=1]`: the config `ftune run R` reads (a copy has none)
+        args.overrides[:0] = [args.config] if args.config is not None else []
+        args.config = default_config(args.recipe)
+    if args.config is None:
         parser.error("no config given: `ftune validate <config>` or `ftune validate --config <config>`")
     try:
         trust_packages(p for value in args.trust for p in value.split(","))
-        recipe = validate(args.config, args.overrides, args.recipe)
-        cfg = load_config(args.config, args.overrides)
-        calls = [*sized_calls(cfg, recipe_file(args.config, args.recipe)), *components_of(cfg.to_dict())]
+        cfg, file = _load(args.config, args.overrides, args.recipe)
+        recipe = check(cfg, file)
+        calls = [*sized_calls(cfg, file), *components_of(cfg.to_dict())]
     except Exception as e:  # noqa: BLE001
         return report(e, ["--debug"] if args.debug else [])
     against = f" against {recipe}'s settings" if recipe else " (components only: no recipe matches its name)"

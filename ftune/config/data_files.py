@@ -2,7 +2,7 @@
 
 `check_local_source` is what `ftune.datasets.load_source` refuses before it reads anything (a
 missing, empty, non-UTF-8 or unsupported file, a builder name without files); `ftune run` calls it
-before the recipe starts (ftune.settings.fast_check).
+before the recipe starts (ftune.cli.fast_check).
 
 `datasets` reports a malformed JSONL line as a 70-line traceback from its Arrow reader without
 the line number. `load_source` calls `diagnose` only after such a failure (no cost on success)
@@ -10,7 +10,7 @@ and raises its one-line message instead.
 
 The preference checks (`check_preference_rows`) read a local file with the `json` module
 (`json_records`), so they name file:line and run without torch or `datasets`: `ftune run` calls
-them before the recipe starts (ftune.settings.fast_check), and `preference_dataset` again when it loads.
+them before the recipe starts (ftune.cli.fast_check), and `preference_dataset` again when it loads.
 """
 
 from __future__ import annotations

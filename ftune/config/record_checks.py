@@ -6,7 +6,7 @@ compares against must be a string or a number: a null would be compared as the t
 
 The datasets (`ftune.datasets`) and the built-in rewards (`ftune.rewards`) call these on every record
 they use; `ftune run` and `ftune validate` call `check_prompt_rows` on a local prompt file before the
-model loads (ftune.settings.fast_check), so the message names file:line.
+model loads (ftune.cli.fast_check), so the message names file:line.
 """
 
 from __future__ import annotations

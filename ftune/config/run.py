@@ -15,10 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ftune import registry
 from ftune.config.errors import ConfigError
-from ftune.config.loading import Config, load_config
+from ftune.config.launch_checked import launcher_checked
+from ftune.config.loading import Config
 from ftune.config.recipe_file import settings_of
+from ftune.config.run_config import default_config, load_run_config, shipped_recipe
 from ftune.config.settings import describe
 from ftune.config.trust import trust_folder
 
@@ -74,48 +75,15 @@ def report(exc: BaseException, argv: list[str] | None = None) -> int:
     return 1
 
 
-def parse_recipe_args(argv: list[str]) -> tuple[str | None, list[str]]:
-    """Split a recipe's command line into (config name or path, overrides); drops ``--debug``."""
-    config: str | None = None
-    overrides: list[str] = []
-    it = iter(argv)
-    for arg in it:
-        if arg == "--debug":
-            continue
-        if arg == "--config":
-            config = next(it, None)
-            if config is None:
-                raise ConfigError(
-                    ["--config needs a value: a shipped config name or a path to a .yaml file."]
-                )
-        elif arg.startswith("--config="):
-            config = arg.split("=", 1)[1]
-        elif arg.startswith("--"):
-            raise ConfigError(
-                [f"unknown option {arg!r}: a recipe takes --config <name|path> and key=value overrides."]
-            )
-        else:
-            overrides.append(arg)
-    return config, overrides
-
-
-def default_config_for(recipe_file: str | None) -> str | None:
-    """The registry's default config for a recipe file, if the file is a shipped recipe."""
-    if not recipe_file:
-        return None
-    recipe = registry.RECIPES.get(Path(recipe_file).stem)
-    return recipe.default_config if recipe else None
-
-
 def recipe_help(module: Any) -> str:
     """`<recipe> --help`: usage, what the recipe does, and every setting of its SETTINGS with default and help."""
     recipe_file = getattr(module, "__file__", None)
     name = Path(recipe_file).stem if recipe_file else "recipe"
     lines = [f"usage: ftune run {name} [--config <name|path>] [key=value ...] [--debug]"]
     cls = settings_of(module)
-    recipe = registry.RECIPES.get(name)
-    if recipe is not None and recipe.file.resolve() == Path(recipe_file).resolve():
-        lines += ["", recipe.description, "", f"default config: {recipe.default_config}"]
+    recipe = shipped_recipe(recipe_file)
+    if recipe is not None:
+        lines += ["", recipe.description, "", f"default config: {default_config(recipe_file)}"]
     else:
         summary = (module.__doc__ or "").strip().splitlines()
         lines += ["", summary[0] if summary else f"a recipe file ({recipe_file})"]
@@ -156,15 +124,15 @@ def run(
         recipe_file = recipe_file or getattr(module, "__file__", None)
         if recipe_file:
             trust_folder(Path(recipe_file).parent)  # modules next to a (copied) recipe
-        if cfg is None:
-            config, overrides = parse_recipe_args(argv)
-            if config is None:
-                config = default_config_for(str(recipe_file) if recipe_file else None)
-            if config is None:
+        if cfg is None:  # run as a script, or a rank of `ftune run --nproc_per_node`
+            cfg = load_run_config(recipe_file, argv)
+            if cfg is None:
                 raise ConfigError(["no config given: pass --config <name|path> (see `ftune ls`)."])
-            cfg = load_config(config, overrides)
-            if module is not None and isinstance(vars(module).get("SETTINGS"), type):
-                cfg.declare(module.SETTINGS)  # before main reads anything (main checks it first)
+            settings = vars(module).get("SETTINGS") if module is not None else None
+            if isinstance(settings, type):
+                if launcher_checked(cfg, settings):  # keys, types, ranges: checked once, by the launcher
+                    cfg.values_checked.add(settings)
+                cfg.declare(settings)  # before main reads anything (main checks it first)
         main(cfg)
     except KeyboardInterrupt:
         print("ftune: interrupted", file=sys.stderr)

@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from ftune import registry
+from ftune.cli.fast_check import fast_check, settings_path
 from ftune.config import ConfigError
-from ftune.settings.fast_check import fast_check, settings_path
+from ftune.config.run_config import load_run_config
 
 SCRIPT = """
 import sys, contextlib, io
@@ -62,8 +63,12 @@ def test_the_fast_check_uses_the_class_the_recipe_runs_with():
     code = (
         "import sys\n"
         "from ftune import registry\n"
-        "from ftune.settings.fast_check import fast_check, settings_class\n"
-        "assert fast_check(registry.RECIPES['qat_distributed'].file, [])\n"
+        "from ftune.cli.fast_check import fast_check, settings_class\n"
+        "from ftune.config.run_config import load_run_config\n"
+        "file = registry.RECIPES['qat_distributed'].file\n"
+        "cfg = load_run_config(file, [])\n"
+        "fast_check(cfg, file)\n"
+        "assert cfg.values_checked\n"
         "assert 'torch' not in sys.modules\n"
         "checked = settings_class('ftune.training.QATSettings')\n"
         "import ftune.training\n"
@@ -75,8 +80,9 @@ def test_the_fast_check_uses_the_class_the_recipe_runs_with():
 def test_settings_read_from_the_recipe_text_for_every_shipped_recipe():
     for recipe in registry.RECIPES.values():
         assert settings_path(recipe.file), recipe.name
-        cfg = fast_check(recipe.file, [])  # the default config passes
-        assert cfg is not None and cfg.values_checked, recipe.name
+        cfg = load_run_config(recipe.file, [])
+        fast_check(cfg, recipe.file)  # the default config passes
+        assert cfg.values_checked, recipe.name
 
 
 def test_a_recipe_with_its_own_settings_class_has_no_fast_check(tmp_path):
@@ -85,6 +91,8 @@ def test_a_recipe_with_its_own_settings_class_has_no_fast_check(tmp_path):
         "from dataclasses import dataclass\nfrom ftune import config, training\n\n"
         "@dataclass\nclass Mine(training.LoRASettings):\n    x: int = 1\n\nSETTINGS = Mine\n"
     )
-    assert not fast_check(mine, ["--config", "smollm2/135M_lora", "x=2"]).values_checked
+    cfg = load_run_config(mine, ["--config", "smollm2/135M_lora", "x=2"])
+    fast_check(cfg, mine)
+    assert not cfg.values_checked
     with pytest.raises(ConfigError, match="no such file and no shipped config"):
-        fast_check(mine, ["--config", "nope.yaml"])  # the config file itself is still checked
+        load_run_config(mine, ["--config", "nope.yaml"])  # the config file itself is still checked

@@ -8,6 +8,7 @@ import pytest
 from ftune import registry
 from ftune.cli.main import main
 from ftune.cli.preflight import check_distributed_config
+from ftune.config.run_config import load_run_config
 
 DPO_QLORA = ["run", "--nproc_per_node", "2", "lora_dpo_distributed", "--config", "smollm2/135M_lora_dpo"]
 
@@ -21,7 +22,8 @@ def test_qlora_with_a_distributed_recipe_that_does_not_run_it_is_refused_by_the_
 
 
 def test_qlora_config_with_lora_finetune_distributed_passes_the_launcher_checks():
-    check_distributed_config(["--config", "smollm2/135M_qlora"], "lora_finetune_distributed.py")
+    recipe = registry.RECIPES["lora_finetune_distributed"].file
+    check_distributed_config(load_run_config(recipe, ["--config", "smollm2/135M_qlora"]), recipe)
 
 
 @pytest.mark.parametrize("value", ["0", "abc", "-1"])

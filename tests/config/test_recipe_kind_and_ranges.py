@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from ftune import registry
+from ftune.cli.fast_check import check_data_files, fast_check, fast_problems
 from ftune.config import ConfigError, load_config
 from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems, recorded_kind
+from ftune.config.run_config import load_run_config
 from ftune.settings import DistCheckSettings, GenerateSettings
-from ftune.settings.fast_check import check_data_files, fast_check, fast_problems
 from ftune.training import FullSettings, LoRASettings
 
 RECIPES = registry.RECIPES
@@ -164,7 +165,8 @@ def test_fast_check_reads_the_preference_file_before_the_recipe(tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text('{"prompt": "q", "chosen": "a", "rejected": "b"}\n{"prompt": "q", "chosen": "a"}\n')
     with pytest.raises(ValueError, match=rf"{path}:2: no 'rejected'"):
-        fast_check(RECIPES["lora_dpo_single_device"].file, [f"dataset.source={path}"])
+        dpo = RECIPES["lora_dpo_single_device"].file
+        fast_check(load_run_config(dpo, [f"dataset.source={path}"]), dpo)
     mapped = load_config(
         "smollm2/135M_lora_dpo", [f"dataset.source={path}", "dataset.column_map={rejected: chosen}"]
     )
@@ -178,14 +180,16 @@ def test_data_and_resume_checks_run_without_torch(tmp_path):
     script = (
         "import sys\n"
         "from ftune import registry\n"
-        "from ftune.settings.fast_check import fast_check\n"
+        "from ftune.cli.fast_check import fast_check\n"
+        "from ftune.config.run_config import load_run_config\n"
         "for recipe, args in [\n"
         f"    ('lora_dpo_single_device', ['dataset.source={pairs}']),\n"
         f"    ('lora_finetune_single_device', ['dataset.source={tmp_path}/none.jsonl']),\n"
         f"    ('lora_finetune_single_device', ['dataset.source={pairs.with_suffix('.xlsx')}']),\n"
         "]:\n"
         "    try:\n"
-        "        fast_check(registry.RECIPES[recipe].file, args)\n"
+        "        file = registry.RECIPES[recipe].file\n"
+        "        fast_check(load_run_config(file, args), file)\n"
         "    except (ValueError, FileNotFoundError) as e:\n"
         "        print(type(e).__name__, str(e).splitlines()[-1])\n"
         "assert 'torch' not in sys.modules and 'datasets' not in sys.modules, 'imported torch or datasets'\n"

@@ -32,6 +32,7 @@ from ftune.cli.main import main as ftune_main
 from ftune.cli.run import split_args
 from ftune.cli.validate import validate
 from ftune.config import load_config
+from ftune.config.run_config import default_config, parse_recipe_args
 
 GGUF = "SmolLM2-135M-Instruct.Q8_0.gguf"  # a tiny llama GGUF under the name docs/checkpoints.md uses
 # `ftune` and marked commands are bash functions that append one line a call to $FTUNE_DOCS_LOG:
@@ -148,15 +149,8 @@ class Workspace:
 
             get_args_parser().parse_args([*launcher, "recipe.py"])  # torchrun accepts the options
             assert recipe is None or recipe.distributed, f"{where}: {name} runs on one device only"
-        config, overrides = (recipe.default_config if recipe else None), []
-        it = iter(rest)
-        for arg in it:
-            if arg == "--config":
-                config = next(it)
-            elif arg.startswith("--config="):
-                config = arg.split("=", 1)[1]
-            else:
-                overrides.append(arg)
+        config, overrides = parse_recipe_args(rest)  # as `ftune run` reads them
+        config = config if config is not None else default_config(name)
         assert config is not None, f"{where}: a copied recipe needs --config"
         recipe_name = recipe.name if recipe else Path(name).stem
         with chdir_env(cwd, self.env):

@@ -1,14 +1,17 @@
-"""Check a config against a recipe's settings before torch is imported: common mistakes in under a second.
+"""The checks `ftune run` makes before torch is imported: common mistakes in under a second.
 
-`ftune run` calls `fast_check` first, `ftune validate` `fast_problems`. It reads the recipe file's
-``SETTINGS = ...`` line with `ast` (the file is not run, so its ``import torch`` is not either),
-takes the class of that name from `ftune.settings` (every shipped recipe's settings, torch-free;
-``training.LoRASettings`` is ``ftune.settings.LoRASettings`` re-exported), and checks the loaded
-config: unknown keys, types, ranges, sections, trusted components; then the local data files
-(`ftune.config.data_files`) and the folder a run resumes from (`ftune.config.recipe_kind`).
-Component signatures need the targets imported, so they are checked afterwards, by the recipe
-itself or `ftune validate`. A recipe whose SETTINGS is defined in the file itself (a copied recipe
-with its own dataclass) has no fast check: the recipe's own check reports the same problems.
+`ftune run` loads the config once (`ftune.config.run_config.load_run_config`) and calls `fast_check`
+on it (for a distributed run, in the launcher, before torchrun starts any rank); `ftune validate`
+calls `fast_problems` and `check_data_files`. It reads the recipe file's ``SETTINGS = ...`` line
+with `ast` (the file is not run, so its ``import torch`` is not either), takes the class of that
+name from `ftune.settings` (every shipped recipe's settings, torch-free; ``training.LoRASettings``
+is ``ftune.settings.LoRASettings`` re-exported), and checks the loaded config: unknown keys,
+types, ranges, sections, trusted components; then the local data files (`ftune.config.data_files`),
+the folder a run resumes from (`ftune.config.recipe_kind`) and the model source
+(`ftune.config.model_source`). Component signatures need the targets imported, so they are checked
+afterwards, by the recipe itself or `ftune validate`. A recipe whose SETTINGS is defined in the
+file itself (a copied recipe with its own dataclass) has no fast check: the recipe's own check
+reports the same problems.
 """
 
 from __future__ import annotations
@@ -20,11 +23,10 @@ from pathlib import Path
 from ftune import settings as recipe_settings_module  # this package: every shipped class
 from ftune.config import data_files, record_checks
 from ftune.config.errors import ConfigError
-from ftune.config.loading import Config, load_config
+from ftune.config.loading import Config
 from ftune.config.model_source import check_model_source
 from ftune.config.output_path import logs_on_inputs, outputs_in_files
 from ftune.config.recipe_kind import check_resume_folder, recipe_kind_problems
-from ftune.config.run import default_config_for, parse_recipe_args
 from ftune.config.settings import Settings, collect_problems
 
 
@@ -176,36 +178,28 @@ def check_data_files(cfg) -> None:
             data_files.check_preference_rows(rows, columns, str(node["source"]))
 
 
-def fast_check(
-    recipe: Path, recipe_args: list[str], more: Callable[[Config], list[str]] | None = None
-) -> Config | None:
-    """Load the config a recipe would load and check it against the recipe's settings, without torch.
+def fast_check(cfg: Config, recipe: Path, more: Callable[[Config], list[str]] | None = None) -> None:
+    """Check a loaded config against the recipe's settings, its files and folders, without torch.
 
-    The config is loaded here once and handed on: `ftune run` calls the recipe's ``main`` with it.
-    When the recipe's settings class was found, its keys are declared on the config and the class
-    is in ``cfg.values_checked`` (the recipe's ``cfg.settings`` checks only the component signatures).
+    When the recipe's settings class is found (a shipped class, named at the recipe's top), its keys
+    are declared on the config and the class is added to ``cfg.values_checked``: the recipe's
+    ``cfg.settings`` then checks only the component signatures (and so do the ranks of a launch:
+    `ftune.config.launch_checked`). A recipe that defines its own class is left to its own
+    ``cfg.settings``.
 
     Args:
+        cfg: the config the run reads, loaded once (`ftune.config.run_config.load_run_config`).
         recipe: the recipe file.
-        recipe_args: its arguments (``--config``, overrides).
         more: further config-only checks from a higher layer (`ftune run` builds the built-in rewards:
             ftune.rewards), made with these, before the data files and folders.
-
-    Returns:
-        The loaded config, or None when no config was named and the recipe has no default one.
 
     Raises:
         ConfigError: every problem found.
     """
-    config, overrides = parse_recipe_args(recipe_args)
-    config = config or default_config_for(str(recipe))
-    if config is None:
-        return None
-    cfg = load_config(config, overrides)
     dotted = settings_path(recipe)
     cls = settings_class(dotted) if dotted is not None else None
     if cls is None:
-        return cfg  # SETTINGS defined in the recipe file: the recipe's own check reports problems
+        return  # SETTINGS defined in the recipe file: the recipe's own check reports problems
     problems = recipe_kind_problems(cfg, recipe) + collect_problems(cfg, cls, signatures=False)
     problems += logs_on_inputs(cfg)  # metric logs never land in a model folder the run reads
     problems += outputs_in_files(cfg)  # an output_dir that is a file: a stat, not a failed mkdir later
@@ -217,4 +211,3 @@ def fast_check(
     check_model_source(cfg, cls)
     cfg.values_checked.add(cls)
     cfg.declare(cls)
-    return cfg
