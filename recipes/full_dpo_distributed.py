@@ -10,7 +10,7 @@ in place of the supervised lines tagged # [sft] (tests/recipes/test_skeleton.py 
 
 import torch
 
-from ftune import checkpointing, config, data, training  # [full]
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
@@ -29,7 +29,7 @@ def main(cfg: config.Config) -> None:
     model = training.build_model(
         cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
     )  # config.json is checked against the model the config builds
-    reference = training.ReferenceModel.frozen(  # [dpo+full] the base checkpoint, frozen (also when resuming)
+    reference = training.ReferenceModel.frozen(  # [ref+full] the base checkpoint, frozen (also resuming)
         training.build_model(
             cfg.model, ckpt.load_base_model(), device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
         )
@@ -39,7 +39,9 @@ def main(cfg: config.Config) -> None:
     if s.activation_offloading:
         training.apply_activation_offloading(model, device)
     training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dist]
-    training.shard_model(reference.model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dpo+full+dist]
+    training.shard_model(  # [ref+full+dist] the reference, sharded like the policy
+        reference.model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload
+    )
     if s.compile:
         training.compile_model(model)
 

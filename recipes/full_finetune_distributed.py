@@ -8,7 +8,7 @@ batch_size B it computes what the single-device recipe computes with batch_size 
 
 import torch
 
-from ftune import checkpointing, config, data, training  # [full]
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.

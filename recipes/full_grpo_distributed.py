@@ -7,11 +7,11 @@ is full_grpo_single_device plus the lines tagged # [dist] (tests/recipes/test_sk
 
 import torch
 
-from ftune import checkpointing, config, data, training  # [full]
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
-SETTINGS = training.GRPOSettings  # [full+grpo]
+SETTINGS = training.GRPOSettings  # [grpo+full]
 
 
 def main(cfg: config.Config) -> None:
@@ -26,7 +26,7 @@ def main(cfg: config.Config) -> None:
     model = training.build_model(
         cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
     )  # config.json is checked against the model the config builds
-    reference = training.ReferenceModel.frozen(  # [grpo+full] the base checkpoint, frozen (also resuming)
+    reference = training.ReferenceModel.frozen(  # [ref+full] the base checkpoint, frozen (also resuming)
         training.build_model(
             cfg.model, ckpt.load_base_model(), device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
         )
@@ -36,7 +36,7 @@ def main(cfg: config.Config) -> None:
     if s.activation_offloading:
         training.apply_activation_offloading(model, device)
     training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dist]
-    training.shard_model(  # [grpo+full+dist] the reference, sharded like the policy
+    training.shard_model(  # [ref+full+dist] the reference, sharded like the policy
         reference.model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload
     )
     if s.compile:

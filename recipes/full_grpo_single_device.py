@@ -9,11 +9,11 @@ the lines tagged # [grpo] (and # [grpo+full]), without the supervised lines tagg
 
 import torch
 
-from ftune import checkpointing, config, data, training  # [full]
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
-SETTINGS = training.GRPOSettings  # [full+grpo]
+SETTINGS = training.GRPOSettings  # [grpo+full]
 
 
 def main(cfg: config.Config) -> None:
@@ -27,7 +27,7 @@ def main(cfg: config.Config) -> None:
     model = training.build_model(
         cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
     )  # config.json is checked against the model the config builds
-    reference = training.ReferenceModel.frozen(  # [grpo+full] the base checkpoint, frozen (also resuming)
+    reference = training.ReferenceModel.frozen(  # [ref+full] the base checkpoint, frozen (also resuming)
         training.build_model(
             cfg.model, ckpt.load_base_model(), device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
         )

@@ -11,7 +11,7 @@ full_finetune_single_device plus the lines tagged # [kd] (tests/recipes/test_ske
 
 import torch
 
-from ftune import checkpointing, config, data, training  # [kd]
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.

@@ -13,7 +13,7 @@ the lines tagged # [lora] and # [dpo], without the supervised lines tagged # [sf
 
 import torch
 
-from ftune import checkpointing, config, data, training  # [lora]
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
@@ -32,7 +32,7 @@ def main(cfg: config.Config) -> None:
         cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
     )  # config.json is checked against the model the config builds
     peft_settings = training.apply_peft(cfg.peft, model, loaded.adapter, dtype=dtype)  # [lora]
-    reference = training.ReferenceModel.adapters_off(model)  # [dpo] the same model, adapters off
+    reference = training.ReferenceModel.adapters_off(model)  # [ref+lora] the same model, adapters off
     if s.activation_checkpointing:
         training.apply_activation_checkpointing(model)
     if s.activation_offloading:

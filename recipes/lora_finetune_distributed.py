@@ -7,7 +7,7 @@ checks it); step folders hold the adapters in PEFT's format, written by rank 0.
 
 import torch
 
-from ftune import checkpointing, config, data, training  # [lora]
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.

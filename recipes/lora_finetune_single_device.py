@@ -10,7 +10,7 @@ every recipe lives in ftune.training, called the same way everywhere.
 
 import torch
 
-from ftune import checkpointing, config, data, training  # [lora]
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.

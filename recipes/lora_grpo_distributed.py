@@ -8,11 +8,11 @@ tagged # [dist] (tests/recipes/test_skeleton.py checks it).
 
 import torch
 
-from ftune import checkpointing, config, data, training  # [lora]
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
-SETTINGS = training.LoRAGRPOSettings  # [lora+grpo]
+SETTINGS = training.LoRAGRPOSettings  # [grpo+lora]
 
 
 def main(cfg: config.Config) -> None:
@@ -28,7 +28,7 @@ def main(cfg: config.Config) -> None:
         cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
     )  # config.json is checked against the model the config builds
     peft_settings = training.apply_peft(cfg.peft, model, loaded.adapter, dtype=dtype)  # [lora]
-    reference = training.ReferenceModel.adapters_off(model)  # [grpo] the same model, adapters off
+    reference = training.ReferenceModel.adapters_off(model)  # [ref+lora] the same model, adapters off
     if s.activation_checkpointing:
         training.apply_activation_checkpointing(model)
     if s.activation_offloading:

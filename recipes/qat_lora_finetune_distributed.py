@@ -12,7 +12,8 @@ adapter_dir=<step folder> qat=true`. This is full_finetune_single_device plus th
 
 import torch
 
-from ftune import checkpointing, config, data, quantization, training  # [qat]
+import ftune.quantization as quantization  # [qat] the fake-quantization switch
+from ftune import checkpointing, config, data, training
 
 # The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
 # (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.

@@ -29,6 +29,7 @@ from ftune.registry.recipe import Recipe
 from ftune.registry.recipes import (
     PARENT,
     RECIPES,
+    TAG_ORDER,
     TAGS,
     TRAINING,
     TRAINING_METHODS,
@@ -54,6 +55,7 @@ __all__ = [
     "NA",
     "PARENT",
     "RECIPES",
+    "TAG_ORDER",
     "TAGS",
     "TRAINING",
     "TRAINING_METHODS",

@@ -117,7 +117,7 @@ _RECIPES = [
         "smollm2/135M_lora_dpo",
         ("lora_dpo",),
         {**DPO_COMMON, **DPO_LORA, **SINGLE, **DPO_SINGLE},
-        tags=frozenset({"lora", "dpo"}),  # preference tuning replaces the supervised # [sft] lines
+        tags=frozenset({"lora", "dpo", "ref"}),  # preference tuning replaces the supervised # [sft] lines
     ),
     Recipe(
         "lora_dpo_distributed",
@@ -127,7 +127,7 @@ _RECIPES = [
         "smollm2/135M_lora_dpo",
         ("lora_dpo",),
         {**DPO_COMMON, **DPO_LORA_DIST, **DIST, **NO_OPT_BWD_DIST},
-        tags=frozenset({"lora", "dpo", "dist"}),
+        tags=frozenset({"lora", "dpo", "dist", "ref"}),
         same_losses_as="lora_dpo_single_device",
     ),
     Recipe(
@@ -138,7 +138,7 @@ _RECIPES = [
         "smollm2/135M_full_dpo",
         ("full_dpo",),
         {**DPO_COMMON, **NOT_LORA, **DIST, **NO_OPT_BWD_DIST},
-        tags=frozenset({"full", "dpo", "dist"}),
+        tags=frozenset({"full", "dpo", "dist", "ref"}),
     ),
     Recipe(
         "lora_grpo_single_device",
@@ -148,7 +148,7 @@ _RECIPES = [
         "smollm2/135M_lora_grpo",
         ("lora_grpo",),
         {**GRPO_COMMON, **GRPO_LORA, **SINGLE},
-        tags=frozenset({"lora", "grpo"}),  # online RL replaces the supervised # [sft] lines
+        tags=frozenset({"lora", "grpo", "ref"}),  # online RL replaces the supervised # [sft] lines
     ),
     Recipe(
         "full_grpo_single_device",
@@ -157,7 +157,7 @@ _RECIPES = [
         "smollm2/135M_full_grpo",
         ("full_grpo",),
         {**GRPO_COMMON, **NOT_LORA, **SINGLE},
-        tags=frozenset({"full", "grpo"}),
+        tags=frozenset({"full", "grpo", "ref"}),
     ),
     Recipe(
         "lora_grpo_distributed",
@@ -166,7 +166,7 @@ _RECIPES = [
         "smollm2/135M_lora_grpo",
         ("lora_grpo",),
         {**GRPO_COMMON, **GRPO_LORA_DIST, **DIST},
-        tags=frozenset({"lora", "grpo", "dist"}),
+        tags=frozenset({"lora", "grpo", "dist", "ref"}),
         same_losses_as="lora_grpo_single_device",
     ),
     Recipe(
@@ -176,7 +176,7 @@ _RECIPES = [
         "smollm2/135M_full_grpo",
         ("full_grpo",),
         {**GRPO_COMMON, **NOT_LORA, **DIST},
-        tags=frozenset({"full", "grpo", "dist"}),
+        tags=frozenset({"full", "grpo", "dist", "ref"}),
         same_losses_as="full_grpo_single_device",
     ),
     Recipe(
@@ -252,6 +252,10 @@ def _tag_references() -> dict[str, str]:
 # recipe is a line # [T] has there (tests/recipes/test_same_tag.py). Declare a new kind's one-device
 # recipe before its other variants.
 TAGS: dict[str, str] = _tag_references()
+
+# The one order of a combined tag's parts (# [grpo+full+dist], never # [full+grpo]): the method kind,
+# then the frozen reference it runs (ref: DPO's and GRPO's), then full or LoRA, then FSDP2.
+TAG_ORDER = ("sft", "dpo", "grpo", "kd", "qat", "ref", "full", "lora", "dist")
 
 
 def recipe_for_config(config: str) -> Recipe | None:

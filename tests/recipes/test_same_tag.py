@@ -8,7 +8,10 @@ in every recipe that uses the tag
 - each line tagged # [T] is one of the reference's # [T] lines, in the same order;
 - each of the reference's # [T] lines is there, or its job (the name it assigns, the function it
   calls) is done by a line of another tag (QAT + LoRA saves adapters: its save line is # [lora]).
-A line that exists only because two variants meet carries both tags (# [kd+dist]).
+A line that exists only because two variants meet carries both tags (# [kd+dist]), in the one order of
+`registry.TAG_ORDER` (# [grpo+full+dist], never # [full+grpo]); a combined tag is checked like a simple
+one, against the first recipe (in the registry's order) that uses it. A block several recipe kinds share
+carries one tag (the frozen reference copy: # [ref+full] in DPO and GRPO alike).
 """
 
 from __future__ import annotations
@@ -21,13 +24,25 @@ from tagged_lines import job, tagged_statements
 
 from ftune import registry
 
-# The recipe whose tagged lines define each tag, and the recipes that use tags: from the registry.
-REFERENCE = registry.TAGS
 TRAINING = sorted(registry.TRAINING)
+
+
+def _references() -> dict[str, str]:
+    """Each tag, simple or combined, and the recipe whose lines define it: the registry's for a simple tag,
+    the first recipe (registry order) using a combined one."""
+    found = dict(registry.TAGS)
+    for name in registry.TRAINING:
+        for tag, _ in statements(name):
+            found.setdefault(tag, name)
+    return found
 
 
 def statements(recipe: str) -> list[tuple[str, str]]:
     return tagged_statements(registry.RECIPES[recipe].file)
+
+
+# The recipe whose tagged lines define each tag (combined ones included).
+REFERENCE = _references()
 
 
 def problems(recipe: str, read=statements) -> list[str]:
@@ -38,7 +53,7 @@ def problems(recipe: str, read=statements) -> list[str]:
 
     mine, found = read(recipe), []
     jobs = {job(code) for _, code in mine}
-    for tag in sorted({t for t, _ in mine if "+" not in t}):
+    for tag in sorted({t for t, _ in mine}):
         ours, theirs = lines_of(recipe, tag), lines_of(REFERENCE[tag], tag)
         for code in ours:
             if code not in theirs:
@@ -59,8 +74,55 @@ def problems(recipe: str, read=statements) -> list[str]:
 
 
 def test_every_tag_has_a_reference():
+    """A simple tag's defining recipe has lines with it, alone or in a combination (# [ref] exists only
+    combined: # [ref+full], # [ref+lora])."""
     for tag, recipe in REFERENCE.items():
-        assert [c for t, c in statements(recipe) if t == tag], f"{recipe} has no # [{tag}] line to define it"
+        assert [c for t, c in statements(recipe) if tag in (t, *t.split("+"))], (
+            f"{recipe} has no # [{tag}] line"
+        )
+
+
+def order_problems(tags: list[str]) -> list[str]:
+    """Combined tags whose parts are not in `registry.TAG_ORDER`'s order (or are not in it)."""
+    found = []
+    for tag in tags:
+        parts = tag.split("+")
+        unknown = [p for p in parts if p not in registry.TAG_ORDER]
+        canonical = "+".join(sorted(parts, key=registry.TAG_ORDER.index)) if not unknown else None
+        if unknown:
+            found.append(f"# [{tag}]: {unknown} not in registry.TAG_ORDER {registry.TAG_ORDER}")
+        elif tag != canonical:
+            found.append(f"# [{tag}] is written # [{canonical}] (registry.TAG_ORDER)")
+    return found
+
+
+@pytest.mark.parametrize("recipe", TRAINING)
+def test_combined_tags_are_written_in_the_one_order(recipe):
+    found = order_problems([t for t, _ in statements(recipe)])
+    assert not found, f"{recipe}:\n" + "\n".join(found)
+
+
+def test_the_order_check_fails_on_the_two_spellings_of_one_combination():
+    """Before the fix the GRPO recipes wrote # [full+grpo] and # [grpo+full] for the one combination."""
+    assert order_problems(["full+grpo"]) == ["# [full+grpo] is written # [grpo+full] (registry.TAG_ORDER)"]
+    assert order_problems(["grpo+full", "grpo+full+dist", "ref+lora", "kd+dist", "qat+lora"]) == []
+    assert set(registry.TAGS) <= set(registry.TAG_ORDER)
+
+
+def test_a_combined_tag_is_checked_like_a_simple_one():
+    """A # [ref+full] line that differs between the DPO and the GRPO recipes fails, as a simple tag's would."""
+    real = statements("full_grpo_single_device")
+    changed = [
+        (t, c.replace("ckpt.load_base_model()", "loaded.model") if t == "ref+full" else c) for t, c in real
+    ]
+
+    def reading(name):
+        return changed if name == "full_grpo_single_device" else statements(name)
+
+    assert problems("full_grpo_single_device") == []
+    assert any(
+        "# [ref+full] line" in p and "differs" in p for p in problems("full_grpo_single_device", reading)
+    )
 
 
 @pytest.mark.parametrize("recipe", TRAINING)
