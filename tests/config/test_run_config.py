@@ -14,7 +14,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # The declaration (registry/recipe.py) and two listings read the field: the docs' matrix (registry/docs.py)
 # and `ftune ls`, which imports neither torch nor omegaconf (tests/cli/test_cli.py) and so nothing of
 # ftune.config. Every run, --help, validate and cp ask run_config.default_config.
-READERS = {"ftune/config/run_config.py", "ftune/registry/recipe.py", "ftune/registry/docs.py", "ftune/cli/ls.py"}
+READERS = {
+    "ftune/config/run_config.py",
+    "ftune/registry/recipe.py",
+    "ftune/registry/docs.py",
+    "ftune/cli/ls.py",
+}
 
 
 def test_a_shipped_recipe_runs_its_registry_default_by_name_or_by_its_own_file():
