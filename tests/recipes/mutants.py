@@ -56,9 +56,9 @@ def _wrap(owner: Any, attr: str, make: Callable[[Any], Any]) -> Patch:
     return apply
 
 
-def _full_logits_cross_entropy(self, weight, hidden, labels):
+def _full_logits_cross_entropy(self, head, hidden, labels):
     """ChunkedCrossEntropyLoss.forward as plain cross-entropy: the whole fp32 logits at once."""
-    logits = F.linear(hidden, weight).float()  # (b, s, vocab)
+    logits = head.logits(hidden)  # (b, s, vocab) fp32
     loss = F.cross_entropy(
         logits.flatten(0, 1), labels.flatten(), ignore_index=self.ignore_index, reduction="sum"
     )
@@ -113,8 +113,8 @@ def _one_chunk(real):
 
 
 def _no_kl(real):
-    def chunk_loss(self, weight, hidden, teacher_weight, teacher_hidden, labels):
-        log_q = F.log_softmax(F.linear(hidden, weight).float(), dim=-1)
+    def chunk_loss(self, head, hidden, teacher_head, teacher_hidden, labels):
+        log_q = F.log_softmax(head.logits(hidden), dim=-1)
         ce = F.nll_loss(log_q, labels, ignore_index=self.ignore_index, reduction="sum")
         return (1.0 - self.kd_ratio) * ce  # the teacher's term dropped
 

@@ -226,7 +226,8 @@ class RolloutBatch(MicroBatch):
             old_logps=move(state["old_logps"]),
             ref_logps=move(state["ref_logps"]),
             temperature=float(state["temperature"]),
-            metrics={k: _metric(m, move) for k, m in state["metrics"].items()},
+            # A rollout saved before metrics carried their own counts logs nothing more (figures only).
+            metrics={k: _metric(m, move) for k, m in state["metrics"].items() if isinstance(m, dict)},
         )
 
 
