@@ -29,7 +29,7 @@ from ftune.data.prompt_batch import PromptBatch, build_prompt_collate
 from ftune.peft.apply import trainable_params
 from ftune.runtime.device import get_device
 from ftune.runtime.distributed import destroy_distributed, init_distributed
-from ftune.runtime.seed import get_rng_state, seed_everything
+from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.settings import (
     FullSettings,
     GRPOSettings,
@@ -104,5 +104,5 @@ __all__ = [
     # The types a recipe's code meets, and helpers benchmarks and copies of recipes read.
     "MicroBatch", "Loss", "Metric", "StepStats", "NonFiniteError", "PairLogps", "on_device",
     "batch_loss", "group_advantages", "zero_variance_share", "per_sequence", "optimizer_state_bytes",
-    "get_rng_state", "snapshot",
+    "get_rng_state", "set_rng_state", "snapshot",
 ]  # fmt: skip
