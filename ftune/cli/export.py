@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
         "--type",
         required=True,
         metavar="TYPE",
-        help=f"tensor type: {', '.join(GGUF_TYPES)} (q8_0: near-lossless, half of f16; q4_0: 4-bit)",
+        help=f"file type: {', '.join(GGUF_TYPES)} (q8_0: near-lossless, half of f16; q4_k_m: the usual 4-bit)",
     )
     g.add_argument("--adapter", type=Path, help="a LoRA/DoRA step folder to merge into the model first")
     g.add_argument("--name", help="general.name in the file (default: the model folder's name)")
