@@ -29,6 +29,24 @@ def check_gguf_type(name: str) -> str:
     return key
 
 
+ADAPTER_GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # what llama.cpp's convert_lora_to_gguf.py writes
+
+
+def check_adapter_gguf_type(name: str) -> str:
+    """`name` lower-cased when a LoRA adapter file can hold it (`ADAPTER_GGUF_TYPES`).
+
+    Raises:
+        ValueError: naming the type given and the accepted ones.
+    """
+    key = check_gguf_type(name)
+    if key not in ADAPTER_GGUF_TYPES:
+        raise ValueError(
+            f"--type {name!r} is not a type of a LoRA adapter file (--adapter-only); llama.cpp's adapters hold "
+            f"{', '.join(ADAPTER_GGUF_TYPES)}, and its base model file takes the K-quants. Pass --type f16 or f32."
+        )
+    return key
+
+
 def modelfile_path(output: str | os.PathLike) -> Path:
     """Where the Ollama Modelfile of `output` goes: `<name>.Modelfile` beside it."""
     out = Path(output)
