@@ -355,3 +355,24 @@ def quickstart_gguf() -> str:
         f"On the quickstart's adapter ({n} held-out prompts, greedy; ftune's own score {ours['exact_match']:g}%), "
         "llama.cpp scores " + ", ".join(parts) + ".\n\n" + provenance("gguf_quickstart")
     )
+
+
+def gguf_types() -> str:
+    """docs/checkpoints.md: each file type on the real model (gguf_types.py)."""
+    r = load("gguf_types")
+    rows = [
+        [f"`{x['type']}`", f"{x['size_bytes'] / 1e6:.0f} MB", f"{x['export_seconds']:g} s",
+         f"{x['same_bytes']}/{x['tensors']}", f"{x['perplexity']:.2f}", f"{100 * x['top1_same_as_f32']:.1f}%",
+         f"{x['prompt_tok_s']:.0f}", f"{x['generate_tok_s']:.0f}"]
+        for x in r["rows"]
+    ]  # fmt: skip
+    header = ["`--type`", "file", "export", "tensors byte-equal to llama-quantize's", "perplexity",
+              "next token as F32", "prompt tok/s", "generate tok/s"]  # fmt: skip
+    load_avg = " to ".join(f"{v:g}" for v in r["load_average_1min"])
+    text = (
+        f"{r['model']}; perplexity and next-token agreement with the F32 file (perplexity {r['f32_perplexity']:.2f}) "
+        f"over the first {r['tokens']} tokens of {r['text']}, in llama.cpp {r['llama_cpp_python']} on "
+        f"{r['threads']} thread{'s' if r['threads'] != 1 else ''} (1-minute load average {load_avg}: the speeds "
+        "compare the types with one another, not with other machines)."
+    )
+    return table(header, rows, "lrrrrrrr") + "\n\n" + text + "\n\n" + provenance("gguf_types")
