@@ -330,13 +330,12 @@ def gguf_quickstart() -> str:
         for r in files
     ]  # fmt: skip
     header = ["", "file", f"exact match, {n} held-out prompts", "same answer as ftune"]
-    q8 = next((r for r in files if r["type"] == "Q8_0"), None)
     target = ""
-    if q8 is not None:
-        gap = abs(q8["exact_match"] - ours["exact_match"])
-        target = (
-            f"Q8_0 is {gap:g} point{'' if gap == 1 else 's'} from ftune's own score (the target: within 2). "
-        )
+    for kind, within in (("Q8_0", 2), ("Q4_K_M", 3)):  # issue 42's targets
+        row = next((r for r in files if r["type"] == kind), None)
+        if row is not None:
+            gap = abs(row["exact_match"] - ours["exact_match"])
+            target += f"{kind} is {gap:g} point{'' if gap == 1 else 's'} from ftune's own score (the target: within {within}). "
     prompts = ", ".join(f"{r['type']} {r['same_prompt_tokens']}/{n}" for r in files)
     exports = ", ".join(f"{r['type']} {r['export_seconds']:g} s" for r in files)
     text = (

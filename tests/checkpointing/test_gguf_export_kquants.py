@@ -20,7 +20,7 @@ from test_gguf_export import _tokens
 
 from ftune.checkpointing import load_hf
 from ftune.checkpointing.gguf.export import export_gguf
-from ftune.checkpointing.gguf.export_types import FILE_TYPES, use_more_bits
+from ftune.checkpointing.gguf.export_types import FILE_TYPES, tensor_type, use_more_bits, wide_attn_v
 from ftune.checkpointing.gguf.kquants import quantize_k
 from ftune.checkpointing.gguf.reader import convert_gguf
 
@@ -173,3 +173,20 @@ def test_k_files_shrink_with_their_bits(k_model: Path, tmp_path: Path) -> None:
         for name in ("q8_0", "q6_k", "q5_k_m", "q5_k_s", "q4_k_m", "q4_k_s")
     }
     assert size["q8_0"] > size["q6_k"] > size["q5_k_m"] > size["q5_k_s"] > size["q4_k_m"] > size["q4_k_s"]
+
+
+def test_rules_the_tiny_model_does_not_reach() -> None:
+    """An untied output (Q6_K; the embedding keeps the base type) and llama.cpp's 70B rule (attn_v)."""
+    k_m = FILE_TYPES["q4_k_m"]
+    assert tensor_type("output.weight", (32000, 4096), k_m, tied=False, num_layers=32) == Q.Q6_K
+    assert tensor_type("token_embd.weight", (32000, 4096), k_m, tied=False, num_layers=32) == Q.Q4_K
+    assert tensor_type("output.weight", (32000, 4096), FILE_TYPES["q8_0"], tied=False) == Q.Q8_0
+    v = ("blk.10.attn_v.weight", (1024, 8192))  # layer 10 of 80 is not a use_more_bits layer
+    assert tensor_type(*v, k_m, tied=False, num_layers=80) == Q.Q4_K
+    assert tensor_type(*v, k_m, tied=False, num_layers=80, wide_attn_v=True) == Q.Q5_K
+    assert tensor_type(*v, FILE_TYPES["q5_k_m"], tied=False, num_layers=80, wide_attn_v=True) == Q.Q5_K
+    assert wide_attn_v("llama", num_layers=80, num_heads=64, num_kv_heads=8)
+    assert not wide_attn_v("llama", num_layers=80, num_heads=64, num_kv_heads=64)  # llama.cpp's 65B
+    assert wide_attn_v("qwen2", num_layers=80, num_heads=64, num_kv_heads=8)
+    assert not wide_attn_v("qwen3", num_layers=80, num_heads=64, num_kv_heads=8)
+    assert not wide_attn_v("llama", num_layers=32, num_heads=32, num_kv_heads=8)
