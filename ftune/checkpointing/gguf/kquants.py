@@ -109,7 +109,9 @@ def _fit_scale_min(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[n
     lf, wl, tmp = (np.empty_like(x) for _ in range(3))  # reused buffers: the loop runs nstep + 1 times
     with np.errstate(divide="ignore", invalid="ignore"):
         for step in range(nstep + 1):
-            iscale = (F32(rmin) + F32(0.1) * F32(step) + F32(nmax)) / span
+            # llama.cpp refits `min` in place: later candidates start from the best minimum so far
+            iscale = (F32(rmin) + F32(0.1) * F32(step) + F32(nmax)) / np.where(flat, F32(1), hi - lo)
+            np.subtract(x, lo, out=shifted)
             np.clip(np.rint(np.multiply(iscale, shifted, out=lf), out=lf), 0, nmax, out=lf)
             np.multiply(w, lf, out=wl)
             sum_l = _seq_sum(wl)
