@@ -14,7 +14,7 @@ bits, sc a signed byte). The byte layouts, per block:
 How the scales are chosen is llama.cpp's reference quantizer (what `llama-quantize` runs when no
 importance matrix is given), re-derived here: Q4_K/Q5_K fit each sub-block's scale and minimum by
 weighted least squares over a grid of 21 (Q4_K) or 16 (Q5_K) candidate inverse scales, weights
-`rms(sub-block) + |x|`; Q6_K tries 19 candidate scales, weights `x**2`. Then the sub-block scales are
+`rms(sub-block) + |x|`, each candidate measured from the best minimum found so far; Q6_K tries 19 candidate scales, weights `x**2`. Then the sub-block scales are
 themselves quantized against the block's largest and the values re-rounded with the stored scales.
 
 Byte equality with llama.cpp is the goal, so the arithmetic is float32 in llama.cpp's order: every
@@ -86,7 +86,8 @@ def _fit_scale_min(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[n
 
     The levels `q` in [0, nmax] approximate `x ~ scale * q - min_`; candidate inverse scales
     `(rmin + 0.1 * step + nmax) / (max - min)` are each refitted by weighted least squares and the one
-    with the smallest weighted squared error is kept.
+    with the smallest weighted squared error is kept; `min` is the best one so far (C updates it in
+    place), which a fixed minimum would miss in about half of the blocks.
 
     Returns:
         scale (n,), the subtracted minimum (n,) (>= 0) and the levels (32, n) (float32 integers).
