@@ -8,7 +8,7 @@ SmolLM2-135M-Instruct in $FTUNE_HOME/models) this runs, each in its own process:
 
 1. ftune's own evaluation: `ftune run eval --config eval adapter_dir=ADAPTER limit=N` (greedy exact match on
    the demo's held-out prompts, the quickstart's step 6), which also gives the answer budget;
-2. for each type (f16, q8_0, q4_0): `ftune export gguf BASE OUT.gguf --adapter ADAPTER --type T`;
+2. for each type (f16, q8_0, q6_k, q5_k_m, q4_k_m, q4_0): `ftune export gguf BASE OUT.gguf --adapter ADAPTER --type T`;
 3. llama.cpp (llama-cpp-python) on each file: each prompt through the chat template stored in the file
    (llama-cpp-python's Jinja formatter, as its create_chat_completion does), tokenized by llama.cpp,
    then greedy completion (temperature 0) of at most the same budget, ended by the model's end-of-generation
@@ -41,7 +41,7 @@ from ftune.tokenizers import HFTokenizer
 HOME = Path(os.environ.get("FTUNE_HOME", Path.home() / ".cache" / "ftune")).expanduser()
 MODEL = HOME / "models" / "SmolLM2-135M-Instruct"
 HELDOUT = HOME / "data" / "demo" / "heldout.jsonl"
-TYPES = ["f16", "q8_0", "q4_0"]
+TYPES = ["f16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0"]
 
 
 def ftune_eval(model: Path, adapter: Path, heldout: Path, limit: int, out: Path) -> dict:

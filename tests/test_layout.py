@@ -123,6 +123,9 @@ LATE: dict[tuple[str, str], str] = {
         "~5-9 s at load 5-8 on 2 cores (torch, gguf, the checkpointers); `ftune export` checks every argument "
         "(type, paths, folder listings) first, so a refusal takes ~0.3 s"
     ),
+    ("ftune.cli.export", "ftune.checkpointing.gguf.export_lora"): (
+        "the same imports as ftune.checkpointing.gguf.export, for `--adapter-only`"
+    ),
     ("ftune.cli.validate", "ftune.cli.lora_targets"): (
         "~2 s (torch, the model builders); only a config with a peft section has LoRA targets to match "
         "against the model built on the meta device, and a settings problem is reported before it"

@@ -331,13 +331,12 @@ def gguf_quickstart() -> str:
         for r in files
     ]  # fmt: skip
     header = ["", "file", f"exact match, {n} held-out prompts", "same answer as ftune"]
-    q8 = next((r for r in files if r["type"] == "Q8_0"), None)
     target = ""
-    if q8 is not None:
-        gap = abs(q8["exact_match"] - ours["exact_match"])
-        target = (
-            f"Q8_0 is {gap:g} point{'' if gap == 1 else 's'} from ftune's own score (the target: within 2). "
-        )
+    for kind, within in (("Q8_0", 2), ("Q4_K_M", 3)):  # issue 42's targets
+        row = next((r for r in files if r["type"] == kind), None)
+        if row is not None:
+            gap = abs(row["exact_match"] - ours["exact_match"])
+            target += f"{kind} is {gap:g} point{'' if gap == 1 else 's'} from ftune's own score (the target: within {within}). "
     prompts = ", ".join(f"{r['type']} {r['same_prompt_tokens']}/{n}" for r in files)
     exports = ", ".join(f"{r['type']} {r['export_seconds']:g} s" for r in files)
     text = (
@@ -355,4 +354,35 @@ def quickstart_gguf() -> str:
     return (
         f"On the quickstart's adapter ({n} held-out prompts, greedy; ftune's own score {ours['exact_match']:g}%), "
         "llama.cpp scores " + ", ".join(parts) + ".\n\n" + provenance("gguf_quickstart")
+    )
+
+
+def gguf_types() -> str:
+    """docs/checkpoints.md: each file type on the real model (gguf_types.py); speeds only from an idle machine."""
+    r = load("gguf_types")
+    idle = max(r["load_average_1min"]) < 2.5  # 2 cores: above that, other jobs set the speed
+    rows = [
+        [f"`{x['type']}`", f"{x['size_bytes'] / 1e6:.0f} MB", f"{x['export_seconds']:g} s",
+         f"{x['same_bytes']}/{x['tensors']}", f"{x['perplexity']:.2f}", f"{100 * x['top1_same_as_f32']:.1f}%"]
+        + ([f"{x['prompt_tok_s']:.0f}", f"{x['generate_tok_s']:.0f}"] if idle else [])
+        for x in r["rows"]
+    ]  # fmt: skip
+    header = ["`--type`", "file", "export", "tensors byte-equal to llama-quantize's", "perplexity",
+              "next token as F32"] + (["prompt tok/s", "generate tok/s"] if idle else [])  # fmt: skip
+    load_avg = " to ".join(f"{v:g}" for v in r["load_average_1min"])
+    speed = (
+        f"on {r['threads']} thread{'s' if r['threads'] != 1 else ''}"
+        if idle
+        else f"(speeds not shown: other jobs shared the 2 cores, 1-minute load average {load_avg}; rerun on an idle machine)"
+    )
+    text = (
+        f"{r['model']}; perplexity and next-token agreement with the F32 file (perplexity {r['f32_perplexity']:.2f}) "
+        f"over the first {r['tokens']} tokens of {r['text']}, in llama.cpp {r['llama_cpp_python']} {speed}."
+    )
+    return (
+        table(header, rows, "lrrrrr" + ("rr" if idle else ""))
+        + "\n\n"
+        + text
+        + "\n\n"
+        + provenance("gguf_types")
     )

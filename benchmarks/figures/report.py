@@ -69,6 +69,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "bf16_slowdown": ("docs/glossary.md", pages.bf16_slowdown),
     "gemma3_conversion": ("docs/checkpoints.md", text.gemma3_conversion),
     "gguf_quickstart": ("docs/checkpoints.md", pages.gguf_quickstart),
+    "gguf_types": ("docs/checkpoints.md", pages.gguf_types),
     "quickstart_gguf": ("docs/quickstart.md", pages.quickstart_gguf),
     "eval_speed": ("docs/recipes/eval.md", pages.eval_speed),
     "recipe_full_single": ("docs/recipes/full_finetune_single_device.md", training.recipe_full_single),

@@ -1,8 +1,9 @@
-"""`ftune export gguf <model folder> <out.gguf> --type T [--adapter DIR] [--force] [--make-parents]`: a model for llama.cpp.
+"""`ftune export gguf <model folder> <out.gguf> --type T [--adapter DIR [--adapter-only]] [--force] [--make-parents]`.
 
 The model folder is any HF-layout folder ftune reads (a base model, a full fine-tune's step folder,
 a LoRA run's merged/ folder); `--adapter` merges a LoRA/DoRA step folder into it first. Beside the
-file goes `<name>.Modelfile` for Ollama.
+file goes `<name>.Modelfile` for Ollama. With `--adapter-only` the LoRA adapter is written unmerged,
+as the adapter file llama.cpp applies over its base model (`--lora`), and no Modelfile.
 
 Outputs never land on inputs (`ftune.checkpointing.output_guard`): the file and its Modelfile are
 replaced only with --force, never inside the model or adapter folder, never through a symbolic link, and
@@ -19,6 +20,7 @@ from pathlib import Path
 from ftune.config.gguf_args import (
     GGUF_TYPES,
     check_adapter_folder,
+    check_adapter_gguf_type,
     check_gguf_type,
     check_model_folder,
     modelfile_path,
@@ -42,17 +44,24 @@ def main(argv: list[str]) -> int:
         "--type",
         required=True,
         metavar="TYPE",
-        help=f"tensor type: {', '.join(GGUF_TYPES)} (q8_0: near-lossless, half of f16; q4_0: 4-bit)",
+        help=f"file type: {', '.join(GGUF_TYPES)} (q8_0: near-lossless, half of f16; q4_k_m: the usual 4-bit)",
     )
     g.add_argument("--adapter", type=Path, help="a LoRA/DoRA step folder to merge into the model first")
+    g.add_argument(
+        "--adapter-only",
+        action="store_true",
+        help="write the --adapter unmerged, as a LoRA adapter file for llama.cpp's --lora (types f32, f16, bf16, q8_0)",
+    )
     g.add_argument("--name", help="general.name in the file (default: the model folder's name)")
     g.add_argument("--force", action="store_true", help="replace an existing output file and its Modelfile")
     g.add_argument("--make-parents", action="store_true", help="create the output's missing parent folders")
     g.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     try:
-        check_gguf_type(args.type)
+        check_adapter_gguf_type(args.type) if args.adapter_only else check_gguf_type(args.type)
         _check_outputs(args)  # every argument checked before torch and the exporter load
+        if args.adapter_only:
+            return _export_adapter(args)
         from ftune.checkpointing.gguf.export import export_gguf  # torch and gguf: see LATE in test_layout
 
         exported = export_gguf(
@@ -71,6 +80,24 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _export_adapter(args: argparse.Namespace) -> int:
+    """`--adapter-only`: the adapter as a llama.cpp LoRA file, no Modelfile (it needs its base model)."""
+    try:
+        from ftune.checkpointing.gguf.export_lora import export_lora_gguf  # torch and gguf: see LATE
+
+        exported = export_lora_gguf(
+            args.model_dir, args.adapter, args.output, file_type=args.type, name=args.name
+        )
+    except Exception as e:  # noqa: BLE001
+        return report(e, ["--debug"] if args.debug else [])
+    print(
+        f"Wrote {exported.path} (a LoRA adapter of {exported.modules} matrices for llama.cpp '{exported.architecture}', "
+        f"alpha {exported.alpha:g}, {args.type.lower()}).\n"
+        f"  llama.cpp: llama-cli -m <the base model exported as .gguf> --lora {exported.path}"
+    )
+    return 0
+
+
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse inputs that are not a model and an adapter folder, and outputs that are not a new .gguf file
     outside the inputs: from the arguments and folder listings, before torch is imported."""
@@ -83,8 +110,15 @@ def _check_outputs(args: argparse.Namespace) -> None:
         )
     args.model_dir = args.model_dir.expanduser()
     require_model_folder(args.model_dir)
+    if args.adapter_only and args.adapter is None:
+        raise ValueError(
+            "--adapter-only writes a LoRA step folder's adapter, unmerged, but no --adapter was given. "
+            "Pass --adapter output_dir/step_<N> (the base model stays the model folder)."
+        )
     inputs = {"the model folder": args.model_dir, "the --adapter folder": args.adapter}
-    for path in (given, modelfile_path(args.output)):  # the rule `ftune cp` shares (ftune.config.output_path)
+    for path in (
+        (given,) if args.adapter_only else (given, modelfile_path(args.output))
+    ):  # the rule `ftune cp` shares (ftune.config.output_path)
         check_output_dir(path, inputs, key="output", fix="Write the .gguf file outside the input folders.")
         output_file(path, option="output", force=args.force, make_parents=args.make_parents)
     check_model_folder(args.model_dir)  # from its listing, as the exporter would find it after loading torch

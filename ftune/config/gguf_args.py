@@ -1,6 +1,6 @@
 """What `ftune export gguf` checks in its arguments before torch and gguf load (torch-free).
 
-The tensor types it writes (`GGUF_TYPES`, the keys of `ftune.checkpointing.gguf.export_tensors.FILE_TYPES`)
+The tensor types it writes (`GGUF_TYPES`, the keys of `ftune.checkpointing.gguf.export_types.FILE_TYPES`)
 and where the Ollama Modelfile goes beside the .gguf file: `ftune.cli.export` checks every argument
 with these and `ftune.config.output_path` in well under a second, then imports the exporter.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q4_k_m", "q4_k_s", "q4_0")
 
 
 def check_gguf_type(name: str) -> str:
@@ -23,8 +23,26 @@ def check_gguf_type(name: str) -> str:
     if key not in GGUF_TYPES:
         raise ValueError(
             f"--type {name!r} is not a GGUF type ftune writes. Accepted: {', '.join(GGUF_TYPES)} "
-            "(q4_0 is the 4-bit type: the gguf package cannot write llama.cpp's K-quants, so no q4_k_m; "
-            "run llama.cpp's llama-quantize on an f16 export for those)."
+            "(q4_k_m is the usual 4-bit pick; for other llama.cpp types, such as the IQ and Q2_K/Q3_K "
+            "families, export f16 and run llama.cpp's llama-quantize on it)."
+        )
+    return key
+
+
+ADAPTER_GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # what llama.cpp's convert_lora_to_gguf.py writes
+
+
+def check_adapter_gguf_type(name: str) -> str:
+    """`name` lower-cased when a LoRA adapter file can hold it (`ADAPTER_GGUF_TYPES`).
+
+    Raises:
+        ValueError: naming the type given and the accepted ones.
+    """
+    key = check_gguf_type(name)
+    if key not in ADAPTER_GGUF_TYPES:
+        raise ValueError(
+            f"--type {name!r} is not a type of a LoRA adapter file (--adapter-only); llama.cpp's adapters hold "
+            f"{', '.join(ADAPTER_GGUF_TYPES)}, and its base model file takes the K-quants. Pass --type f16 or f32."
         )
     return key
 

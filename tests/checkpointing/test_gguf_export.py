@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import gguf
 import pytest
@@ -123,10 +124,11 @@ def sentencepiece_tokenizer(style: str) -> Tokenizer:
     return tok
 
 
-def tiny_folder(folder: Path, family: str, *, seed: int = 0) -> Path:
-    """A seeded tiny HF checkpoint folder of `family` with a trained tokenizer, as ftune saves one."""
+def tiny_folder(folder: Path, family: str, *, seed: int = 0, **sizes: Any) -> Path:
+    """A seeded tiny HF checkpoint folder of `family` with a trained tokenizer, as ftune saves one
+    (`sizes`: config overrides, e.g. hidden_size=256 for whole K-quant blocks)."""
     style = STYLE[family]
-    model = build_tiny_hf(family, seed=seed, **OVERRIDES.get(family, {"vocab_size": VOCAB}))
+    model = build_tiny_hf(family, seed=seed, **{**OVERRIDES.get(family, {"vocab_size": VOCAB}), **sizes})
     model.save_pretrained(folder)
     if style in ("spm", "gemma"):
         tok = sentencepiece_tokenizer(style)

@@ -8,7 +8,8 @@ llama.cpp from the template stored in the exported file (llama-cpp-python's Jinj
 token ids must be equal. Then llama.cpp's greedy answer (temperature 0) must equal ftune's greedy
 answer token for token, and llama.cpp's logits over the prompt must be near ftune's float32 logits
 of the same converted weights. The Q8_0 file's tensors must also be byte for byte what llama.cpp's
-own quantizer (`llama_model_quantize`) makes of ftune's F32 export.
+own quantizer (`llama_model_quantize`) makes of ftune's F32 export, and so must the q4_k_m, q5_k_m,
+q6_k and q4_0 files' (types included).
 
 Measured (Intel Xeon with AMX, one thread, llama.cpp 0.3.36 with use_extra_bufts=False): over the
 62 x 49,152 prompt logits (range -31 to 38), |llama.cpp - ftune| has median 0.22 and maximum 2.55
@@ -131,3 +132,26 @@ def test_the_q8_0_file_is_what_llama_cpp_quantizes_from_the_f32_file(
     for name, tensor in ours.items():
         assert tensor.tensor_type == theirs[name].tensor_type, name
         assert np.array_equal(np.asarray(tensor.data), np.asarray(theirs[name].data)), name
+
+
+@pytest.mark.parametrize("name", ["q4_k_m", "q5_k_m", "q6_k", "q4_0"])
+def test_the_k_quant_files_are_what_llama_quantize_makes(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """SmolLM2's rows of 576 take llama-quantize's fallbacks (Q5_0, Q5_1, Q8_0) next to the K-quants."""
+    folder = request.getfixturevalue("smollm2_dir")
+    f32 = export_gguf(folder, tmp_path / "smollm2.F32.gguf", file_type="f32").path
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = int(getattr(gguf.LlamaFileType, f"MOSTLY_{name.upper()}"))
+    params.nthread = 1
+    theirs_path = tmp_path / f"llama_cpp.{name}.gguf"
+    assert llama_cpp.llama_model_quantize(str(f32).encode(), str(theirs_path).encode(), params) == 0
+    ours = {
+        t.name: t
+        for t in gguf.GGUFReader(export_gguf(folder, tmp_path / "ours.gguf", file_type=name).path).tensors
+    }
+    theirs = {t.name: t for t in gguf.GGUFReader(theirs_path).tensors}
+    assert ours.keys() == theirs.keys()
+    for key, tensor in ours.items():
+        assert tensor.tensor_type == theirs[key].tensor_type, key
+        assert np.array_equal(np.asarray(tensor.data), np.asarray(theirs[key].data)), key

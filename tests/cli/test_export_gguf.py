@@ -72,9 +72,10 @@ def test_output_inside_an_input_folder_is_refused_even_with_force(
 
 
 def test_unknown_type_lists_the_accepted_ones(model: Path, tmp_path: Path, capsys) -> None:
-    assert ftune_main(["export", "gguf", str(model), str(tmp_path / "m.gguf"), "--type", "q4_k_m"]) == 1
+    assert ftune_main(["export", "gguf", str(model), str(tmp_path / "m.gguf"), "--type", "iq4_xs"]) == 1
     err = capsys.readouterr().err
-    assert "--type 'q4_k_m' is not a GGUF type ftune writes. Accepted: f32, f16, bf16, q8_0, q4_0" in err
+    accepted = "f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q4_k_m, q4_k_s, q4_0"
+    assert f"--type 'iq4_xs' is not a GGUF type ftune writes. Accepted: {accepted}" in err
     assert "llama-quantize" in err and "Traceback" not in err
 
 

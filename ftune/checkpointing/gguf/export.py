@@ -10,7 +10,8 @@ llama.cpp's own `convert_hf_to_gguf.py` writes (`export_meta`, `export_vocab`,
 `export_tensors`), and an Ollama Modelfile is written beside it (`write_modelfile`).
 
 Families: llama (SmolLM2, Llama 2, 3, 3.1, 3.2), mistral (a llama file), qwen2 (ftune's qwen2_5),
-qwen3, gemma3. Types: f32, f16, bf16, q8_0, q4_0 (`export_tensors.FILE_TYPES`).
+qwen3, gemma3. Types: f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q4_k_m, q4_k_s, q4_0
+(`export_types.FILE_TYPES`, which also says which tensor gets which type).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -29,14 +31,14 @@ from ftune.checkpointing.adapter import has_adapter
 from ftune.checkpointing.atomic import atomic_path
 from ftune.checkpointing.families import converter
 from ftune.checkpointing.gguf.export_meta import architecture, write_hparams
-from ftune.checkpointing.gguf.export_tensors import (
+from ftune.checkpointing.gguf.export_tensors import gguf_tensors, to_numpy
+from ftune.checkpointing.gguf.export_types import (
     FileType,
     GGMLType,
     encode,
-    gguf_tensors,
     lookup_file_type,
     tensor_type,
-    to_numpy,
+    wide_attn_v,
 )
 from ftune.checkpointing.gguf.export_vocab import TokenizerInfo, write_tokenizer
 from ftune.checkpointing.gguf.ollama import modelfile_text
@@ -103,7 +105,8 @@ def export_gguf(
         model_dir: an HF-layout folder ftune reads (config.json, safetensors, tokenizer.json).
         output: the .gguf file to write (replaced if it exists: callers check first, see
             `ftune.cli.export`); its Modelfile goes to `modelfile_path(output)`.
-        file_type: one of `export_tensors.FILE_TYPES` (f32, f16, bf16, q8_0, q4_0).
+        file_type: one of `export_types.FILE_TYPES` (f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s,
+            q4_k_m, q4_k_s, q4_0).
         adapter_dir: a LoRA/DoRA step folder to merge first, or None.
         name: `general.name`; default: the model folder's name.
 
@@ -124,13 +127,9 @@ def export_gguf(
     if tied:
         hf_state.pop("lm_head.weight", None)
     heads = int(config["num_attention_heads"])
-    tensors = gguf_tensors(
-        hf_state,
-        arch=arch,
-        num_heads=heads,
-        num_kv_heads=int(config.get("num_key_value_heads") or heads),
-        num_layers=int(config["num_hidden_layers"]),
-    )
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    layers = int(config["num_hidden_layers"])
+    tensors = gguf_tensors(hf_state, arch=arch, num_heads=heads, num_kv_heads=kv_heads, num_layers=layers)
     vocab_size = int(tensors["token_embd.weight"].shape[0])
 
     writer = gguf.GGUFWriter(None, arch)
@@ -141,7 +140,9 @@ def export_gguf(
     extra = write_hparams(writer, family, config, source=folder)
     info = write_tokenizer(writer, folder, vocab_size=vocab_size, source=folder)
     tensors.update(extra)
-    types = _add_tensor_infos(writer, tensors, ftype, tied=tied)
+    mix = {"tied": tied, "num_layers": layers}
+    mix["wide_attn_v"] = wide_attn_v(arch, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads)
+    types = _add_tensor_infos(writer, tensors, ftype, mix)
     out = Path(output)
     with atomic_path(out) as tmp:
         writer.write_header_to_file(tmp)
@@ -162,13 +163,16 @@ def export_gguf(
 
 
 def _add_tensor_infos(
-    writer: gguf.GGUFWriter, tensors: dict[str, torch.Tensor], ftype: FileType, *, tied: bool
+    writer: gguf.GGUFWriter, tensors: dict[str, torch.Tensor], ftype: FileType, mix: dict[str, Any]
 ) -> dict[str, GGMLType]:
-    """Declare every tensor (name, shape, type, byte size) before the data is written; return the types."""
+    """Declare every tensor (name, shape, type, byte size) before the data is written; return the types.
+
+    `mix` holds `tensor_type`'s model facts (tied, num_layers, wide_attn_v).
+    """
     types = {}
     for gguf_name, value in tensors.items():
         shape = tuple(int(d) for d in value.shape)
-        qtype = tensor_type(gguf_name, shape, ftype, tied=tied)
+        qtype = tensor_type(gguf_name, shape, ftype, **mix)
         types[gguf_name] = qtype
         if qtype in (GGMLType.F32, GGMLType.F16):
             dtype = np.dtype(np.float32 if qtype == GGMLType.F32 else np.float16)
