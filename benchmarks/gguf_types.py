@@ -13,7 +13,7 @@ For each `--type`, `ftune export gguf` of the model (in this process, timed), th
 3. speed: prompt processing of that window and 64 greedy tokens after a short prompt, tokens/s,
    on `--threads` threads.
 
-Writes benchmarks/results/gguf_types.json (`--json` elsewhere); benchmarks/report.py renders it into
+Writes benchmarks/results/gguf_types.json (`--json` elsewhere); benchmarks/figures/report.py renders it into
 docs/checkpoints.md.
 """
 
