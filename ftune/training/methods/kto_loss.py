@@ -55,10 +55,16 @@ def kto_rows(batch: MicroBatch) -> torch.Tensor:
         or not bool((kinds[b:] == KTO_MISMATCHED).all())
         or not bool(((kinds[:b] == KTO_DESIRABLE) | (kinds[:b] == KTO_UNDESIRABLE)).all())
     ):
+        given = (
+            "a batch without row kinds (pairs, or supervised rows)"
+            if kinds is None
+            else f"{batch.rows} rows of kinds {kinds.tolist()}"
+        )
         raise ValueError(
-            "loss: KTOLoss needs unpaired KTO batches (completions, then their mismatched rows) from "
-            "dataset._component_=ftune.datasets.kto_dataset (records with prompt, completion and label); this "
-            "batch is not one. Use that dataset, or a DPOLoss for pairs of answers."
+            "loss: KTOLoss needs unpaired KTO batches from dataset._component_=ftune.datasets.kto_dataset "
+            f"(b completions of kinds {KTO_DESIRABLE} desirable / {KTO_UNDESIRABLE} undesirable, then b mismatched "
+            f"rows of kind {KTO_MISMATCHED}: ftune.data.padded_collate_kto); got {given}. Use that dataset and the "
+            "recipe's default collate_fn (null), or a DPOLoss for pairs of answers."
         )
     return kinds[:b] == KTO_DESIRABLE
 
