@@ -4,6 +4,8 @@ A batch is {"tokens": [b, s] long, "labels": [b, s] long} plus, for packed data,
 {"input_pos": [b, s] long, "document_ids": [b, s] long}. Labels are aligned with tokens
 (the training step shifts them); CROSS_ENTROPY_IGNORE_IDX marks positions without loss.
 `padding_free_collate` lays a batch's samples end to end in one packed row instead of padding them.
+A preference batch holds chosen rows then rejected rows (`padded_collate_preference`); a KTO batch
+holds completions then mismatched rows, each row's kind in its "document_ids" (`padded_collate_kto`).
 """
 
 from __future__ import annotations
