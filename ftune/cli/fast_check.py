@@ -172,6 +172,11 @@ def check_data_files(cfg) -> None:
         if component in _PROMPT_BUILDERS:
             _check_prompt_file(node, data.get("rewards"))
         if component in _KTO_BUILDERS:
+            if section == "dataset" and data.get("batch_size") == 1:
+                raise ValueError(
+                    f"batch_size: 1 with a KTO dataset ({cfg.where('batch_size')}); KTO estimates its KL term from "
+                    "the other answers of each batch (TRL refuses 1 too). Set batch_size=2 or more."
+                )
             _check_kto_file(node)
         if component not in _PREFERENCE_BUILDERS:
             continue

@@ -187,7 +187,9 @@ def padded_collate_kto(
 
     Row ``b + i`` is item i's prompt followed by item ``i - 1``'s completion (item 0 takes the last
     one's): TRL's KTOTrainer rotates the completions of each batch the same way, so the mismatched
-    answers are the batch's own, each after another prompt.
+    answers are the batch's own, each after another prompt. A batch of one (an epoch's last) pairs its
+    completion with its own prompt, as TRL's rotation does; ``batch_size`` 1 is refused before the run
+    (``ftune.cli.fast_check``), since every batch would be such.
 
     Args:
         batch: items with "prompt_tokens", "completion_tokens", "completion_labels" and "label" (bool).
@@ -199,11 +201,6 @@ def padded_collate_kto(
         {"tokens", "labels", "document_ids"}: each ``[2b, s]`` long; ``document_ids`` holds each row's
         kind (``KTO_DESIRABLE`` / ``KTO_UNDESIRABLE`` for the completions, ``KTO_MISMATCHED`` after them).
     """
-    if len(batch) < 2:
-        raise ValueError(
-            f"padded_collate_kto got a batch of {len(batch)} item(s); KTO estimates its KL term from the other "
-            "completions of the batch, so it needs batch_size >= 2 (TRL refuses 1 too). Set batch_size=2 or more."
-        )
     rows, kinds = [], []
     for item in batch:
         prompt = list(item["prompt_tokens"])

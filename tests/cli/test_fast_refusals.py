@@ -100,6 +100,10 @@ CASES = {
         ],
         "3 desirable (true) and 0 undesirable (false) record(s); KTO needs both kinds",
     ),
+    "kto-batch-of-one": (
+        ["run", "lora_dpo_single_device", "--config", "smollm2/135M_lora_kto", "batch_size=1"],
+        "batch_size: 1 with a KTO dataset (set on the command line); KTO estimates its KL term",
+    ),
     "output-dir-is-file": ([*SFT, "output_dir={tmp}/notes.txt"], "output_dir: '{tmp}/notes.txt'"),
     "log-dir-below-file": (
         [*SFT, "metric_logger.log_dir={tmp}/notes.txt/logs"],
