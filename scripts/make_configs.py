@@ -36,10 +36,14 @@ TITLES = {
     "qat_lora": "QAT + LoRA (LoRA over an 8da4w fake-quantized base)",
     "lora_dpo": "LoRA DPO (preference tuning)",
     "full_dpo": "full DPO (preference tuning)",
+    "lora_orpo": "LoRA ORPO (preference tuning without a reference model)",
+    "lora_kto": "LoRA KTO (preference tuning on unpaired answers marked good or bad)",
     "lora_grpo": "LoRA GRPO (online RL with rewards)",
     "full_grpo": "full GRPO (online RL with rewards)",
 }
 DPO = ("lora_dpo", "full_dpo")
+# The other preference methods the DPO recipes run (configs for smollm2/135M): ORPO on pairs, KTO on unpaired answers.
+ORPO_KTO = ("lora_orpo", "lora_kto")
 # SFT batches: the samples end to end in one row (ftune/data/collate.py); DPO keeps its chosen/rejected rows.
 COLLATE = (
     "collate_fn:  # a batch's samples end to end in one row, no padding; null: right-pad them instead\n"
@@ -162,15 +166,50 @@ def preference_dataset(m: Model, demo_pairs: bool) -> str:
     )
 
 
+def kto_dataset() -> str:
+    return (
+        "dataset:  # unpaired answers: prompt, completion, label (true: desirable); any hub id or local file\n"
+        "  _component_: ftune.datasets.kto_dataset\n"
+        "  source: trl-lib/kto-mix-14k\n"
+        "dataset_val:  # the dataset's held-out answers\n"
+        "  _component_: ftune.datasets.kto_dataset\n"
+        "  source: trl-lib/kto-mix-14k\n"
+        "  split: test\n"
+    )
+
+
+ORPO_KTO_LOSS = {
+    "lora_orpo": (
+        "loss:  # ORPO: NLL of the chosen answers plus beta x the odds-ratio term; no reference model runs\n"
+        "  _component_: ftune.training.DPOLoss\n"
+        "  loss_type: orpo\n"
+        "  beta: 0.1\n"
+        "  gamma: null\n"
+        "  label_smoothing: 0.0\n"
+        "  num_chunks: 8  # labelled tokens go to the vocabulary in blocks: never the full fp32 logits\n"
+    ),
+    "lora_kto": (
+        "loss:  # KTO against the model with its adapters off; the KL estimate from mismatched answers\n"
+        "  _component_: ftune.training.KTOLoss\n"
+        "  beta: 0.1\n"
+        "  desirable_weight: 1.0  # unequal counts: keep weight x count of desirable / of undesirable in [1, 4/3]\n"
+        "  undesirable_weight: 1.0\n"
+        "  num_chunks: 8\n"
+    ),
+}
+
+
 def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
-    lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora", "lora_dpo", "lora_grpo")
-    dpo = method in DPO
+    lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora", "lora_dpo", "lora_grpo", *ORPO_KTO)
+    dpo = method in DPO + ORPO_KTO
     lr = {
         "full": "2.0e-5",
         "qat_full": "2.0e-5",
         "kd": "2.0e-5",
         "lora_dpo": "5.0e-5",
+        "lora_orpo": "5.0e-5",
+        "lora_kto": "5.0e-5",
         "full_dpo": "1.0e-6",
         "lora_grpo": "1.0e-5",
         "full_grpo": "1.0e-6",
@@ -181,6 +220,8 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
             "qat_full": "5.0e-5",
             "kd": "5.0e-5",
             "lora_dpo": "1.0e-4",
+            "lora_orpo": "1.0e-4",
+            "lora_kto": "1.0e-4",
             "full_dpo": "5.0e-6",
             "lora_grpo": "1.0e-4",
             "full_grpo": "5.0e-6",
@@ -251,6 +292,8 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
         out.append("quantizer:\n  _component_: ftune.quantization.Int8DynActInt4Weight\n  group_size: 32\n")
     if method in GRPO:
         out.append("\n" + grpo_data(m.demo) + grpo_loss())
+    elif method == "lora_kto":
+        out.append("\n" + kto_dataset())
     else:
         out.append("\n" + (preference_dataset(m, demo_pairs) if dpo else dataset(m, packed=False) + COLLATE))
     if method in GRPO:
@@ -260,6 +303,8 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
             "loss:  # (1 - kd_ratio) * cross-entropy + kd_ratio * KL(teacher || student), in sequence chunks\n"
             "  _component_: ftune.training.KDLoss\n  kd_ratio: 0.5\n  num_chunks: 8\n"
         )
+    elif method in ORPO_KTO:
+        out.append(ORPO_KTO_LOSS[method])
     elif dpo:
         out.append(
             "loss:  # sigmoid (DPO), ipo, or simpo (reference-free: set gamma, e.g. 0.5, and beta ~2.0)\n"
@@ -294,9 +339,11 @@ def expected() -> dict[Path, str]:
         if m.name in QAT_MODELS:
             files[CONFIGS / f"{m.name}_qat_full.yaml"] = config(m, "qat_full")
             files[CONFIGS / f"{m.name}_qat_lora.yaml"] = config(m, "qat_lora")
-        if m.name == "smollm2/135M":  # LoRA DPO on the demo task's preference pairs
+        if m.name == "smollm2/135M":  # LoRA DPO on the demo task's preference pairs; ORPO and KTO
             name = config_name(m, "lora_dpo", demo_pairs=True)
             files[CONFIGS / f"{name}.yaml"] = config(m, "lora_dpo", demo_pairs=True)
+            for method in ORPO_KTO:
+                files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
         if any(student == m.name for _, student in KD_PAIRS):
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)

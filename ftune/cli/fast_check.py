@@ -100,6 +100,7 @@ _EVERY_LINE_MAX_BYTES = 64 << 20
 # Dataset builders whose records are preference pairs read from `source` (ftune.datasets).
 _PREFERENCE_BUILDERS = ("ftune.datasets.preference_dataset", "ftune.datasets.preference.preference_dataset")
 _PROMPT_BUILDERS = ("ftune.datasets.prompt_dataset", "ftune.datasets.prompts.prompt_dataset")
+_KTO_BUILDERS = ("ftune.datasets.kto_dataset", "ftune.datasets.kto.kto_dataset")
 
 
 def _local_records(node: dict) -> tuple[Path, list] | None:
@@ -130,6 +131,19 @@ def _check_prompt_file(node: dict, rewards: object) -> None:
         record_checks.check_prompt_rows(rows, column_map.get("prompt", "prompt"), fields, str(node["source"]))
 
 
+def _check_kto_file(node: dict) -> None:
+    """A KTO file: every record's prompt, completion and label, and both label values present (file:line)."""
+    column_map = node.get("column_map") or {}
+    if not isinstance(column_map, dict) or set(column_map) - set(record_checks.KTO_FIELDS):
+        return  # the dataset's own load reports a bad column_map
+    found = _local_records(node)
+    if found is not None:
+        path, lines = found
+        columns = {field: column_map.get(field, field) for field in record_checks.KTO_FIELDS}
+        rows = [(f"{path}:{number}", record) for number, record in lines]
+        record_checks.check_kto_rows(rows, columns, str(node["source"]))
+
+
 def check_data_files(cfg) -> None:
     """Check the local data files of `dataset` / `dataset_val` (ftune.datasets builders), without torch.
 
@@ -157,6 +171,13 @@ def check_data_files(cfg) -> None:
             data_files.check_local_source(node["source"], node.get("data_files"), every_line=every_line)
         if component in _PROMPT_BUILDERS:
             _check_prompt_file(node, data.get("rewards"))
+        if component in _KTO_BUILDERS:
+            if section == "dataset" and data.get("batch_size") == 1:
+                raise ValueError(
+                    f"batch_size: 1 with a KTO dataset ({cfg.where('batch_size')}); KTO estimates its KL term from "
+                    "the other answers of each batch (TRL refuses 1 too). Set batch_size=2 or more."
+                )
+            _check_kto_file(node)
         if component not in _PREFERENCE_BUILDERS:
             continue
         column_map = node.get("column_map") or {}

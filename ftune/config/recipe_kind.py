@@ -30,6 +30,7 @@ _COMPLETE = ".complete"  # ftune.checkpointing.atomic.COMPLETE_MARKER
 _DATA_KINDS = {
     "preference_dataset": "preference",
     "demo_preference_dataset": "preference",
+    "kto_dataset": "preference",
     "alpaca_dataset": "supervised",
     "instruct_dataset": "supervised",
     "chat_dataset": "supervised",

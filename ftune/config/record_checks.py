@@ -128,3 +128,70 @@ def reference_fields_of(rewards_node: Any) -> dict[str, str]:
         and node.get("_component_") in REFERENCE_REWARDS
         and isinstance(node.get("field"), str)
     }
+
+
+KTO_FIELDS = ("prompt", "completion", "label")
+
+
+def kto_record_problem(record: Any, columns: Mapping[str, str]) -> str | None:
+    """Why one KTO record cannot train (a prompt, a non-empty completion, a true/false label), or None.
+
+    Args:
+        record: one row: {prompt, completion, label}; prompt and completion as text or messages.
+        columns: "prompt", "completion", "label" -> the data's column names (the column map applied).
+    """
+    if not isinstance(record, Mapping):
+        return f"{_shown(record)}, not an object with {', '.join(repr(c) for c in columns.values())}"
+    problem = prompt_problem(record.get(columns["prompt"]), columns["prompt"])
+    if problem is not None:
+        return problem
+    completion = record.get(columns["completion"])
+    empty = isinstance(completion, str) and not completion.strip()
+    if not isinstance(completion, (str, list)) or empty or not completion:
+        return (
+            f"the completion {columns['completion']!r} is {_shown(completion)}; it must be a non-empty string "
+            "or a list of assistant messages: write the answer or delete the record"
+        )
+    label = record.get(columns["label"])
+    if not isinstance(label, bool):
+        return (
+            f"the label {columns['label']!r} is {_shown(label)}; it must be true (a desirable answer) or false "
+            "(an undesirable one), unquoted"
+        )
+    return None
+
+
+def check_kto_rows(rows: Iterable[tuple[str, Any]], columns: Mapping[str, str], source: str) -> None:
+    """Refuse KTO records that cannot train, and a set whose labels are all of one value.
+
+    KTO weighs desirable answers against undesirable ones through a shared KL estimate; with one kind
+    only, half of its loss never applies (and TRL's weight advice divides by the missing count).
+
+    Args:
+        rows: (where, record) pairs; `where` is ``file:line`` or ``row N``.
+        columns: "prompt", "completion", "label" -> the data's column names.
+        source: the dataset source, for the message.
+
+    Raises:
+        ValueError: every unusable record (the first few quoted, the rest counted), or the counts of a
+            one-label set, with the fix.
+    """
+    bad, counts = [], {True: 0, False: 0}
+    for where, record in rows:
+        problem = kto_record_problem(record, columns)
+        if problem is not None:
+            bad.append(f"{where}: {problem}.")
+        else:
+            counts[record[columns["label"]]] += 1
+    if bad:
+        more = f"\n  ... and {len(bad) - _SHOWN} more record(s) like these" if len(bad) > _SHOWN else ""
+        raise ValueError(
+            f"KTO dataset {source}: {len(bad)} record(s) cannot train (each needs a prompt, a non-empty "
+            "completion and a true/false label):\n  " + "\n  ".join(bad[:_SHOWN]) + more
+        )
+    if not counts[True] or not counts[False]:
+        raise ValueError(
+            f"KTO dataset {source} ({columns['label']!r}): {counts[True]} desirable (true) and {counts[False]} "
+            "undesirable (false) record(s); KTO needs both kinds. Add records of the missing kind, or train "
+            "on the desirable answers alone with an SFT recipe."
+        )

@@ -4,6 +4,8 @@ A batch is {"tokens": [b, s] long, "labels": [b, s] long} plus, for packed data,
 {"input_pos": [b, s] long, "document_ids": [b, s] long}. Labels are aligned with tokens
 (the training step shifts them); CROSS_ENTROPY_IGNORE_IDX marks positions without loss.
 `padding_free_collate` lays a batch's samples end to end in one packed row instead of padding them.
+A preference batch holds chosen rows then rejected rows (`padded_collate_preference`); a KTO batch
+holds completions then mismatched rows, each row's kind in its "document_ids" (`padded_collate_kto`).
 """
 
 from __future__ import annotations
@@ -170,6 +172,52 @@ def padded_collate_preference(
     return padded_collate_sft(rows, pad_id, ignore_idx, pad_to_multiple_of)
 
 
+# A KTO batch's row kinds, carried in ``document_ids`` (one value a row: the rows are not packed, so
+# attention and the label shift are those of a padded batch; ``MicroBatch`` has no other per-row field).
+KTO_UNDESIRABLE, KTO_DESIRABLE, KTO_MISMATCHED = 0, 1, 2
+
+
+def padded_collate_kto(
+    batch: Sequence[dict[str, Any]],
+    pad_id: int,
+    ignore_idx: int = CROSS_ENTROPY_IGNORE_IDX,
+    pad_to_multiple_of: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Collate unpaired KTO items: b completions, then b mismatched rows for KTO's KL estimate.
+
+    Row ``b + i`` is item i's prompt followed by item ``i - 1``'s completion (item 0 takes the last
+    one's): TRL's KTOTrainer rotates the completions of each batch the same way, so the mismatched
+    answers are the batch's own, each after another prompt. A batch of one (an epoch's last) pairs its
+    completion with its own prompt, as TRL's rotation does; ``batch_size`` 1 is refused before the run
+    (``ftune.cli.fast_check``), since every batch would be such.
+
+    Args:
+        batch: items with "prompt_tokens", "completion_tokens", "completion_labels" and "label" (bool).
+        pad_id: token id for padded positions.
+        ignore_idx: label for padded and prompt positions.
+        pad_to_multiple_of: round the padded length up to a multiple of this.
+
+    Returns:
+        {"tokens", "labels", "document_ids"}: each ``[2b, s]`` long; ``document_ids`` holds each row's
+        kind (``KTO_DESIRABLE`` / ``KTO_UNDESIRABLE`` for the completions, ``KTO_MISMATCHED`` after them).
+    """
+    rows, kinds = [], []
+    for item in batch:
+        prompt = list(item["prompt_tokens"])
+        rows.append({"tokens": prompt + list(item["completion_tokens"]),
+                     "labels": [ignore_idx] * len(prompt) + list(item["completion_labels"])})  # fmt: skip
+        kinds.append(KTO_DESIRABLE if item["label"] else KTO_UNDESIRABLE)
+    for i, item in enumerate(batch):
+        other = batch[i - 1]  # i = 0 takes the last item's completion
+        prompt = list(item["prompt_tokens"])
+        rows.append({"tokens": prompt + list(other["completion_tokens"]),
+                     "labels": [ignore_idx] * len(prompt) + list(other["completion_labels"])})  # fmt: skip
+        kinds.append(KTO_MISMATCHED)
+    out = padded_collate_sft(rows, pad_id, ignore_idx, pad_to_multiple_of)
+    out["document_ids"] = torch.tensor(kinds, dtype=torch.long)[:, None].expand_as(out["tokens"]).clone()
+    return out
+
+
 def build_collate(node: Any, pad_id: int) -> Any:
     """The collate function: the config's ``collate_fn`` (a `_partial_` component taking the batch),
     or right padding with the tokenizer's pad id (packed samples are stacked as they are)."""
@@ -179,8 +227,15 @@ def build_collate(node: Any, pad_id: int) -> Any:
 
 
 def build_preference_collate(node: Any, pad_id: int) -> Any:
-    """The collate function of a preference (DPO) recipe: the config's ``collate_fn``, or
-    `padded_collate_preference` (chosen rows, then rejected rows) with the tokenizer's pad id."""
+    """The collate function of a preference (DPO) recipe: the config's ``collate_fn``, or with the
+    tokenizer's pad id `padded_collate_preference` (chosen rows, then rejected rows) for pairs and
+    `padded_collate_kto` for unpaired KTO items (``ftune.datasets.kto_dataset``)."""
     if node is None:
-        return partial(padded_collate_preference, pad_id=pad_id)
+        return partial(_collate_preference_or_kto, pad_id=pad_id)
     return instantiate(node, _path="collate_fn")
+
+
+def _collate_preference_or_kto(batch: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+    if batch and "completion_tokens" in batch[0]:
+        return padded_collate_kto(batch, pad_id)
+    return padded_collate_preference(batch, pad_id)

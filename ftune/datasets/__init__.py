@@ -11,6 +11,7 @@ from ftune.datasets.demo import (
     write_demo_preference_data,
 )
 from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
+from ftune.datasets.kto import KTODataset, kto_dataset
 from ftune.datasets.preference import PreferenceDataset, preference_dataset
 from ftune.datasets.prompts import PromptDataset, demo_prompt_dataset, prompt_dataset, write_demo_prompts
 from ftune.datasets.sft import SFTDataset
@@ -20,6 +21,7 @@ from ftune.datasets.text_completion import TextCompletionDataset, text_completio
 __all__ = [
     "ConcatDataset",
     "HubUnreachableError",
+    "KTODataset",
     "PreferenceDataset",
     "PromptDataset",
     "SFTDataset",
@@ -32,6 +34,7 @@ __all__ = [
     "demo_prompt_dataset",
     "exact_match",
     "instruct_dataset",
+    "kto_dataset",
     "load_source",
     "preference_dataset",
     "prompt_dataset",

@@ -22,6 +22,8 @@ METHODS: tuple[str, ...] = (
     "qat_lora",
     "lora_dpo",
     "full_dpo",
+    "lora_orpo",
+    "lora_kto",
     "lora_grpo",
     "full_grpo",
     "kd",

@@ -111,11 +111,11 @@ _RECIPES = [
     ),
     Recipe(
         "lora_dpo_single_device",
-        "LoRA DPO (sigmoid, IPO or reference-free SimPO) on preference pairs on one device; the reference is "
-        "the same model with its adapters off.",
+        "LoRA DPO (sigmoid, IPO, reference-free SimPO or ORPO; KTO on unpaired answers) on one device; the "
+        "reference is the same model with its adapters off.",
         False,
         "smollm2/135M_lora_dpo",
-        ("lora_dpo",),
+        ("lora_dpo", "lora_orpo", "lora_kto"),
         {**DPO_COMMON, **DPO_LORA, **SINGLE, **DPO_SINGLE},
         tags=frozenset({"lora", "dpo", "ref"}),  # preference tuning replaces the supervised # [sft] lines
     ),
@@ -125,7 +125,7 @@ _RECIPES = [
         "its adapters off.",
         True,
         "smollm2/135M_lora_dpo",
-        ("lora_dpo",),
+        ("lora_dpo", "lora_orpo", "lora_kto"),
         {**DPO_COMMON, **DPO_LORA_DIST, **DIST, **NO_OPT_BWD_DIST},
         tags=frozenset({"lora", "dpo", "dist", "ref"}),
         same_losses_as="lora_dpo_single_device",

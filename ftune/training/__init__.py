@@ -49,6 +49,7 @@ from ftune.training.methods.dpo_loss import DPOLoss, PairLogps
 from ftune.training.methods.grpo_loss import GRPOLoss, grpo_loss, per_sequence
 from ftune.training.methods.grpo_rewards import group_advantages, zero_variance_share
 from ftune.training.methods.kd_loss import KDLoss
+from ftune.training.methods.kto_loss import KTOLoss
 from ftune.training.methods.peft_setup import apply_peft
 from ftune.training.methods.preference_loss import preference_loss
 from ftune.training.methods.reference import ReferenceModel
@@ -96,7 +97,7 @@ __all__ = [
     "Sampling", "PromptBatch", "build_prompt_collate", "RolloutLoader", "RolloutBatch",
     "sample_rollout", "score_rollout", "rollout_batch", "grpo_loss",
     # What configs name as components (_component_: ftune.training.X), and the settings recipes read.
-    "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss",
+    "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss", "KTOLoss",
     "cosine_with_warmup", "linear_with_warmup", "constant_with_warmup", "AdamWBf16State",
     "MetricLogger", "DiskLogger", "StdoutLogger", "TensorBoardLogger", "WandBLogger",
     "FullSettings", "LoRASettings", "QATSettings", "QATLoRASettings", "KDSettings", "GRPOSettings",

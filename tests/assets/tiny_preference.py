@@ -3,6 +3,8 @@
 The prompts are the demo task's; the chosen answer is the right one, the rejected one the answer
 of another question (a well-formed but wrong date), so the pairs differ in a few answer tokens.
 preference.jsonl holds the training pairs, preference_val.jsonl held-out ones (other prompts).
+kto.jsonl and kto_val.jsonl hold the same examples unpaired for KTO: the right answer labelled true,
+another question's answer labelled false, in turn.
 """
 
 from __future__ import annotations
@@ -57,4 +59,32 @@ def tiny_preference_overrides(checkpoint: Path, data_dir: Path, output_dir: Path
         "dataset_val._component_=ftune.datasets.preference_dataset",
         f"dataset_val.source={train.with_name('preference_val.jsonl')}",
         "dataset_val.split=train",  # a single local file is split "train"
+    ]
+
+
+def write_kto_data(folder: Path, n: int = NUM_PAIRS, seed: int = 7) -> Path:
+    """Write `folder`/kto.jsonl and kto_val.jsonl (if absent): prompt, completion, label; return the first."""
+    from ftune.datasets.demo import generate_demo_examples
+
+    path, val = folder / "kto.jsonl", folder / "kto_val.jsonl"
+    if not (path.exists() and val.exists()):
+        folder.mkdir(parents=True, exist_ok=True)
+        examples = generate_demo_examples(n + 1 + NUM_VAL_PAIRS + 1, seed=seed)
+        for file, part in ((path, examples[: n + 1]), (val, examples[n + 1 :])):
+            rows = [
+                {"prompt": a.prompt, "completion": (a if i % 2 == 0 else b).answer, "label": i % 2 == 0}
+                for i, (a, b) in enumerate(zip(part[:-1], part[1:]))
+            ]
+            file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def tiny_kto_overrides(checkpoint: Path, data_dir: Path, output_dir: Path) -> list[str]:
+    """`tiny_preference_overrides` for a KTO config: the unpaired files."""
+    base = [o for o in tiny_preference_overrides(checkpoint, data_dir, output_dir) if "source=" not in o]
+    train = write_kto_data(data_dir)
+    return [
+        *[o for o in base if not o.startswith("dataset_val._component_")],
+        f"dataset.source={train}",
+        f"dataset_val.source={train.with_name('kto_val.jsonl')}",
     ]

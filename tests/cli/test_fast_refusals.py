@@ -90,6 +90,20 @@ CASES = {
         ],
         "{tmp}/empty.jsonl is empty",
     ),
+    "kto-one-label": (
+        [
+            "run",
+            "lora_dpo_single_device",
+            "~dataset",
+            "dataset._component_=ftune.datasets.kto_dataset",
+            "dataset.source={tmp}/kto.jsonl",
+        ],
+        "3 desirable (true) and 0 undesirable (false) record(s); KTO needs both kinds",
+    ),
+    "kto-batch-of-one": (
+        ["run", "lora_dpo_single_device", "--config", "smollm2/135M_lora_kto", "batch_size=1"],
+        "batch_size: 1 with a KTO dataset (set on the command line); KTO estimates its KL term",
+    ),
     "output-dir-is-file": ([*SFT, "output_dir={tmp}/notes.txt"], "output_dir: '{tmp}/notes.txt'"),
     "log-dir-below-file": (
         [*SFT, "metric_logger.log_dir={tmp}/notes.txt/logs"],
@@ -150,6 +164,7 @@ def tmp(tmp_path_factory):
     (tmp / "old.gguf").write_bytes(b"GGUF")
     (tmp / "notes.txt").write_text("notes\n")
     (tmp / "empty.jsonl").write_text("")
+    (tmp / "kto.jsonl").write_text('{"prompt": "q", "completion": "a", "label": true}\n' * 3)
     return tmp
 
 

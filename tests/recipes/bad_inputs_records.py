@@ -14,6 +14,8 @@ CASES += [  # noqa: F821
     _c('data-content-null', 'datasets', (*LORA, *DATA, 'dataset.source={tmp}/null.jsonl'), 'not text', '{tmp}/null.jsonl row 3', "column 'input' is null", 'write it as a JSON string', 'data_null_input'),  # noqa: F821
     _c('chat-content-number', 'datasets', (*LORA, '~dataset', 'dataset._component_=ftune.datasets.chat_dataset', 'dataset.conversation_style=openai', 'dataset.source={tmp}/chat.jsonl'), 'not text', '{tmp}/chat.jsonl row 2', 'messages[0].content is an int (7)', 'write it as a JSON string', 'chat_number'),  # noqa: F821
     _c('data-files-not-json', 'datasets', (*LORA, *DATA, 'dataset.source=json', 'dataset.data_files={tmp}/notes.txt'), 'not valid JSON', '{tmp}/notes.txt:1', "'hello world'", 'read the file with its own builder', 'notes_txt'),  # noqa: F821
+    _c('kto-one-label', 'data', ('run', 'lora_dpo_single_device', '~dataset', 'dataset._component_=ftune.datasets.kto_dataset', 'dataset.source={tmp}/kto.jsonl', '~loss', 'loss._component_=ftune.training.KTOLoss'), 'KTO needs both kinds', "KTO dataset {tmp}/kto.jsonl ('label')", '5 desirable (true) and 0 undesirable (false)', 'Add records of the missing kind', 'kto_one_label'),  # noqa: F821
+    _c('kto-batch-of-one', 'data', ('run', 'lora_dpo_single_device', '--config', 'smollm2/135M_lora_kto', 'batch_size=1'), 'KTO estimates its KL term from the other answers of each batch', 'batch_size', '1 with a KTO dataset', 'Set batch_size=2 or more'),  # noqa: F821
     _c('grpo-prompt-number', 'online RL', (*GRPO, *_PROMPTS), 'record(s) cannot be used', '{tmp}/p.jsonl:2', 'prompt[0].content is an int (5), not text', 'write it as a JSON string', 'prompt_number'),  # noqa: F821
     _c('grpo-answer-null', 'online RL', (*GRPO, *_PROMPTS), "the sample's 'answer' is null, not a reference answer", '{tmp}/p.jsonl:3', "read by the reward 'correct'", 'write the answer in the data or delete the record', 'answer_null'),  # noqa: F821
     _c('grpo-reward-backtracks', 'online RL', (*GRPO, 'max_new_tokens=16', "rewards.rewards.correct={_component_: ftune.rewards.RegexMatch, pattern: '(.+)+Z'}", 'rewards.time_limit_s=0.5'), 'ran longer than rewards.time_limit_s=0.5 s and was stopped', "reward 'correct' on completion 1 of", 'completion ', 'Fix the reward, or raise rewards.time_limit_s'),  # noqa: F821
@@ -38,6 +40,9 @@ SETUPS.update(  # noqa: F821
             tmp / "chat.jsonl", _TURN % '"q"' + _TURN % "7" + _TURN % '"q"' * 6
         ),  # noqa: F821
         "notes_txt": lambda tmp, ckpt: _write(tmp / "notes.txt", "hello world\n"),  # noqa: F821
+        "kto_one_label": lambda tmp, ckpt: _write(
+            tmp / "kto.jsonl", '{"prompt": "q", "completion": "a", "label": true}\n' * 5
+        ),  # noqa: F821
         "prompt_number": lambda tmp, ckpt: _write(
             tmp / "p.jsonl", _PROMPT % ('"q"', '"a"') + _PROMPT % ('[{"role": "user", "content": 5}]', '"a"')
         ),  # noqa: F821

@@ -16,7 +16,7 @@ trust_packages(["recipe_test_components", "mutants"])
 
 from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
 from tiny_grpo import GRPO_TINY  # noqa: E402
-from tiny_preference import tiny_preference_overrides  # noqa: E402
+from tiny_preference import tiny_kto_overrides, tiny_preference_overrides  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from features import read_log  # noqa: E402
@@ -52,9 +52,12 @@ def load_recipe(name: str):
 
 
 def overrides_for(config: str, checkpoint: Path, data_dir: Path, output_dir: Path) -> list[str]:
-    """The tiny-model overrides of a shipped config: preference data for the DPO methods (but those on the
-    demo task's pairs, smollm2/135M_demo_lora_dpo), the demo data otherwise (its prompts for GRPO)."""
-    if registry.method_of(config) in ("lora_dpo", "full_dpo") and "_demo_" not in config:
+    """The tiny-model overrides of a shipped config: preference data for the DPO methods and ORPO (but those on
+    the demo task's pairs, smollm2/135M_demo_lora_dpo), unpaired data for KTO, the demo data otherwise (its
+    prompts for GRPO)."""
+    if registry.method_of(config) == "lora_kto":
+        return tiny_kto_overrides(checkpoint, data_dir, output_dir)
+    if registry.method_of(config) in ("lora_dpo", "full_dpo", "lora_orpo") and "_demo_" not in config:
         return tiny_preference_overrides(checkpoint, data_dir, output_dir)
     if registry.method_of(config) in ("lora_grpo", "full_grpo"):  # the demo prompts, a varied reward
         return [*tiny_overrides(checkpoint, data_dir, output_dir), *GRPO_TINY]

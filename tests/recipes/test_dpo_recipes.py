@@ -179,3 +179,40 @@ def test_the_demo_preference_config_runs_on_the_tiny_model(run_recipe, demo_dir,
     assert (demo_dir / "train_pref.jsonl").is_file() and (demo_dir / "heldout_pref.jsonl").is_file()
     assert len(losses(logs)) == 2 and sorted(val_rows(logs)) == [2]
     assert all(math.isfinite(val_rows(logs)[2][k]) for k in VAL_KEYS)
+
+
+# --- ORPO and KTO: the DPO recipes with another loss (and for KTO unpaired data), from their configs
+
+ORPO = ("lora_dpo_single_device", "smollm2/135M_lora_orpo")
+KTO = ("lora_dpo_single_device", "smollm2/135M_lora_kto")
+ORPO_FIGURES = {"nll_loss", "log_odds_ratio", "log_odds_chosen", "logps/chosen", "logps/rejected", *REWARDS}
+KTO_FIGURES = {"kl", "rewards/chosen", "rewards/rejected", "logps/chosen", "logps/rejected"}
+
+
+def test_orpo_runs_2_steps_from_its_config_without_a_reference(run_recipe, tmp_path):
+    with models_run() as models:
+        logs, out = run_recipe(*ORPO, "max_steps=2", *VAL, output_dir=tmp_path / "orpo")
+    assert len(models) == 1, "ORPO ran a reference model"
+    train = [row for row in logs if "loss" in row]
+    assert [row["step"] for row in train] == [1, 2] and all(ORPO_FIGURES <= row.keys() for row in train)
+    # The loss is the NLL plus beta times -log sigmoid(log odds ratio), as logged.
+    for row in train:
+        assert row["loss"] == pytest.approx(row["nll_loss"] - 0.1 * row["log_odds_ratio"], rel=1e-5)
+    assert "val_nll_loss" in val_rows(logs)[2] and "val_logps/reference_accuracy" not in val_rows(logs)[2]
+    assert (out / "step_2" / "adapter_model.safetensors").is_file()
+
+
+def test_kto_runs_2_steps_from_its_config(run_recipe, tmp_path):
+    logs, out = run_recipe(
+        *KTO, "max_steps=2", "loss.undesirable_weight=1.5", *VAL, output_dir=tmp_path / "kto"
+    )
+    train = [row for row in logs if "loss" in row]
+    assert [row["step"] for row in train] == [1, 2] and all(KTO_FIGURES <= row.keys() for row in train)
+    first = train[0]
+    # Step 1: the policy is its reference (LoRA B = 0), so every log-ratio and the KL estimate are 0 and each
+    # completion costs its weight times 1 - sigmoid(0): a mean of 0.5 (desirable) and 0.75 (undesirable).
+    assert first["kl"] == 0 and first["rewards/chosen"] == 0 and first["rewards/rejected"] == 0
+    means = [0.5 * (d + 1.5 * (4 - d)) / 4 for d in range(5)]  # d desirable of the batch's 4
+    assert any(first["loss"] == pytest.approx(m, rel=1e-6) for m in means), (first["loss"], means)
+    assert {"val_loss", "val_kl", "val_rewards/chosen"} <= val_rows(logs)[2].keys()
+    assert (out / "step_2" / "adapter_model.safetensors").is_file()

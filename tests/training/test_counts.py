@@ -1,6 +1,6 @@
 """Every loss is divided by one count, the same in training and validation, and it is the right one.
 
-For each loss a recipe can run (cross-entropy, KD, DPO's four types, GRPO's three aggregations), two
+For each loss a recipe can run (cross-entropy, KD, DPO's four types, ORPO, KTO, GRPO's three aggregations), two
 micro-batches of unequal counts go through the step (`StepLoss`, divided by the recipe's `per` before
 backward) and through `validate` (divided by `Loss.count`). Checked:
 - each micro-batch's `Loss.count` is `per(batch)`: the step and validation count the same units;
@@ -21,6 +21,7 @@ from ftune.training import (
     DPOLoss,
     GRPOLoss,
     KDLoss,
+    KTOLoss,
     PairLogps,
     RolloutBatch,
     StepLoss,
@@ -156,6 +157,58 @@ def check_preference(policy, reference, loss_fn: DPOLoss) -> None:
     assert step == pytest.approx(want, rel=1e-5) and val == pytest.approx(want, rel=1e-5)
 
 
+def check_orpo(model, beta: float = 0.1) -> None:
+    """ORPO: the mean odds-ratio term over the step's pairs plus each micro-batch's NLL (of its chosen rows'
+    every token after the first), weighted by its pairs."""
+    batches, loss_fn = _pair_batches(), DPOLoss("orpo", beta=beta, num_chunks=3)
+
+    def loss_on(b):
+        return preference_loss(loss_fn, model, model.hidden(b.tokens), b, None)
+
+    step, val = _step_and_validation(model, loss_on, per_pair, batches)
+    total, pairs = 0.0, 0
+    for b in batches:
+        n = b["tokens"].shape[0] // 2
+        logps, counts = _row_logps(model, b["tokens"], _shifted(b["labels"]))
+        a = logps / counts  # mean log-probability a token of each answer
+        h = (a[:n] - a[n:]) - (torch.log1p(-a[:n].exp()) - torch.log1p(-a[n:].exp()))
+        chosen = b["tokens"][:n]
+        nll = -_token_logps(model, chosen)[:, :-1].gather(2, chosen[:, 1:, None]).mean()
+        total += float(-beta * F.logsigmoid(h).sum() + n * nll)
+        pairs += n
+    assert step == pytest.approx(total / pairs, rel=1e-5) and val == pytest.approx(total / pairs, rel=1e-5)
+
+
+def check_kto(policy, reference, beta: float = 0.1, weights: tuple[float, float] = (1.0, 1.5)) -> None:
+    """KTO: the mean over the step's completions of each one's weighted loss, the KL estimate of its batch."""
+    loss_fn = KTOLoss(beta=beta, desirable_weight=weights[0], undesirable_weight=weights[1], num_chunks=2)
+    kinds = [[1, 0, 2, 2], [0, 1, 1, 2, 2, 2]]  # desirable 1, undesirable 0, then the mismatched rows (2)
+    batches = _batches([[3, 5, 2, 4], [1, 6, 2, 3, 4, 2]])
+    for b, k in zip(batches, kinds):
+        b["document_ids"] = torch.tensor(k)[:, None].expand_as(b["tokens"]).clone()
+
+    def loss_on(b):
+        ref = loss_fn.logps_of(reference.head, reference.hidden(b.tokens), b.labels)
+        return preference_loss(loss_fn, policy, policy.hidden(b.tokens), b, ref)
+
+    step, val = _step_and_validation(policy, loss_on, per_pair, batches)
+    total, completions = 0.0, 0
+    for b, k in zip(batches, kinds):
+        n = len(k) // 2
+        labels = _shifted(b["labels"])
+        r = _row_logps(policy, b["tokens"], labels)[0] - _row_logps(reference, b["tokens"], labels)[0]
+        z = r[n:].mean().clamp(min=0)
+        for ratio, kind in zip(r[:n], k[:n]):
+            total += float(
+                weights[0] * (1 - torch.sigmoid(beta * (ratio - z)))
+                if kind
+                else weights[1] * (1 - torch.sigmoid(beta * (z - ratio)))
+            )
+        completions += n
+    want = total / completions
+    assert step == pytest.approx(want, rel=1e-5) and val == pytest.approx(want, rel=1e-5)
+
+
 def check_grpo(model, loss_type: str, max_len: int = 8) -> None:
     """Ratio 1 and beta 0: every completion token of row i costs -A_i, so each aggregation is a plain mean."""
     lengths = [[3, 7, 1], [2, 5]]
@@ -207,6 +260,14 @@ def test_preference_losses_count_pairs_in_step_and_validation(tiny_model, loss_f
     check_preference(tiny_model(seed=0), tiny_model(seed=1).requires_grad_(False), loss_fn)
 
 
+def test_orpo_counts_pairs_in_step_and_validation(tiny_model):
+    check_orpo(tiny_model(seed=0))
+
+
+def test_kto_counts_completions_in_step_and_validation(tiny_model):
+    check_kto(tiny_model(seed=0), tiny_model(seed=1).requires_grad_(False))
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
 def test_grpo_aggregations_count_their_units_in_step_and_validation(tiny_model, loss_type):
     check_grpo(tiny_model(), loss_type)
@@ -229,3 +290,11 @@ def test_a_mutant_normaliser_fails(tiny_model, monkeypatch):
         m.setattr(preference_module, "per_pair", lambda batch: torch.tensor(batch.rows))  # rows, not pairs
         with pytest.raises(AssertionError):
             check_preference(tiny_model(seed=0), tiny_model(seed=1), DPOLoss("sigmoid", beta=0.1))
+        with pytest.raises(AssertionError):
+            check_orpo(tiny_model(seed=0))
+    with monkeypatch.context() as m:
+        from ftune.training.methods import kto_loss as kto_module
+
+        m.setattr(kto_module, "per_pair", lambda batch: torch.tensor(batch.rows))  # rows, not completions
+        with pytest.raises(AssertionError):
+            check_kto(tiny_model(seed=0), tiny_model(seed=1))

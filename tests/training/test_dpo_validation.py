@@ -169,6 +169,9 @@ def test_bad_arguments_are_refused_with_a_message():
         evaluate(policy, ref, dpo, loader(2), max_batches=-1)
     with pytest.raises(ValueError, match=r"validation counted nothing to average \(max_batches=0\)"):
         evaluate(policy, ref, dpo, loader(2), max_batches=0)
-    with pytest.raises(ValueError, match=r"loss: the DPO recipes score pairs of answers and need"):
+    with pytest.raises(
+        ValueError,
+        match=r"loss: the DPO recipes score answers against each other and need loss._component_=ftune.training.DPOLoss",
+    ):
         evaluate(policy, ref, CrossEntropyLoss(), loader(2))
     assert policy.training  # restored after the error

@@ -1,6 +1,6 @@
-"""Preference losses on the log-probabilities of chosen and rejected answers: DPO, RSO, IPO, SimPO.
+"""Preference losses on the log-probabilities of chosen and rejected answers: DPO, RSO, IPO, SimPO, ORPO.
 
-One component, four ``loss_type`` values (a pair's chosen answer c and rejected answer r; log π
+One component, five ``loss_type`` values (a pair's chosen answer c and rejected answer r; log π
 is the policy's summed log-probability of an answer's labelled tokens, log π_ref the reference
 model's, n its number of labelled tokens):
 
@@ -11,15 +11,20 @@ model's, n its number of labelled tokens):
 - ``ipo`` (Azar et al. 2023), length-normalised as TRL does:
   ``h = (log π(c) - log π_ref(c)) / n_c - (log π(r) - log π_ref(r)) / n_r``, loss = ``(h - 1 / (2β))²``;
 - ``simpo`` (Meng et al. 2024), reference-free: ``h = β·(log π(c) / n_c - log π(r) / n_r) - γ``,
-  loss = ``-(1 - ε)·log σ(h) - ε·log σ(-h)``.
+  loss = ``-(1 - ε)·log σ(h) - ε·log σ(-h)``;
+- ``orpo`` (Hong et al. 2024), reference-free: with the mean log-probability ``a = log π / n`` of
+  each answer, the log odds ratio ``h = (a_c - a_r) - (log(1 - e^a_c) - log(1 - e^a_r))``, the odds
+  term is ``-β·log σ(h)``; ORPO's supervised term (the chosen rows' token cross-entropy) is added by
+  ``ftune.training.preference_loss``, which has the hidden states it needs.
 
 Rewards (logged, not trained on): ``β·(log π - log π_ref)`` of each answer for sigmoid, hinge and IPO,
-``β·log π / n`` for SimPO. The loss is per pair: the training step averages it over the pairs of
+``β·log π / n`` for SimPO and ORPO. The loss is per pair: the training step averages it over the pairs of
 the step (``StepLoss(per=ftune.training.per_pair)``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,7 +37,9 @@ from ftune.training.methods.logps import sequence_logps, token_logps
 from ftune.training.step.loss import IGNORE_INDEX
 from ftune.training.step.metric import Metric
 
-LOSS_TYPES = ("sigmoid", "hinge", "ipo", "simpo")
+LOSS_TYPES = ("sigmoid", "hinge", "ipo", "simpo", "orpo")
+# Reference-free loss types: no reference model is run.
+REFERENCE_FREE = ("simpo", "orpo")
 
 
 @dataclass(frozen=True)
@@ -81,15 +88,17 @@ class PairLosses:
 
 
 class DPOLoss(nn.Module):
-    """Preference loss of pairs of answers: ``sigmoid`` (DPO), ``hinge`` (RSO), ``ipo`` or ``simpo`` (reference-free).
+    """Preference loss of pairs of answers: ``sigmoid`` (DPO), ``hinge`` (RSO), ``ipo``, or the reference-free
+    ``simpo`` and ``orpo``.
 
     Args:
-        loss_type: "sigmoid", "hinge", "ipo" or "simpo".
+        loss_type: "sigmoid", "hinge", "ipo", "simpo" or "orpo".
         beta: the temperature β (> 0): DPO's KL strength, the hinge's margin scale (torchtune's
-            RSOLoss calls it gamma), IPO's regulariser τ, SimPO's reward scale.
+            RSOLoss calls it gamma), IPO's regulariser τ, SimPO's reward scale, ORPO's λ (the
+            weight of the odds-ratio term beside the supervised one; TRL's default 0.1).
         gamma: SimPO's target margin γ; required for "simpo", refused for the others.
         label_smoothing: ε in [0, 0.5), the assumed share of flipped preference labels
-            (conservative DPO); "sigmoid" and "simpo" only (TRL's hinge and IPO ignore it: refused here).
+            (conservative DPO); "sigmoid" and "simpo" only (TRL's hinge, IPO and ORPO ignore it: refused here).
         num_chunks: blocks the labelled tokens are projected to the vocabulary in.
 
     Raises:
@@ -101,7 +110,7 @@ class DPOLoss(nn.Module):
 
     def __init__(
         self,
-        loss_type: Literal["sigmoid", "hinge", "ipo", "simpo"],
+        loss_type: Literal["sigmoid", "hinge", "ipo", "simpo", "orpo"],
         *,
         beta: float,
         gamma: float | None = None,
@@ -118,9 +127,9 @@ class DPOLoss(nn.Module):
                 f"DPOLoss: gamma is SimPO's target margin: set it for loss_type 'simpo' (e.g. gamma: 0.5) and "
                 f"leave it null otherwise; got loss_type {loss_type!r}, gamma {gamma!r}."
             )
-        if not 0.0 <= label_smoothing < 0.5 or (label_smoothing and loss_type in ("hinge", "ipo")):
+        if not 0.0 <= label_smoothing < 0.5 or (label_smoothing and loss_type in ("hinge", "ipo", "orpo")):
             raise ValueError(
-                f"DPOLoss: label_smoothing must be in [0, 0.5), and 0 for 'hinge' and 'ipo'; got {label_smoothing!r} "
+                f"DPOLoss: label_smoothing must be in [0, 0.5), and 0 for 'hinge', 'ipo' and 'orpo'; got {label_smoothing!r} "
                 f"with loss_type {loss_type!r}."
             )
         if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
@@ -131,8 +140,8 @@ class DPOLoss(nn.Module):
 
     @property
     def needs_reference(self) -> bool:
-        """False for SimPO: no reference model is run."""
-        return self.loss_type != "simpo"
+        """False for SimPO and ORPO: no reference model is run."""
+        return self.loss_type not in REFERENCE_FREE
 
     def chunk_loss(self, head: OutputHead, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """``log p(label)`` of one block of labelled tokens (the unit ``ftune.training.compile_loss`` compiles)."""
@@ -145,12 +154,16 @@ class DPOLoss(nn.Module):
         (``model.head``): summed log-probability and count."""
         return sequence_logps(head, hidden, labels, num_chunks=self.num_chunks, chunk_fn=self.chunk_loss)
 
+    def logps_of(self, head: OutputHead, hidden: torch.Tensor, labels: torch.Tensor) -> PairLogps:
+        """The pairs' log-probabilities of a preference batch's hidden states (chosen rows, then rejected)."""
+        return PairLogps.from_rows(*self.row_logps(head, hidden, labels))
+
     def forward(self, policy: PairLogps, reference: PairLogps | None) -> PairLosses:
         """Per-pair losses and rewards.
 
         Args:
             policy: the trained model's log-probabilities.
-            reference: the reference model's (None for "simpo", required otherwise).
+            reference: the reference model's (None for "simpo" and "orpo", required otherwise).
 
         Returns:
             :class:`PairLosses`, each ``[pairs]`` fp32.
@@ -171,6 +184,11 @@ class DPOLoss(nn.Module):
             h = chosen - rejected - self.gamma
             losses = -(1 - eps) * F.logsigmoid(h) - eps * F.logsigmoid(-h)
             return PairLosses(losses, chosen, rejected)
+        if self.loss_type == "orpo":
+            chosen = policy.chosen / policy.chosen_tokens.clamp(min=1)  # mean log-probability a token
+            rejected = policy.rejected / policy.rejected_tokens.clamp(min=1)
+            losses = -self.beta * F.logsigmoid(log_odds_ratio(chosen, rejected))
+            return PairLosses(losses, self.beta * chosen, self.beta * rejected)
         chosen_ratio = policy.chosen - reference.chosen
         rejected_ratio = policy.rejected - reference.rejected
         if self.loss_type == "sigmoid":
@@ -184,3 +202,14 @@ class DPOLoss(nn.Module):
             ) - rejected_ratio / policy.rejected_tokens.clamp(min=1)
             losses = (h - 1 / (2 * self.beta)) ** 2
         return PairLosses(losses, self.beta * chosen_ratio, self.beta * rejected_ratio)
+
+
+def log1m_exp(x: torch.Tensor) -> torch.Tensor:
+    """``log(1 - e^x)`` for ``x < 0``, accurate on both sides of ``-log 2`` (log1p for x far below 0,
+    expm1 near 0, where ``1 - e^x`` cancels)."""
+    return torch.where(x < -math.log(2.0), torch.log1p(-torch.exp(x)), torch.log(-torch.expm1(x)))
+
+
+def log_odds_ratio(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """ORPO's ``log(odds(c) / odds(r))`` from mean log-probabilities ``a``: ``odds = p / (1 - p)``, ``p = e^a``."""
+    return (chosen - rejected) - (log1m_exp(chosen) - log1m_exp(rejected))

@@ -23,6 +23,7 @@ from ftune.peft.disable import adapters_disabled
 from ftune.peft.lora import LoRALinear
 from ftune.training.methods.dpo_loss import DPOLoss, PairLogps
 from ftune.training.methods.grpo_loss import GRPOLoss
+from ftune.training.methods.kto_loss import KTOLogps, KTOLoss
 from ftune.training.methods.preference_loss import check_preference
 from ftune.training.step.aux_loss import keep_router_state
 from ftune.training.step.micro_batch import MicroBatch
@@ -79,15 +80,14 @@ class ReferenceModel:
             self.model.reshard()  # no backward follows: free the root's gathered parameters
         return out
 
-    def row_logps(self, loss_fn: DPOLoss, batch: MicroBatch) -> PairLogps | None:
-        """DPO: the reference's summed log-probabilities of each answer of a preference batch; None for a
-        reference-free loss (SimPO), which does not run it."""
+    def row_logps(self, loss_fn: DPOLoss | KTOLoss, batch: MicroBatch) -> PairLogps | KTOLogps | None:
+        """DPO and KTO: the reference's summed log-probabilities of each answer of a preference batch (a KTO
+        batch's completions and mismatched rows); None for a reference-free loss (SimPO, ORPO), which does
+        not run it."""
         check_preference(loss_fn, batch)
         if not loss_fn.needs_reference:
             return None
-        return self.scores(
-            batch, lambda head, h: PairLogps.from_rows(*loss_fn.row_logps(head, h, batch.labels))
-        )
+        return self.scores(batch, lambda head, h: loss_fn.logps_of(head, h, batch.labels))
 
     def token_logps(self, loss_fn: GRPOLoss, batch: MicroBatch, temperature: float) -> torch.Tensor | None:
         """GRPO: the reference's log-probability of each labelled token ``[b, s]`` at the sampling
