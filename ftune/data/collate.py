@@ -5,7 +5,7 @@ A batch is {"tokens": [b, s] long, "labels": [b, s] long} plus, for packed data,
 (the training step shifts them); CROSS_ENTROPY_IGNORE_IDX marks positions without loss.
 `padding_free_collate` lays a batch's samples end to end in one packed row instead of padding them.
 A preference batch holds chosen rows then rejected rows (`padded_collate_preference`); a KTO batch
-holds completions then mismatched rows, each row's kind in its "document_ids" (`padded_collate_kto`).
+holds completions then mismatched rows, each row's kind in "row_kinds" (`padded_collate_kto`).
 """
 
 from __future__ import annotations
@@ -172,8 +172,7 @@ def padded_collate_preference(
     return padded_collate_sft(rows, pad_id, ignore_idx, pad_to_multiple_of)
 
 
-# A KTO batch's row kinds, carried in ``document_ids`` (one value a row: the rows are not packed, so
-# attention and the label shift are those of a padded batch; ``MicroBatch`` has no other per-row field).
+# A KTO batch's row kinds (``row_kinds``, one value a row; ``MicroBatch.row_kinds``).
 KTO_UNDESIRABLE, KTO_DESIRABLE, KTO_MISMATCHED = 0, 1, 2
 
 
@@ -198,8 +197,8 @@ def padded_collate_kto(
         pad_to_multiple_of: round the padded length up to a multiple of this.
 
     Returns:
-        {"tokens", "labels", "document_ids"}: each ``[2b, s]`` long; ``document_ids`` holds each row's
-        kind (``KTO_DESIRABLE`` / ``KTO_UNDESIRABLE`` for the completions, ``KTO_MISMATCHED`` after them).
+        {"tokens", "labels"}: each ``[2b, s]`` long, and "row_kinds" ``[2b]``: each row's kind
+        (``KTO_DESIRABLE`` / ``KTO_UNDESIRABLE`` for the completions, ``KTO_MISMATCHED`` after them).
     """
     rows, kinds = [], []
     for item in batch:
@@ -214,7 +213,7 @@ def padded_collate_kto(
                      "labels": [ignore_idx] * len(prompt) + list(other["completion_labels"])})  # fmt: skip
         kinds.append(KTO_MISMATCHED)
     out = padded_collate_sft(rows, pad_id, ignore_idx, pad_to_multiple_of)
-    out["document_ids"] = torch.tensor(kinds, dtype=torch.long)[:, None].expand_as(out["tokens"]).clone()
+    out["row_kinds"] = torch.tensor(kinds, dtype=torch.long)
     return out
 
 

@@ -42,9 +42,9 @@ def test_collate_puts_completion_i_minus_1_after_prompt_i(tmp_path, tokenizer):
     batch = padded_collate_kto(items, pad_id=0)
     n = len(items)
     assert batch["tokens"].shape[0] == 2 * n
-    kinds = batch["document_ids"][:, 0].tolist()
+    kinds = batch["row_kinds"].tolist()
     assert kinds == [KTO_DESIRABLE, KTO_UNDESIRABLE, KTO_DESIRABLE] + [KTO_MISMATCHED] * n
-    assert bool((batch["document_ids"] == batch["document_ids"][:, :1]).all())  # one kind a row: not packed
+    assert "document_ids" not in batch  # not packed: a padded batch with one kind a row
     for i, item in enumerate(items):
         other = items[i - 1]
         row = item["prompt_tokens"] + other["completion_tokens"]

@@ -185,7 +185,7 @@ def check_kto(policy, reference, beta: float = 0.1, weights: tuple[float, float]
     kinds = [[1, 0, 2, 2], [0, 1, 1, 2, 2, 2]]  # desirable 1, undesirable 0, then the mismatched rows (2)
     batches = _batches([[3, 5, 2, 4], [1, 6, 2, 3, 4, 2]])
     for b, k in zip(batches, kinds):
-        b["document_ids"] = torch.tensor(k)[:, None].expand_as(b["tokens"]).clone()
+        b["row_kinds"] = torch.tensor(k)
 
     def loss_on(b):
         ref = loss_fn.logps_of(reference.head, reference.hidden(b.tokens), b.labels)

@@ -47,7 +47,7 @@ def kto_rows(batch: MicroBatch) -> torch.Tensor:
     Raises:
         ValueError: if ``batch`` is not a KTO batch (``ftune.data.padded_collate_kto``'s layout).
     """
-    kinds = None if batch.document_ids is None else batch.document_ids[:, 0]
+    kinds = batch.row_kinds
     b = batch.rows // 2
     if (
         kinds is None

@@ -50,15 +50,13 @@ def check_preference(loss_fn: DPOLoss | KTOLoss, batch: MicroBatch) -> None:
             f"ftune.training.DPOLoss (pairs) or ftune.training.KTOLoss (unpaired, labelled answers); "
             f"got {type(loss_fn).__module__}.{type(loss_fn).__name__}."
         )
+    if batch.document_ids is not None:
+        raise ValueError(
+            "preference_loss got a packed batch; DPO scores whole answers and does not support packing."
+        )
     if isinstance(loss_fn, KTOLoss):
         kto_rows(batch)  # raises for a batch that is not KTO's
-    elif batch.document_ids is not None:
-        try:
-            kto_rows(batch)
-        except ValueError:
-            raise ValueError(
-                "preference_loss got a packed batch; DPO scores whole answers and does not support packing."
-            ) from None
+    elif batch.row_kinds is not None:
         raise ValueError(
             "loss: the dataset gives unpaired KTO records (ftune.datasets.kto_dataset) but the loss is "
             f"DPOLoss({loss_fn.loss_type!r}), which scores pairs. Set loss._component_=ftune.training.KTOLoss "

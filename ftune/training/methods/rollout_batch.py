@@ -176,7 +176,7 @@ def score_rollout(rewards: RewardSet, tokenizer: Any, prompts: PromptBatch, roll
     return Scores(total, per, texts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RolloutBatch(MicroBatch):
     """A GRPO micro-batch: prompt + completion rows (only completion tokens labelled) and what the loss reads.
 

@@ -28,12 +28,16 @@ class MicroBatch:
         labels: ``[b, s]`` long, shifted: ``labels[:, t]`` is the target of position ``t``.
         input_pos: ``[b, s]`` positions of a packed batch, else None.
         document_ids: ``[b, s]`` document index of a packed batch, else None.
+        row_kinds: ``[b]`` long, what each row is for a loss whose rows differ in kind (a KTO batch:
+            desirable and undesirable completions, then mismatched rows; ``ftune.data.padded_collate_kto``),
+            else None.
     """
 
     tokens: torch.Tensor
     labels: torch.Tensor
     input_pos: torch.Tensor | None
     document_ids: torch.Tensor | None
+    row_kinds: torch.Tensor | None = None
 
     @property
     def mask(self) -> torch.Tensor | None:
@@ -58,7 +62,11 @@ def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> MicroBatc
     moved = {k: v.to(device, non_blocking=True) for k, v in batch.items() if isinstance(v, torch.Tensor)}
     document_ids = moved.get("document_ids")
     return MicroBatch(
-        moved["tokens"], shift_labels(moved["labels"], document_ids), moved.get("input_pos"), document_ids
+        moved["tokens"],
+        shift_labels(moved["labels"], document_ids),
+        moved.get("input_pos"),
+        document_ids,
+        moved.get("row_kinds"),
     )
 
 
