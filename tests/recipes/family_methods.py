@@ -57,21 +57,27 @@ AUX_COEF = 0.5
 # Gemma 2's final-logit cap in tests/models/ftune_tiny_hf.py (low, so tanh bends the tiny logits).
 GEMMA2_CAP = 3.0
 WEIGHTS = ("config.json", "model.safetensors", "generation_config.json")
+# The data files of write_data, by the method family that reads them.
+DATA_FILES = {"dpo": "preference.jsonl", "grpo": "prompts.jsonl", "kd": "alpaca.jsonl"}
 
 
 def config_of(family: str, method: str) -> str:
     return KD[family] if method == "kd" else f"{family}/{SIZE[family]}_{method}"
 
 
+def folders_of(family: str, root: Path) -> tuple[Path, Path]:
+    return root / family, root / f"{family}_teacher"
+
+
 def make_folders(family: str, root: Path) -> tuple[Path, Path]:
     """(student, teacher) folders of `family` under `root` (the teacher: the KD config's teacher family,
     seed 1, the student's tokenizer files)."""
-    student = make_family_folder(family, root / family)
+    student, teacher = folders_of(family, root)
+    make_family_folder(family, student)
     config = json.loads((student / "config.json").read_text())
     if family in MOE:
         config["router_aux_loss_coef"] = AUX_COEF
         (student / "config.json").write_text(json.dumps(config, indent=2))
-    teacher = root / f"{family}_teacher"
     hf = build_tiny_hf(
         TEACHER_FAMILY[family], seed=1, vocab_size=config["vocab_size"], max_position_embeddings=2048
     )
@@ -82,14 +88,14 @@ def make_folders(family: str, root: Path) -> tuple[Path, Path]:
     return student, teacher
 
 
-def write_data(folder: Path) -> dict[str, Path]:
-    """Local files in the shipped configs' formats: preference pairs (DPO), prompts with a numeric-style
-    `answer` column named `question` as in GSM8K (GRPO), Alpaca records (KD)."""
+def write_data(folder: Path) -> Path:
+    """Write `folder`'s DATA_FILES, in the shipped configs' formats: preference pairs (DPO), prompts in a
+    column named `question` with an `answer` as in GSM8K (GRPO), Alpaca records (KD). Returns `folder`."""
     from ftune.datasets.demo import generate_demo_examples
 
     folder.mkdir(parents=True, exist_ok=True)
     examples = generate_demo_examples(32, seed=11)
-    prompts, alpaca = folder / "prompts.jsonl", folder / "alpaca.jsonl"
+    prompts, alpaca = folder / DATA_FILES["grpo"], folder / DATA_FILES["kd"]
     prompts.write_text(
         "".join(json.dumps({"question": e.prompt, "answer": e.answer}) + "\n" for e in examples)
     )
@@ -98,14 +104,15 @@ def write_data(folder: Path) -> dict[str, Path]:
             json.dumps({"instruction": e.prompt, "input": "", "output": e.answer}) + "\n" for e in examples
         )
     )
-    return {"dpo": write_preference_data(folder), "grpo": prompts, "kd": alpaca}
+    write_preference_data(folder)  # DATA_FILES["dpo"]
+    return folder
 
 
-def overrides(
-    family: str, method: str, folders: tuple[Path, Path], data: dict[str, Path], output_dir: Path
-) -> list[str]:
-    """A shipped config of `family` and `method` on the tiny folders: 2 fp32 steps of 2 samples."""
-    student, teacher = folders
+def overrides(family: str, method: str, root: Path, output_dir: Path) -> list[str]:
+    """A shipped config of `family` and `method` on the tiny folders and data under `root`
+    (`make_folders(family, root)`, `write_data(root / "data")`): 2 fp32 steps of 2 samples."""
+    student, teacher = folders_of(family, root)
+    data = {kind: root / "data" / name for kind, name in DATA_FILES.items()}
     out = [
         "~model",
         f"checkpointer.checkpoint_dir={student}",

@@ -26,6 +26,7 @@ from family_methods import (
     MOE,
     SINGLE,
     config_of,
+    folders_of,
     make_folders,
     overrides,
     write_data,
@@ -42,23 +43,23 @@ transformers = pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """family -> (student, teacher) folders, built on first use; and the data files."""
+    """family -> the root of its tiny folders (built on first use) and of the data files."""
     root = tmp_path_factory.mktemp("families")
-    data = write_data(root / "data")
-    folders: dict[str, tuple[Path, Path]] = {}
+    write_data(root / "data")
+    built: set[str] = set()
 
-    def get(family: str) -> tuple[tuple[Path, Path], dict[str, Path]]:
-        if family not in folders:
-            folders[family] = make_folders(family, root)
-        return folders[family], data
+    def get(family: str) -> Path:
+        if family not in built:
+            make_folders(family, root)
+            built.add(family)
+        return root
 
     return get
 
 
 def run(tiny, family: str, method: str, out: Path, *extra: str):
     """(logged step rows, the models the run built, output_dir)."""
-    folders, data = tiny(family)
-    cfg = load_config(config_of(family, method), [*overrides(family, method, folders, data, out), *extra])
+    cfg = load_config(config_of(family, method), [*overrides(family, method, tiny(family), out), *extra])
     with models_run() as models:
         load_recipe(SINGLE[method]).main(cfg)
     return [row for row in read_log(out) if "loss" in row], models, out
@@ -96,8 +97,8 @@ def test_two_steps_from_the_shipped_config(tiny, tmp_path, family, method):
     else:
         assert all("aux_loss" not in row for row in rows)
         assert models and all(m.head.softcap == GEMMA2_CAP for m in models)  # student and teacher
-    folders, _ = tiny(family)
-    assert_weights_moved(out / "step_2", folders[0], lora=method.startswith("lora"))
+    student, _ = folders_of(family, tiny(family))
+    assert_weights_moved(out / "step_2", student, lora=method.startswith("lora"))
 
 
 @pytest.mark.parametrize("kl", ["reverse", "symmetric"])
