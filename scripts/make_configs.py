@@ -49,14 +49,25 @@ COLLATE = (
     "collate_fn:  # a batch's samples end to end in one row, no padding; null: right-pad them instead\n"
     "  _component_: ftune.data.padding_free_collate\n  _partial_: true\n"
 )
-# Knowledge distillation: (teacher, student) of one family, so they share the tokenizer. The config is
-# named after both and lives in the family's folder: <family>/<teacher>_to_<student>_kd[_lora].
+# Knowledge distillation: (teacher, student) sharing one tokenizer, a larger teacher where ftune builds
+# one. The config is named after both and lives in the student's family folder:
+# <family>/<teacher size>_to_<student size>_kd[_lora], the teacher's family first when it is another
+# (qwen3_moe/qwen3_32B_to_30B-A3B_kd).
 KD_PAIRS = [
     ("smollm2/360M", "smollm2/135M"),
     ("qwen2_5/1.5B", "qwen2_5/0.5B"),
     ("llama3_2/3B", "llama3_2/1B"),
     ("qwen3/1.7B", "qwen3/0.6B"),
     ("qwen2/1.5B", "qwen2/0.5B"),
+    # Gemma 2: soft-capped logits in both KLs; 2B and 9B were themselves distilled from larger Gemma 2s.
+    ("gemma2/9B", "gemma2/2B"),
+    ("gemma2/27B", "gemma2/9B"),
+    # Mixture-of-experts students (balancing loss of the student's own forward). Qwen3-30B-A3B: Qwen3-32B,
+    # dense and larger, with the same tokenizer (151,936 ids); no larger Qwen3-MoE is a practical teacher.
+    ("qwen3/32B", "qwen3_moe/30B-A3B"),
+    # Mixtral-8x7B: the one model ftune builds on its tokenizer (Mistral-7B-v0.1, 32,000 ids) is smaller;
+    # distil a teacher fine-tuned on the task (teacher_adapter_dir), not the base model.
+    ("mistral/7B", "mixtral/8x7B"),
 ]
 
 
@@ -107,7 +118,9 @@ def config_name(m: Model, method: str, demo_pairs: bool = False) -> str:
 
 def kd_name(student: str, method: str) -> str:
     teacher = next(t for t, st in KD_PAIRS if st == student)
-    return f"{student.split('/')[0]}/{teacher.split('/')[1]}_to_{student.split('/')[1]}_{method}"
+    (family, size), (teacher_family, teacher_size) = student.split("/"), teacher.split("/")
+    named = teacher_size if teacher_family == family else f"{teacher_family}_{teacher_size}"
+    return f"{family}/{named}_to_{size}_{method}"
 
 
 def kd_teacher(student: Model) -> str:

@@ -35,6 +35,7 @@ SFT_COMMON = {
     "knowledge_distillation": na(
         "no teacher: distil with knowledge_distillation_single_device / _distributed"
     ),
+    "mixture_of_experts": YES,
 }
 NOT_LORA = {
     "lora": na("full fine-tune: every weight trains"),
@@ -108,6 +109,7 @@ DPO_COMMON = {
     "profiler": unchecked(DPO_UNCHECKED),
     "qat": na("no QAT preference recipe"),
     "learned_ranges": na("no QAT preference recipe"),
+    "mixture_of_experts": YES,  # a LoRA reference keeps the policy's router state: tests/training/test_router_state.py
 }
 DPO_LORA = {"lora": YES, "qlora": unchecked(DPO_UNCHECKED), "dora": unchecked(DPO_UNCHECKED)}
 DPO_SINGLE = {"optimizer_in_backward": unchecked(DPO_UNCHECKED)}
@@ -159,6 +161,7 @@ GRPO_COMMON = {
     "profiler": unchecked(GRPO_UNCHECKED),
     "qat": na("no QAT RL recipe"),
     "learned_ranges": na("no QAT RL recipe"),
+    "mixture_of_experts": YES,  # a LoRA reference keeps the policy's router state: tests/training/test_router_state.py
     "optimizer_in_backward": na(
         "a reused rollout's clipped ratio needs the step to end before the weights change; refused with a message"
     ),

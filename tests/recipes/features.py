@@ -18,7 +18,15 @@ import shutil
 
 import pytest
 import torch
-from features_methods import VOCAB, knowledge_distillation, learned_ranges, qat, qat_lora_base, qat_off
+from features_methods import (
+    VOCAB,
+    knowledge_distillation,
+    learned_ranges,
+    mixture_of_experts,
+    qat,
+    qat_lora_base,
+    qat_off,
+)
 from run_logs import _assert_same_weights, _column, _weights, losses, read_log  # noqa: F401 - read_log: re-exported
 from spies import (
     LargestVocabTensor,
@@ -329,5 +337,6 @@ CHECKS = {
         lora,
         qlora,
         dora,
+        mixture_of_experts,
     )
 }

@@ -104,3 +104,71 @@ def learned_ranges(run, tmp_path):
         if weights.name != RANGES_FILE:
             with safe_open(str(weights), framework="pt") as f:
                 assert not [k for k in f.keys() if "fake_quantizer" in k], f"{weights.name} holds ranges"
+
+
+# A tiny Qwen3-MoE on the tiny checkpoint's tokenizer (vocabulary 320): layer 0 dense (so that the
+# LoRA configs' targets gate_proj, up_proj and down_proj exist), layer 1 of 8 experts, top 2.
+MOE_SIZES = dict(
+    vocab_size=VOCAB,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    embed_dim=64,
+    intermediate_dim=128,
+    moe_intermediate_dim=32,
+    num_experts=8,
+    top_k=2,
+    head_dim=16,
+    mlp_only_layers=[0],
+)
+MOE_COEF = 0.5  # large, so that the term is a visible share of the loss and the update
+
+
+def _tiny_moe_folder(folder):
+    """transformers' Qwen3-MoE of MOE_SIZES saved in `folder` (weights and config.json only: the run
+    keeps the tiny checkpoint's tokenizer); rank 0 writes it, every rank waits for it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    from ftune_tiny_hf import build_tiny_hf
+
+    rank0 = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+    if rank0 and not (folder / "config.json").exists():
+        s = MOE_SIZES
+        build_tiny_hf(
+            "qwen3_moe",
+            vocab_size=s["vocab_size"],
+            intermediate_size=s["intermediate_dim"],
+            head_dim=s["head_dim"],
+            mlp_only_layers=s["mlp_only_layers"],
+            max_position_embeddings=512,
+        ).save_pretrained(folder)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    return folder
+
+
+def mixture_of_experts(run, tmp_path):
+    """A Qwen3-MoE model trains: its load-balancing loss of the policy's own forward enters the step's
+    loss once (the loss with coefficient c is the loss at 0 plus c * aux_loss) and reaches the gradient
+    (the weights one step leaves differ with the term on and off); aux_loss is logged either way."""
+    from run_logs import _column, _weights
+
+    folder = _tiny_moe_folder(tmp_path / "moe")
+    moe = [
+        "model=ftune.models.qwen3_moe.qwen3_moe",
+        *[f"model.{k}={v}".replace(" ", "") for k, v in MOE_SIZES.items()],
+        f"checkpointer.checkpoint_dir={folder}",
+        "max_steps=1",
+        "lr_scheduler.num_warmup_steps=0",  # step 1 updates the weights
+    ]
+    runs = {}
+    for coef in (MOE_COEF, 0.0):
+        logs, out = run(*moe, f"model.aux_loss_coef={coef}", output_dir=tmp_path / f"coef_{coef}")
+        runs[coef] = (losses(logs)[0], _column(logs, "aux_loss")[0], _weights(out / "step_1"))
+    (on, on_aux, on_w), (off, off_aux, off_w) = runs[MOE_COEF], runs[0.0]
+    # top_k (2) for perfectly even routing, up to num_experts (8) when every token picks the same two.
+    assert 1.9 < on_aux < 8.0 and on_aux == pytest.approx(off_aux, rel=1e-6), (on_aux, off_aux)
+    assert on == pytest.approx(off + MOE_COEF * on_aux, rel=1e-5), f"loss {on}, without the term {off}"
+    assert any(not torch.equal(on_w[k], off_w[k]) for k in on_w), "the term did not reach the gradient"

@@ -34,6 +34,11 @@ import ftune.quantization.quantizers
 from ftune import training
 from ftune.checkpointing.qat_ranges import is_range_key
 from ftune.peft import DoRALinear, LoRALinear
+from ftune.training.methods import distill_loss as distill_loss_module
+from ftune.training.methods import grpo_loss as grpo_loss_module
+from ftune.training.methods import preference_loss as preference_loss_module
+from ftune.training.step import token_loss as token_loss_module
+from ftune.training.step.aux_loss import with_aux_loss
 
 Patch = Callable[[pytest.MonkeyPatch], None]
 
@@ -140,6 +145,17 @@ def _ranges_frozen(real):
 
 def _noop(result: Callable[..., Any]):
     return lambda real: result
+
+
+def _aux_term_logged_not_added(mp: pytest.MonkeyPatch) -> None:
+    """Every loss helper logs the MoE balancing loss but leaves it out of the loss (a helper that forgot
+    the term), patched where each helper looks ``with_aux_loss`` up."""
+
+    def logged_only(model, batch, loss):
+        return training.Loss(loss.sum, loss.count, with_aux_loss(model, batch, loss).metrics)
+
+    for module in (token_loss_module, preference_loss_module, grpo_loss_module, distill_loss_module):
+        mp.setattr(module, "with_aux_loss", logged_only)
 
 
 MUTANTS: dict[str, tuple[Mutant, ...]] = {
@@ -329,6 +345,13 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
             "kd_loss_without_teacher",
             "ftune.training.KDLoss.chunk_loss",
             _wrap(training.KDLoss, "chunk_loss", _no_kl),
+        ),
+    ),
+    "mixture_of_experts": (
+        Mutant(
+            "aux_term_logged_not_added",
+            "with_aux_loss of ftune.training's four loss helpers",
+            _aux_term_logged_not_added,
         ),
     ),
     "fsdp2": (
