@@ -56,6 +56,14 @@ STYLE = {
     "llama2": "spm",
     "mistral": "spm",
     "gemma3": "gemma",
+    "qwen2": "qwen2",
+    "code_llama2": "spm",
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "phi3": "spm",
+    "phi4": "llama3",  # Phi-4's tiktoken-style split is Llama 3's regex
+    "qwen3_moe": "qwen2",
+    "mixtral": "spm",
 }
 # What GGUF can hold, per family: Gemma 3's fixed 5 local : 1 global pattern and query scale head_dim
 # (llama.cpp's); Llama 3.1/3.2 scaling with Llama 3's constants (the file keeps only the divisors,
@@ -66,6 +74,8 @@ _SCALING = dict(
 OVERRIDES = {
     "llama3_1": dict(rope_scaling={**_SCALING, "factor": 8.0}, vocab_size=VOCAB),
     "llama3_2": dict(rope_scaling={**_SCALING, "factor": 32.0}, vocab_size=VOCAB),
+    # llama.cpp scales Gemma 2's queries by 1/sqrt(head_dim) (but for the 27B).
+    "gemma2": dict(query_pre_attn_scalar=16, vocab_size=VOCAB),
     "gemma3": dict(
         num_hidden_layers=6,
         layer_types=["sliding_attention"] * 5 + ["full_attention"],

@@ -8,7 +8,8 @@ f32, f16, bf16 and q8_0 are what llama.cpp's `convert_hf_to_gguf.py` writes: eve
 type. q4_0 and the K-quant files are what `llama-quantize` makes of an F32/F16 file (without an
 importance matrix), tensor by tensor, because its choices are what people compare against:
 
-- 1-D tensors (norms, biases, `rope_freqs`) and every `*_norm.weight` stay F32.
+- 1-D tensors (norms, biases, `rope_freqs`), every `*_norm.weight` and a mixture of experts' router
+  (`ffn_gate_inp`, small, and every token's routing depends on it) stay F32.
 - The output projection (token_embd when tied) gets Q6_K in every 4- to 6-bit file: the logits see
   all of its error, and it is one tensor. Where its rows are not whole blocks of the file's main type
   it gets Q8_0 instead.
@@ -112,7 +113,11 @@ def tensor_type(
         wide_attn_v: llama.cpp's 70B rule applies (80-layer llama with grouped-query attention, or
             80-layer qwen2).
     """
-    if len(shape) < 2 or name.endswith("_norm.weight") or name == "rope_freqs.weight":
+    if (
+        len(shape) < 2
+        or name.endswith(("_norm.weight", "ffn_gate_inp.weight"))
+        or name == "rope_freqs.weight"
+    ):
         return GGMLType.F32
     cols = shape[-1]
     qtype = ftype.matrix
