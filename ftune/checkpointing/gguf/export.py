@@ -47,7 +47,7 @@ from ftune.checkpointing.inference import merge_adapter_folder
 from ftune.checkpointing.model_build import HF_CONFIG_FILE
 from ftune.checkpointing.readers import read_json
 from ftune.config.gguf_args import check_model_folder, modelfile_path
-from ftune.models import text_model_config
+from ftune.models import builder_kwargs, text_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,11 @@ def export_gguf(
     extra = write_hparams(writer, family, config, source=folder)
     info = write_tokenizer(writer, folder, vocab_size=vocab_size, source=folder)
     tensors.update(extra)
-    mix = {"tied": tied, "num_layers": layers}
+    mix = {
+        "tied": tied,
+        "num_layers": layers,
+        "num_experts": int(builder_kwargs(config, family).get("num_experts", 0)),
+    }
     mix["wide_attn_v"] = wide_attn_v(arch, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads)
     types = _add_tensor_infos(writer, tensors, ftype, mix)
     out = Path(output)
