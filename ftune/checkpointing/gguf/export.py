@@ -9,8 +9,9 @@ or DoRA step folder) is merged into it first, as `ftune run generate` merges it.
 llama.cpp's own `convert_hf_to_gguf.py` writes (`export_meta`, `export_vocab`,
 `export_tensors`), and an Ollama Modelfile is written beside it (`write_modelfile`).
 
-Families: llama (SmolLM2, Llama 2, 3, 3.1, 3.2), mistral (a llama file), qwen2 (ftune's qwen2_5),
-qwen3, gemma3. Types: f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q4_k_m, q4_k_s, q4_0
+Families: every ftune family, as `export_meta.ARCHITECTURES` maps it (llama files for SmolLM2,
+Llama 2/3/3.x, Code Llama, Mistral and Mixtral; qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3,
+phi3 for Phi-3 and Phi-4). Types: f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q4_k_m, q4_k_s, q4_0
 (`export_types.FILE_TYPES`, which also says which tensor gets which type).
 """
 

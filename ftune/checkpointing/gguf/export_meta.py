@@ -4,11 +4,12 @@
     extra = write_hparams(writer, "llama3_1", config, source=folder)   # {"rope_freqs.weight": ...}
 
 The keys and values are those llama.cpp's `convert_hf_to_gguf.py` writes for each architecture
-(Mistral is a llama file there too). The sizes come from `ftune.models.builder_kwargs`, the one
-reading of config.json that ftune's model builders use, so a file describes the model ftune trained.
-What llama.cpp cannot represent is refused with the reason, never written approximately: a Gemma 3
-whose layers do not follow its fixed local/global pattern, a local RoPE base other than 10000, or a
-query scale llama.cpp does not derive.
+(Mistral and Mixtral are llama files there too). The sizes come from `ftune.models.builder_kwargs`,
+the one reading of config.json that ftune's model builders use, so a file describes the model ftune
+trained. What llama.cpp cannot represent is refused with the reason, never written approximately: a
+Gemma 3 or Gemma 2 whose layers do not follow llama.cpp's fixed local/global pattern or whose query
+scale llama.cpp does not derive, a Gemma 3 local RoPE base other than 10000, a Gemma 2 without
+soft-caps, a Qwen3-MoE routed otherwise than llama.cpp's qwen3moe graph routes.
 """
 
 from __future__ import annotations
