@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import gguf
+import numpy as np
 import pytest
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -240,3 +241,33 @@ def test_llama_q_k_rows_are_permuted_as_llama_cpp_expects(exported: dict) -> Non
         for j in range(head_dim // 2):
             for s in range(2):
                 assert torch.equal(q[h * head_dim + 2 * j + s], w[h * head_dim + s * head_dim // 2 + j])
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_experts_are_stacked_as_llama_cpp_expects(family: str, exported: dict, tmp_path: Path) -> None:
+    # ffn_{gate,up}_exps[e] is expert e's (ffn, hidden) matrix, ffn_down_exps[e] its (hidden, ffn) one,
+    # ffn_gate_inp the router; llama.cpp reads them so (test_gguf_export_llama_cpp.py), and a Q8_0
+    # file holds each stacked tensor's Q8_0 blocks, the router in F32.
+    folder, path = exported[family]
+    import transformers
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
+    experts = hf["model.layers.1.mlp.experts.gate_up_proj"]  # transformers 5 fuses them in memory: (E, 2I, H)
+    gate, up = experts.chunk(2, dim=1)
+    want = {
+        "blk.1.ffn_gate_exps.weight": gate,
+        "blk.1.ffn_up_exps.weight": up,
+        "blk.1.ffn_down_exps.weight": hf["model.layers.1.mlp.experts.down_proj"],
+        "blk.1.ffn_gate_inp.weight": hf["model.layers.1.mlp.gate.weight"],
+    }
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    for name, value in want.items():
+        assert torch.equal(torch.from_numpy(tensors[name].data.copy()), value), name
+    q8 = {
+        t.name: t
+        for t in gguf.GGUFReader(export_gguf(folder, tmp_path / "q8.gguf", file_type="q8_0").path).tensors
+    }
+    assert q8["blk.1.ffn_gate_inp.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    for name in list(want)[:3]:
+        reference = gguf.quants.quantize(want[name].numpy(), gguf.GGMLQuantizationType.Q8_0)
+        assert np.array_equal(np.asarray(q8[name].data), reference), name
