@@ -56,8 +56,9 @@ def gguf_tensors(
         name = names.get_name(stem)
         if name is None or suffix not in ("weight", "bias"):
             raise KeyError(
-                f"tensor {key!r} has no llama.cpp counterpart in a {arch!r} GGUF file; ftune exports the "
-                "decoder weights of the families `export_meta.ARCHITECTURES` names only."
+                f"tensor {key!r} has no llama.cpp counterpart in a {arch!r} GGUF file, which holds only the "
+                "decoder weights llama.cpp's own converter writes. Export a checkpoint of the model alone "
+                "(no extra modules), or merge adapters into it first (ftune export gguf --adapter)."
             )
         kind = name.rpartition(".")[2]
         if arch == "llama" and kind in ("attn_q", "attn_k"):
