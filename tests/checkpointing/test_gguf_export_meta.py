@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import gguf
 import pytest
+import torch
 
 from ftune.checkpointing.families import known_families
 from ftune.checkpointing.gguf.export_meta import ARCHITECTURES, architecture, write_hparams
+from ftune.checkpointing.gguf.export_tensors import gguf_tensors
 
 
 def test_every_family_ftune_trains_has_a_llama_cpp_architecture() -> None:
@@ -39,3 +41,26 @@ def test_gemma2_query_scale_is_head_dim_but_for_the_27b() -> None:
         ValueError, match="9b: this Gemma 2 model .* query_pre_attn_scalar is 144, llama.cpp derives 256"
     ):
         write_hparams(gguf.GGUFWriter(None, "gemma2"), "gemma2", _gemma2(42, 3584, 256, 144), source="9b")
+
+
+def test_experts_stack_without_a_copy_when_they_are_views_of_one_tensor() -> None:
+    stacked = torch.randn(4, 6, 3)  # (experts, ffn, hidden): ftune's layout, handed out as views
+    gate = {f"model.layers.0.mlp.experts.{e}.gate_proj.weight": stacked[e, :2] for e in range(4)}
+    up = {f"model.layers.0.mlp.experts.{e}.up_proj.weight": stacked[e, 2:] for e in range(4)}
+    out = gguf_tensors({**gate, **up}, arch="qwen3moe", num_heads=1, num_kv_heads=1, num_layers=1)
+    assert torch.equal(out["blk.0.ffn_gate_exps.weight"], stacked[:, :2])
+    assert torch.equal(out["blk.0.ffn_up_exps.weight"], stacked[:, 2:])
+    assert (
+        out["blk.0.ffn_up_exps.weight"].untyped_storage().data_ptr() == stacked.untyped_storage().data_ptr()
+    )
+    copies = {k: v.clone() for k, v in up.items()}  # separate tensors: stacked into a new one
+    again = gguf_tensors(copies, arch="qwen3moe", num_heads=1, num_kv_heads=1, num_layers=1)
+    assert torch.equal(again["blk.0.ffn_up_exps.weight"], stacked[:, 2:])
+    with pytest.raises(KeyError, match=r"expert indices \[0, 1, 3\] are not 0..2"):
+        gguf_tensors(
+            {k: v for k, v in up.items() if ".2." not in k},
+            arch="qwen3moe",
+            num_heads=1,
+            num_kv_heads=1,
+            num_layers=1,
+        )

@@ -96,7 +96,30 @@ def _stack_experts(hf_state: Mapping[str, torch.Tensor]) -> Iterator[tuple[str, 
                 f"{group[0]}.<e>.{group[1]}.weight: expert indices {sorted(experts)} are not 0..{len(experts) - 1}; "
                 "every expert of a layer must be in the checkpoint."
             )
-        yield f"{group[0]}.{group[1]}.weight", torch.stack([experts[e] for e in range(len(experts))])
+        yield f"{group[0]}.{group[1]}.weight", _stacked([experts[e] for e in range(len(experts))])
+
+
+def _stacked(parts: list[torch.Tensor]) -> torch.Tensor:
+    """`torch.stack(parts)`, as a view where the parts are equally spaced views of one tensor.
+
+    ftune holds each layer's experts stacked and hands them to the HF converter as per-expert views;
+    viewing them stacked again keeps an export of a large mixture of experts at one copy of its weights.
+    """
+    first = parts[0]
+    same = all(
+        p.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        and p.shape == first.shape
+        and p.stride() == first.stride()
+        for p in parts
+    )
+    step = parts[1].storage_offset() - first.storage_offset() if len(parts) > 1 else 0
+    if (
+        same
+        and step > 0
+        and all(p.storage_offset() == first.storage_offset() + e * step for e, p in enumerate(parts))
+    ):
+        return first.as_strided((len(parts), *first.shape), (step, *first.stride()), first.storage_offset())
+    return torch.stack(parts)
 
 
 def to_numpy(value: torch.Tensor) -> np.ndarray:
