@@ -1,6 +1,6 @@
-"""GGUF export metadata (ftune.checkpointing.gguf.export_meta): every ftune family has a llama.cpp
-architecture, an unknown one is refused with the list, and the Gemma 2 query-scale rule of the 27B
-(which no tiny model reaches) is llama.cpp's."""
+"""GGUF export metadata and layout (export_meta, export_tensors): every ftune family has a llama.cpp
+architecture, an unknown one is refused with the list, the Gemma 2 query-scale rule of the 27B (which
+no tiny model reaches) is llama.cpp's, and experts are stacked without a copy where they can be."""
 
 from __future__ import annotations
 
