@@ -1,6 +1,7 @@
 """GGUF export (ftune.checkpointing.gguf.export): tiny seeded models of every exported family, written
-as F32 GGUF files and read back by ftune's own importer (`ftune convert gguf`: llama-architecture
-and gemma3 files) and by transformers' GGUF loader (every family): equal logits, equal weights.
+as F32 GGUF files and read back by ftune's own importer (`ftune convert gguf`: dense llama-architecture
+and gemma3 files) and by transformers' GGUF loader (every family but Gemma and Mixtral, which it does
+not read): equal logits, equal weights.
 
 The helpers here (tiny HF folders with a trained tokenizer) are imported by the other
 tests/checkpointing/test_gguf_export_*.py files.
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import gguf
+import numpy as np
 import pytest
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -56,6 +58,14 @@ STYLE = {
     "llama2": "spm",
     "mistral": "spm",
     "gemma3": "gemma",
+    "qwen2": "qwen2",
+    "code_llama2": "spm",
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "phi3": "spm",
+    "phi4": "llama3",  # Phi-4's tiktoken-style split is Llama 3's regex
+    "qwen3_moe": "qwen2",
+    "mixtral": "spm",
 }
 # What GGUF can hold, per family: Gemma 3's fixed 5 local : 1 global pattern and query scale head_dim
 # (llama.cpp's); Llama 3.1/3.2 scaling with Llama 3's constants (the file keeps only the divisors,
@@ -66,6 +76,8 @@ _SCALING = dict(
 OVERRIDES = {
     "llama3_1": dict(rope_scaling={**_SCALING, "factor": 8.0}, vocab_size=VOCAB),
     "llama3_2": dict(rope_scaling={**_SCALING, "factor": 32.0}, vocab_size=VOCAB),
+    # llama.cpp scales Gemma 2's queries by 1/sqrt(head_dim) (but for the 27B).
+    "gemma2": dict(query_pre_attn_scalar=16, vocab_size=VOCAB),
     "gemma3": dict(
         num_hidden_layers=6,
         layer_types=["sliding_attention"] * 5 + ["full_attention"],
@@ -149,8 +161,11 @@ def tiny_folder(folder: Path, family: str, *, seed: int = 0, **sizes: Any) -> Pa
 
 
 FAMILIES = sorted(STYLE)
-# Files ftune's importer reads: llama-architecture (Llama, SmolLM2, Mistral) and gemma3.
-IMPORTABLE = [f for f in FAMILIES if f not in ("qwen2_5", "qwen3")]
+# Files ftune's importer reads: dense llama-architecture (Llama, SmolLM2, Mistral, Code Llama) and gemma3.
+IMPORTABLE = ["code_llama2", "gemma3", "llama2", "llama3", "llama3_1", "llama3_2", "mistral", "smollm2"]
+# Files transformers' GGUF loader reads: all but Gemma (1) (no "gemma" architecture there) and Mixtral
+# (a llama file with experts, which its llama loader does not take).
+TRANSFORMERS_READS = [f for f in FAMILIES if f not in ("gemma", "mixtral")]
 
 
 @pytest.fixture(scope="module")
@@ -191,11 +206,15 @@ _NOT_READ_BY_TRANSFORMERS = {
     "llama3_1": ("rope_scaling",),
     "llama3_2": ("rope_scaling",),
     "qwen3": ("head_dim",),
+    "qwen3_moe": ("head_dim", "moe_intermediate_size"),
+    "gemma2": ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"),
     "gemma3": ("rope_parameters", "query_pre_attn_scalar"),
+    "phi3": ("pad_token_id", "sliding_window"),  # the tiny config's pad id 32000 is past its vocabulary
+    "phi4": ("pad_token_id",),
 }
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TRANSFORMERS_READS)
 def test_f32_export_loads_in_transformers_with_equal_logits(family: str, exported: dict) -> None:
     import transformers
 
@@ -222,3 +241,33 @@ def test_llama_q_k_rows_are_permuted_as_llama_cpp_expects(exported: dict) -> Non
         for j in range(head_dim // 2):
             for s in range(2):
                 assert torch.equal(q[h * head_dim + 2 * j + s], w[h * head_dim + s * head_dim // 2 + j])
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_experts_are_stacked_as_llama_cpp_expects(family: str, exported: dict, tmp_path: Path) -> None:
+    # ffn_{gate,up}_exps[e] is expert e's (ffn, hidden) matrix, ffn_down_exps[e] its (hidden, ffn) one,
+    # ffn_gate_inp the router; llama.cpp reads them so (test_gguf_export_llama_cpp.py), and a Q8_0
+    # file holds each stacked tensor's Q8_0 blocks, the router in F32.
+    folder, path = exported[family]
+    import transformers
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
+    experts = hf["model.layers.1.mlp.experts.gate_up_proj"]  # transformers 5 fuses them in memory: (E, 2I, H)
+    gate, up = experts.chunk(2, dim=1)
+    want = {
+        "blk.1.ffn_gate_exps.weight": gate,
+        "blk.1.ffn_up_exps.weight": up,
+        "blk.1.ffn_down_exps.weight": hf["model.layers.1.mlp.experts.down_proj"],
+        "blk.1.ffn_gate_inp.weight": hf["model.layers.1.mlp.gate.weight"],
+    }
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    for name, value in want.items():
+        assert torch.equal(torch.from_numpy(tensors[name].data.copy()), value), name
+    q8 = {
+        t.name: t
+        for t in gguf.GGUFReader(export_gguf(folder, tmp_path / "q8.gguf", file_type="q8_0").path).tensors
+    }
+    assert q8["blk.1.ffn_gate_inp.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    for name in list(want)[:3]:
+        reference = gguf.quants.quantize(want[name].numpy(), gguf.GGMLQuantizationType.Q8_0)
+        assert np.array_equal(np.asarray(q8[name].data), reference), name

@@ -190,3 +190,29 @@ def test_rules_the_tiny_model_does_not_reach() -> None:
     assert wide_attn_v("qwen2", num_layers=80, num_heads=64, num_kv_heads=8)
     assert not wide_attn_v("qwen3", num_layers=80, num_heads=64, num_kv_heads=8)
     assert not wide_attn_v("llama", num_layers=32, num_heads=32, num_kv_heads=8)
+
+
+def test_rules_of_fused_attention_and_experts() -> None:
+    """Phi-3's attn_qkv takes attn_v's rules; 8 experts give Q8_0 attn_k/attn_v in every file and Q5_K
+    attn_output in q4_k_*; the router stays F32 (each checked live against llama-quantize in
+    test_gguf_export_kquants_llama_cpp.py)."""
+    k_m, k_s = FILE_TYPES["q4_k_m"], FILE_TYPES["q4_k_s"]
+    qkv = ("blk.0.attn_qkv.weight", (768, 256))
+    assert tensor_type(*qkv, k_m, tied=False, num_layers=8) == Q.Q6_K
+    assert tensor_type("blk.1.attn_qkv.weight", (768, 256), k_m, tied=False, num_layers=8) == Q.Q4_K
+    assert tensor_type(*qkv, k_s, tied=False, num_layers=8) == Q.Q5_K
+    for kind in ("attn_k", "attn_v"):
+        for name in ("q4_0", "q4_k_m", "q6_k"):
+            got = tensor_type(f"blk.1.{kind}.weight", (128, 256), FILE_TYPES[name], tied=False, num_experts=8)
+            assert got == Q.Q8_0, (kind, name)
+        assert (
+            tensor_type(f"blk.1.{kind}.weight", (128, 256), k_m, tied=False, num_layers=8, num_experts=16)
+            == Q.Q4_K
+        )
+    out = ("blk.1.attn_output.weight", (256, 256))
+    assert tensor_type(*out, k_s, tied=False, num_layers=8, num_experts=8) == Q.Q5_K
+    assert tensor_type(*out, FILE_TYPES["q5_k_m"], tied=False, num_layers=8, num_experts=8) == Q.Q5_K
+    assert tensor_type(*out, FILE_TYPES["q6_k"], tied=False, num_layers=8, num_experts=8) == Q.Q6_K
+    assert tensor_type(*out, k_m, tied=False, num_layers=8, num_experts=4) == Q.Q4_K
+    for name in ("f16", "q8_0", "q4_k_m"):
+        assert tensor_type("blk.0.ffn_gate_inp.weight", (8, 256), FILE_TYPES[name], tied=False) == Q.F32

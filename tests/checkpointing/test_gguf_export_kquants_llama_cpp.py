@@ -15,7 +15,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from kquant_case import LLAMA_FTYPES, k_folder, llama_quantize, put_probe
+from kquant_case import LLAMA_FTYPES, SIZES, k_folder, llama_quantize, put_probe
+from test_gguf_export import tiny_folder
 
 from ftune.checkpointing.gguf.export import export_gguf
 
@@ -59,3 +60,41 @@ def test_probe_rows_are_byte_equal_to_llama_quantize(model: tuple[Path, Path], t
         assert tensor.tensor_type.name == qtype
         ours = quantize_k(probe, gguf.GGMLQuantizationType[qtype])
         np.testing.assert_array_equal(ours, np.asarray(tensor.data)[: len(probe)], err_msg=qtype)
+
+
+# The families whose tensors meet llama-quantize's other rules: Phi-3's fused attn_qkv (attn_v's
+# rules), and 8 experts (Mixtral's shape: Q8_0 attn_k/attn_v, Q5_K attn_output in q4_k_*) in both
+# MoE layouts; Gemma 2's post-norms. Rows of 256 everywhere (whole K-quant blocks).
+_FAMILY_SIZES = {
+    "phi3": {},
+    "qwen3_moe": dict(moe_intermediate_size=256, head_dim=64),
+    "mixtral": {},
+    "gemma2": dict(head_dim=64, query_pre_attn_scalar=64),
+}
+
+
+@pytest.fixture(scope="module")
+def family_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    out = {}
+    for family, extra in _FAMILY_SIZES.items():
+        root = tmp_path_factory.mktemp(family)
+        sizes = {**SIZES, "intermediate_size": 512, **extra}
+        folder = tiny_folder(root / "model", family, **sizes)
+        out[family] = folder, export_gguf(folder, root / "f32.gguf", file_type="f32").path
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(LLAMA_FTYPES))
+@pytest.mark.parametrize("family", sorted(_FAMILY_SIZES))
+def test_other_families_are_byte_equal_to_llama_quantize(
+    family: str, name: str, family_models: dict, tmp_path: Path
+) -> None:
+    folder, f32 = family_models[family]
+    theirs = {t.name: t for t in gguf.GGUFReader(llama_quantize(f32, tmp_path / "theirs.gguf", name)).tensors}
+    ours = gguf.GGUFReader(export_gguf(folder, tmp_path / "ours.gguf", file_type=name).path).tensors
+    assert sorted(t.name for t in ours) == sorted(theirs)
+    for t in ours:
+        assert t.tensor_type == theirs[t.name].tensor_type, t.name
+        assert np.array_equal(np.asarray(t.data), np.asarray(theirs[t.name].data)), (
+            f"{name}: {t.name} differs"
+        )

@@ -3,9 +3,16 @@
 Every exported family loads in llama.cpp, tokenizes the text suite token for token as the model's
 tokenizer.json does, and gives ftune's logits and greedy tokens. The KV cache is kept in F32
 (type_k/type_v=0) so that only the model's arithmetic differs. Measured on these seeded tiny models
-(2 CPU cores, llama.cpp built from the 0.3.36 sdist): max |logit difference| about 2e-6 for the llama,
-mistral, qwen2 and qwen3 files; 8e-3 for gemma3 (logits up to 7.3), which we have not traced further
-(ggml's GELU is a candidate). With llama.cpp's default F16 KV cache the differences are about 2e-3.
+(2 CPU cores, llama.cpp built from the 0.3.36 sdist): max |logit difference| about 3e-6 for the llama,
+code llama, mistral, mixtral, qwen2, qwen3, qwen3-moe and phi3 files; 8e-3 for gemma3 (logits up to
+7.3) and 3e-3 for gemma and gemma2, which we have not traced further (ggml's GELU, the one operation
+the three share and the others lack, is a candidate). With llama.cpp's default F16 KV cache the
+differences are about 2e-3.
+
+llama.cpp ignores the sliding window of Mistral, Mixtral and Phi-3 (it attends to the whole context;
+the export logs a warning). The tiny Phi-3 and Mixtral have a window of 24: on 40 tokens llama.cpp
+gives ftune's logits (3e-6) up to position 24 and differs by 0.3 to 3.3 after it. The sequences
+here stay under 24 tokens.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from ftune.checkpointing.gguf.export import export_gguf
 llama_cpp = pytest.importorskip("llama_cpp", reason="pip install llama-cpp-python==0.3.36 (builds llama.cpp)")
 pytestmark = [pytest.mark.llama_cpp, pytest.mark.usefixtures("one_thread")]
 
-TOLERANCE = {"gemma3": 0.02}  # else 1e-5
+TOLERANCE = {"gemma": 0.02, "gemma2": 0.02, "gemma3": 0.02}  # else 1e-5
 F32 = 0  # GGML_TYPE_F32, for the KV cache
 
 

@@ -28,11 +28,13 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 RANK, ALPHA = 4, 8.0
 
 
-def lora_step(root: Path, family: str, *, use_dora: bool = False) -> tuple[Path, Path]:
+def lora_step(
+    root: Path, family: str, *, use_dora: bool = False, targets: list[str] = TARGETS
+) -> tuple[Path, Path]:
     """A tiny base folder of `family` and a saved LoRA step folder whose adapters are off their zero init."""
     folder = tiny_folder(root / "base", family)
     model = load_hf(folder).eval()
-    apply_lora(model, targets=TARGETS, rank=RANK, alpha=ALPHA, use_dora=use_dora)
+    apply_lora(model, targets=targets, rank=RANK, alpha=ALPHA, use_dora=use_dora)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for value in adapter_state_dict(model).values():
@@ -137,3 +139,16 @@ def test_command_writes_the_adapter_and_refuses_k_quant_types(tmp_path: Path, ca
     assert "--adapter-only writes a LoRA step folder's adapter, unmerged, but no --adapter was given" in (
         capsys.readouterr().err
     )
+
+
+def test_expert_adapters_are_refused_unmerged_and_merge(tmp_path: Path) -> None:
+    folder, step = lora_step(tmp_path, "qwen3_moe", targets=["q_proj", "experts"])
+    with pytest.raises(
+        ValueError, match=r"the adapter changes model\.layers\.0\.mlp\.experts \(every expert"
+    ):
+        export_lora_gguf(folder, step, tmp_path / "a.gguf", file_type="f32")
+    assert not (tmp_path / "a.gguf").exists()
+    merged = export_gguf(folder, tmp_path / "m.gguf", file_type="f32", adapter_dir=step)
+    base = export_gguf(folder, tmp_path / "b.gguf", file_type="f32")
+    ours, theirs = _tensors(merged.path), _tensors(base.path)
+    assert not np.array_equal(ours["blk.0.ffn_up_exps.weight"], theirs["blk.0.ffn_up_exps.weight"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -112,3 +113,29 @@ def test_gemma3_layout_llama_cpp_cannot_run_is_refused(tmp_path: Path, capsys) -
     assert ftune_main(["export", "gguf", str(folder), str(tmp_path / "g.gguf"), "--type", "f16"]) == 1
     err = capsys.readouterr().err
     assert "this Gemma 3 model cannot run in llama.cpp as ftune runs it: query_pre_attn_scalar is 24" in err
+
+
+def test_gemma2_without_soft_caps_is_refused(tmp_path: Path, capsys) -> None:
+    folder = tiny_folder(tmp_path / "g", "gemma2")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(attn_logit_softcapping=None, query_pre_attn_scalar=24)
+    (folder / "config.json").write_text(json.dumps(config))
+    assert ftune_main(["export", "gguf", str(folder), str(tmp_path / "g.gguf"), "--type", "f16"]) == 1
+    err = capsys.readouterr().err
+    assert "this Gemma 2 model cannot run in llama.cpp as ftune runs it: query_pre_attn_scalar is 24" in err
+    assert "attn_logit_softcapping is null (llama.cpp always caps Gemma 2)" in err and "Traceback" not in err
+    assert not (tmp_path / "g.gguf").exists()
+
+
+def test_qwen3_moe_routing_llama_cpp_does_not_run_is_refused(tmp_path: Path, capsys) -> None:
+    folder = tiny_folder(tmp_path / "q", "qwen3_moe")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(norm_topk_prob=False, mlp_only_layers=[1])
+    (folder / "config.json").write_text(json.dumps(config))
+    assert ftune_main(["export", "gguf", str(folder), str(tmp_path / "q.gguf"), "--type", "q8_0"]) == 1
+    err = capsys.readouterr().err
+    assert "this qwen3_moe model cannot run in llama.cpp as ftune runs it: norm_topk_prob is false" in err
+    assert (
+        "mlp_only_layers=[1], decoder_sparse_step=1 (llama.cpp makes every layer a mixture of experts)" in err
+    )
+    assert not (tmp_path / "q.gguf").exists()

@@ -9,8 +9,9 @@ or DoRA step folder) is merged into it first, as `ftune run generate` merges it.
 llama.cpp's own `convert_hf_to_gguf.py` writes (`export_meta`, `export_vocab`,
 `export_tensors`), and an Ollama Modelfile is written beside it (`write_modelfile`).
 
-Families: llama (SmolLM2, Llama 2, 3, 3.1, 3.2), mistral (a llama file), qwen2 (ftune's qwen2_5),
-qwen3, gemma3. Types: f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q4_k_m, q4_k_s, q4_0
+Families: every ftune family, as `export_meta.ARCHITECTURES` maps it (llama files for SmolLM2,
+Llama 2/3/3.x, Code Llama, Mistral and Mixtral; qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3,
+phi3 for Phi-3 and Phi-4). Types: f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q4_k_m, q4_k_s, q4_0
 (`export_types.FILE_TYPES`, which also says which tensor gets which type).
 """
 
@@ -47,7 +48,7 @@ from ftune.checkpointing.inference import merge_adapter_folder
 from ftune.checkpointing.model_build import HF_CONFIG_FILE
 from ftune.checkpointing.readers import read_json
 from ftune.config.gguf_args import check_model_folder, modelfile_path
-from ftune.models import text_model_config
+from ftune.models import builder_kwargs, text_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,11 @@ def export_gguf(
     extra = write_hparams(writer, family, config, source=folder)
     info = write_tokenizer(writer, folder, vocab_size=vocab_size, source=folder)
     tensors.update(extra)
-    mix = {"tied": tied, "num_layers": layers}
+    mix = {
+        "tied": tied,
+        "num_layers": layers,
+        "num_experts": int(builder_kwargs(config, family).get("num_experts", 0)),
+    }
     mix["wide_attn_v"] = wide_attn_v(arch, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads)
     types = _add_tensor_infos(writer, tensors, ftype, mix)
     out = Path(output)

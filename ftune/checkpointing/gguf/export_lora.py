@@ -104,6 +104,13 @@ def export_lora_gguf(
                 "applies no adapter there. Export the model merged instead (ftune export gguf without "
                 "--adapter-only), or train without lm_head in the LoRA targets."
             )
+        if module.endswith(".experts"):
+            raise ValueError(
+                f"{adapter}: the adapter changes {module} (every expert of a mixture-of-experts layer); "
+                "ftune writes llama.cpp adapters of 2-D weights only, not of stacked expert tensors. Export "
+                "the model merged instead (ftune export gguf without --adapter-only), or train without "
+                "'experts' in the LoRA targets."
+            )
         ((gguf_name, b_rows),) = gguf_tensors({f"{module}.weight": b}, **sizes, num_layers=layers).items()
         if a.shape[0] != b.shape[1]:
             raise ValueError(

@@ -8,7 +8,8 @@ f32, f16, bf16 and q8_0 are what llama.cpp's `convert_hf_to_gguf.py` writes: eve
 type. q4_0 and the K-quant files are what `llama-quantize` makes of an F32/F16 file (without an
 importance matrix), tensor by tensor, because its choices are what people compare against:
 
-- 1-D tensors (norms, biases, `rope_freqs`) and every `*_norm.weight` stay F32.
+- 1-D tensors (norms, biases, `rope_freqs`), every `*_norm.weight` and a mixture of experts' router
+  (`ffn_gate_inp`, small, and every token's routing depends on it) stay F32.
 - The output projection (token_embd when tied) gets Q6_K in every 4- to 6-bit file: the logits see
   all of its error, and it is one tensor. Where its rows are not whole blocks of the file's main type
   it gets Q8_0 instead.
@@ -16,7 +17,9 @@ importance matrix), tensor by tensor, because its choices are what people compar
   `ffn_down` (its inputs have the widest range) get Q6_K in the layers `use_more_bits` picks: the
   first and last eighth of the layers and every third layer between. `q4_k_s` gives Q5_K to the first
   4 `attn_v` and the first eighth of `ffn_down`. A 70B-shaped llama/qwen2 (80 layers, grouped-query
-  attention) gets Q5_K for the `attn_v` left in Q4_K. `q5_k_s` and `q6_k` are uniform.
+  attention) gets Q5_K for the `attn_v` left in Q4_K. `q5_k_s` and `q6_k` are uniform. Phi-3's fused
+  `attn_qkv` follows `attn_v`'s rules. A model of exactly 8 experts (Mixtral's shape) gets Q8_0
+  `attn_k` and `attn_v` in every file, and Q5_K `attn_output` in `q4_k_*` files.
 - A matrix whose rows are not whole 256-value blocks cannot hold a K-quant: it falls back to the
   32-block type of nearly its size (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), and a row that is not
   whole 32-blocks either goes F16. SmolLM2-135M's rows of 576 are such rows: most of its q4_k_m file
@@ -100,6 +103,7 @@ def tensor_type(
     tied: bool,
     num_layers: int = 0,
     wide_attn_v: bool = False,
+    num_experts: int = 0,
 ) -> GGMLType:
     """The GGML type tensor `name` (GGUF name, torch shape) gets in a `ftype` file.
 
@@ -111,13 +115,26 @@ def tensor_type(
         num_layers: decoder layers (the `*_k_m`/`q4_k_s` rules depend on the layer's position).
         wide_attn_v: llama.cpp's 70B rule applies (80-layer llama with grouped-query attention, or
             80-layer qwen2).
+        num_experts: experts of a mixture-of-experts model (0 for a dense one).
     """
-    if len(shape) < 2 or name.endswith("_norm.weight") or name == "rope_freqs.weight":
+    if (
+        len(shape) < 2
+        or name.endswith(("_norm.weight", "ffn_gate_inp.weight"))
+        or name == "rope_freqs.weight"
+    ):
         return GGMLType.F32
     cols = shape[-1]
     qtype = ftype.matrix
     if ftype.requantized:
-        qtype = _requantized(name, cols, ftype, tied=tied, num_layers=num_layers, wide_attn_v=wide_attn_v)
+        qtype = _requantized(
+            name,
+            cols,
+            ftype,
+            tied=tied,
+            num_layers=num_layers,
+            wide_attn_v=wide_attn_v,
+            num_experts=num_experts,
+        )
     if qtype in _FALLBACK and cols % gguf.GGML_QUANT_SIZES[qtype][0]:
         logger.info("%s: rows of %d are not whole 256-blocks; %s instead of %s", name, cols,
                     _FALLBACK[qtype].name, qtype.name)  # fmt: skip
@@ -136,7 +153,7 @@ def tensor_type(
 
 
 def _requantized(
-    name: str, cols: int, ftype: FileType, *, tied: bool, num_layers: int, wide_attn_v: bool
+    name: str, cols: int, ftype: FileType, *, tied: bool, num_layers: int, wide_attn_v: bool, num_experts: int
 ) -> GGMLType:
     """llama-quantize's type for a matrix before the block-size fallback (`llama_tensor_get_type`)."""
     qtype = ftype.matrix
@@ -149,13 +166,17 @@ def _requantized(
         return qtype
     layer, kind = int(match.group(1)), name[match.end() :]
     more = use_more_bits(layer, num_layers)
-    if kind.startswith("attn_v."):
+    if kind.startswith(("attn_v.", "attn_k.")) and num_experts == 8:
+        return GGMLType.Q8_0  # Mixtral-shaped: few, small attention matrices beside the experts
+    if kind.startswith(("attn_v.", "attn_qkv.")):
         if ftype.name in ("q4_k_m", "q5_k_m") and more:
             qtype = GGMLType.Q6_K
         elif ftype.name == "q4_k_s" and layer < 4:
             qtype = GGMLType.Q5_K
         if wide_attn_v and qtype == GGMLType.Q4_K:
             qtype = GGMLType.Q5_K
+    elif kind.startswith("attn_output.") and num_experts == 8 and ftype.name in ("q4_k_m", "q4_k_s"):
+        qtype = GGMLType.Q5_K
     elif kind.startswith("ffn_down"):
         if ftype.name in ("q4_k_m", "q5_k_m") and more:
             qtype = GGMLType.Q6_K
