@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 
 from ftune import registry
-from ftune.checkpointing import meta_model
 from ftune.cli.run import recipe_file
 from ftune.cli.validate import validate
 from ftune.config.errors import ConfigError
@@ -25,6 +24,7 @@ from ftune.config.run import report
 from ftune.config.trust import trust_packages
 from ftune.peft import apply_lora
 from ftune.planning import Plan, plan_config, shape_of, what_fits
+from ftune.planning.plan import model_of
 from ftune.planning.shapes import GIB
 
 _UNITS = {
@@ -60,9 +60,7 @@ def _lora_shape(cfg) -> object:
     """The config's model with LoRA rank 16 on every projection it has (what a LoRA config trains)."""
 
     def build():
-        ckpt = cfg.node.get("checkpointer")
-        folder = ckpt.get("checkpoint_dir") if ckpt is not None else None
-        model = meta_model(folder, cfg.node.get("model"), dtype=torch.float32)
+        model = model_of(cfg, "model", "checkpointer", torch.float32)
         names = {
             n.rsplit(".", 1)[-1] for n, m in model.layers[0].named_modules() if isinstance(m, torch.nn.Linear)
         }
@@ -89,7 +87,7 @@ def render(p: Plan, title: str) -> list[str]:
     width = max(len(k) for k in p.terms)
     lines += [f"  {name.ljust(width)}  {value / GIB:7.2f} GiB" for name, value in p.terms.items()]
     lines.append(f"  {'peak'.ljust(width)}  {p.peak_gib:7.2f} GiB")
-    return lines
+    return lines + [f"  ({note})" for note in p.notes]
 
 
 def main(argv: list[str]) -> int:

@@ -22,6 +22,7 @@ import torch
 from ftune import registry
 from ftune.checkpointing import meta_model
 from ftune.config.instantiate import instantiate
+from ftune.config.model_source import is_checkpoint_model
 from ftune.config.recipe_file import recipe_settings
 from ftune.planning import terms
 from ftune.planning.shapes import GIB, ModelShape, dtype_bytes, shape_of
@@ -147,6 +148,7 @@ def plan(
     shard = parallel.world_size if parallel.fsdp else 1
     tokens = work.rows * work.seq
     t: dict[str, float] = {}
+    notes: list[str] = []
     if work.device == "cpu":
         t["runtime (Python, torch, data)"] = CPU_RUNTIME_GIB * GIB
     t["weights"] = terms.weight_bytes(shape, e) / shard
@@ -170,7 +172,9 @@ def plan(
         step["activations"] = acts
     copies = 4 if work.method == "kd" else 3  # KD: the teacher's block of logits beside the student's
     loss_tokens = work.loss_tokens * work.rows // max(work.rollout_rows, 1) if work.loss_tokens else tokens
-    step["loss blocks"] = terms.loss_bytes(shape, loss_tokens, work.num_chunks, trains_output=full, copies=copies)
+    step["loss blocks"] = terms.loss_bytes(
+        shape, loss_tokens, work.num_chunks, trains_output=full, copies=copies
+    )
     if teacher is not None:
         step["teacher hidden states"] = terms.hidden_bytes(teacher, tokens, e)
     transient = sum(step.values())
@@ -189,12 +193,19 @@ def plan(
         rollout = terms.kv_cache_bytes(shape, work.rollout_rows, work.rollout_len, e)
         rollout += terms.inference_layer_bytes(shape, work.rollout_rows, 1, e)
         rollout += work.rollout_rows * shape.vocab_size * 4  # one step's fp32 logits
+        kv = terms.kv_cache_bytes(shape, work.rollout_rows, work.rollout_len, e)
         if rollout > train:
             step, transient = {"rollout KV cache (sampling peak)": rollout}, rollout
+        else:
+            notes.append(
+                f"sampling peaks lower: {rollout / GIB:.2f} GiB in place of the update's {train / GIB:.2f} GiB "
+                f"(its KV cache {kv / GIB:.2f} GiB: {shape.num_layers} layers x 2 x {work.rollout_rows} rows x "
+                f"{work.rollout_len} positions x {shape.kv_dim})"
+            )
     t.update(step)
     if work.device == "cpu":
         t["allocator (CPU heap)"] = CPU_ALLOCATOR_SHARE * transient
-    return Plan(terms=t, workload=work, shape=shape, parallelism=parallel, teacher=teacher)
+    return Plan(terms=t, workload=work, shape=shape, parallelism=parallel, teacher=teacher, notes=notes)
 
 
 def _component(node: Any) -> str:
@@ -249,12 +260,23 @@ def workload_of(cfg: Any, settings: Any) -> Workload:
     )
 
 
-def model_shape(cfg: Any, section: str, checkpointer: str, dtype: torch.dtype, *, peft: bool) -> ModelShape:
-    """The shape of the config's `section` model (built on the meta device, adapters applied)."""
+def model_of(cfg: Any, section: str, checkpointer: str, dtype: torch.dtype) -> torch.nn.Module:
+    """The config's `section` model on the meta device (its builder, or its checkpoint's config.json)."""
     node = cfg.node
     ckpt = node.get(checkpointer)
     folder = ckpt.get("checkpoint_dir") if ckpt is not None and hasattr(ckpt, "get") else None
-    model = meta_model(folder, node.get(section), dtype=dtype)
+    section_node = node.get(section)
+    if section_node is not None and not is_checkpoint_model(section_node):
+        folder = (
+            None  # the config's builder sizes the model: the plan reads no file (ftune validate checks it)
+        )
+    return meta_model(folder, section_node, dtype=dtype)
+
+
+def model_shape(cfg: Any, section: str, checkpointer: str, dtype: torch.dtype, *, peft: bool) -> ModelShape:
+    """The shape of the config's `section` model (built on the meta device, adapters applied)."""
+    node = cfg.node
+    model = model_of(cfg, section, checkpointer, dtype)
     quantize = False
     if peft and node.get("peft") is not None:
         peft_node = node.peft

@@ -6,8 +6,7 @@ import torch
 from ftune import training
 from ftune.models.smollm2 import smollm2
 from ftune.peft import apply_lora
-from ftune.planning import shape_of
-from ftune.planning import terms
+from ftune.planning import shape_of, terms
 
 SIZES = dict(vocab_size=512, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=128, intermediate_dim=352)
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -28,7 +27,13 @@ def test_shape_of_a_meta_model_counts_what_the_real_model_has(lora):
     shape = shape_of(meta)
     assert shape.params == sum(p.numel() for p in real.parameters())
     assert shape.trainable == sum(p.numel() for p in real.parameters() if p.requires_grad)
-    assert (shape.num_layers, shape.embed_dim, shape.q_dim, shape.kv_dim, shape.ffn_dim) == (2, 128, 128, 64, 352)
+    assert (shape.num_layers, shape.embed_dim, shape.q_dim, shape.kv_dim, shape.ffn_dim) == (
+        2,
+        128,
+        128,
+        64,
+        352,
+    )
     assert shape.adapter_rank_per_layer == (7 * 8 if lora else 0)
     assert shape.lean_down is not lora  # an adapted down projection keeps its input
     assert terms.weight_bytes(shape, 4) == sum(p.numel() * 4 for p in real.parameters())
@@ -47,7 +52,11 @@ def test_shape_of_a_meta_model_counts_what_the_real_model_has(lora):
 def test_optimizer_state_is_what_one_step_allocates(component, kwargs):
     model = _model(lora=True)
     params = [p for p in model.parameters() if p.requires_grad]
-    cls = training.AdamWBf16State if component.startswith("ftune") else getattr(torch.optim, component.split(".")[-1])
+    cls = (
+        training.AdamWBf16State
+        if component.startswith("ftune")
+        else getattr(torch.optim, component.split(".")[-1])
+    )
     optimizer = cls(params, lr=1e-3, **kwargs)
     for p in params:
         p.grad = torch.randn_like(p)
@@ -94,7 +103,9 @@ def test_kv_cache_is_what_setup_caches_allocates():
     model = _model()
     model.setup_caches(6, 40)
     caches = [b for n, b in model.named_buffers() if n.endswith(("k_cache", "v_cache"))]
-    assert sum(b.numel() * b.element_size() for b in caches) == terms.kv_cache_bytes(shape_of(model), 6, 40, 4)
+    assert sum(b.numel() * b.element_size() for b in caches) == terms.kv_cache_bytes(
+        shape_of(model), 6, 40, 4
+    )
 
 
 def test_qlora_base_weights_count_at_nf4_size():
@@ -102,4 +113,6 @@ def test_qlora_base_weights_count_at_nf4_size():
     plain, nf4 = shape_of(model), shape_of(model, quantize_base=True)
     adapted = sum(m.weight.numel() for m in model.modules() if type(m).__name__ == "LoRALinear")
     assert nf4.frozen_quantized == adapted
-    assert terms.weight_bytes(plain, 4) - terms.weight_bytes(nf4, 4) == pytest.approx(adapted * (4 - terms.NF4_BYTES))
+    assert terms.weight_bytes(plain, 4) - terms.weight_bytes(nf4, 4) == pytest.approx(
+        adapted * (4 - terms.NF4_BYTES)
+    )
