@@ -36,9 +36,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from results_file import load1, write_results  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "memory_plan.json"
-SMOLLM2_135M = dict(vocab_size=49152, num_layers=30, num_heads=9, num_kv_heads=3, embed_dim=576, intermediate_dim=1536)
+SMOLLM2_135M = dict(
+    vocab_size=49152, num_layers=30, num_heads=9, num_kv_heads=3, embed_dim=576, intermediate_dim=1536
+)
 CUT_12 = {**SMOLLM2_135M, "num_layers": 12}
-SMOLLM2_360M = dict(vocab_size=49152, num_layers=32, num_heads=15, num_kv_heads=5, embed_dim=960, intermediate_dim=2560)
+SMOLLM2_360M = dict(
+    vocab_size=49152, num_layers=32, num_heads=15, num_kv_heads=5, embed_dim=960, intermediate_dim=2560
+)
 # The process's fixed overhead (torch, the tokenizer, the data): a model too small to count.
 TINY = dict(vocab_size=49152, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=64, intermediate_dim=128)
 STEPS = 3
@@ -100,7 +104,12 @@ def overrides_of(name: str) -> list[str]:
     """Every override of run `name` (with the $MODEL/$TEACHER/$DATA/$PAIRS placeholders)."""
     recipe, config, _, sizes, extra = RUNS[name]
     out = [*model_overrides("model", sizes, "$MODEL"), "dtype=fp32", "device=cpu", f"max_steps={STEPS}"]
-    out += ["save_every_n_steps=null", "run_val_every_n_steps=null", "progress_bar=false", "log_every_n_steps=1"]
+    out += [
+        "save_every_n_steps=null",
+        "run_val_every_n_steps=null",
+        "progress_bar=false",
+        "log_every_n_steps=1",
+    ]
     out += ["lr_scheduler.num_warmup_steps=0", "epochs=1"]
     if "dpo" in recipe:
         out += ["dataset.source=$PAIRS", "dataset_val.source=$PAIRS", "dataset_val.split=train"]
@@ -133,7 +142,12 @@ def write_checkpoint(folder: Path, sizes: dict, base: Path) -> None:
     if (folder / "model.safetensors").exists():
         return
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+    ):
         shutil.copy(base / name, folder / name)
     torch.manual_seed(0)
     model = smollm2(**sizes, max_seq_len=MAX_SEQ_LEN)

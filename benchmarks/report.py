@@ -6,7 +6,8 @@
 A generated block sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->` in a page; edit
 the results file (or rerun the benchmark that writes it), never the block. Every block ends with
 the machine, commit and date its figures were measured on. The renderers, one small function a
-block, live in figures_training.py (docs/benchmarks.md, training recipes), figures_step.py (where
+block, live in figures_training.py (docs/benchmarks.md, training recipes), figures_memory.py
+(docs/memory.md: the memory plan against measured peaks), figures_step.py (where
 one step's time and memory go), figures_pages.py (README,
 quickstart, QAT tables, inference recipes) and figures_text.py (sentences of prose built from the
 results); tests/docs/test_doc_figures.py also fails on a measured figure written outside a block.
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import figures_memory as memory  # noqa: E402
 import figures_methods as methods  # noqa: E402
 import figures_pages as pages  # noqa: E402
 import figures_step as step  # noqa: E402
@@ -81,6 +83,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "generate_speed": ("docs/recipes/generate.md", pages.generate_speed),
     "generate_vs_transformers": ("docs/recipes/generate.md", pages.generate_vs_transformers),
     "quantize_speed": ("docs/recipes/quantize.md", pages.quantize_speed),
+    "memory_plan": ("docs/memory.md", memory.memory_plan),
 }
 
 
