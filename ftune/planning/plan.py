@@ -154,6 +154,13 @@ def plan(
     t["weights"] = terms.weight_bytes(shape, e) / shard
     if shard > 1:  # FSDP2 all-gathers one layer's parameters at a time around its forward and backward
         t["weights: one layer gathered"] = terms.weight_bytes(shape, e) / shape.num_layers
+        # the root (embedding, final norm) stays gathered after forward: the loss uses it at once
+        t["weights: root gathered (embedding)"] = shape.vocab_size * shape.embed_dim * e
+        if work.device == "cpu":
+            # Every rank loads the whole checkpoint and builds the whole model before FSDP2 shards it:
+            # the state dict stays referenced by the recipe, and the freed unsharded model's pages
+            # stay in the process's heap (measured at world size 2: benchmarks/memory_plan.py).
+            t["checkpoint and unsharded model (before sharding)"] = 2 * terms.weight_bytes(shape, e)
     if work.reference_copy:
         t["reference model"] = terms.weight_bytes(shape, e) / shard
     if teacher is not None:

@@ -38,6 +38,11 @@ def test_fsdp_divides_weights_gradients_and_optimizer_state_by_the_world_size():
     assert four.terms["optimizer state"] == one.terms["optimizer state"] / 4
     assert four.terms["activations"] == one.terms["activations"]  # each rank its own micro-batch
     assert four.terms["weights: one layer gathered"] == SHAPE.params * 4 / 30
+    assert four.terms["weights: root gathered (embedding)"] == 49152 * 576 * 4
+    # on CPU every rank also holds the whole checkpoint and the unsharded model's heap pages
+    assert four.terms["checkpoint and unsharded model (before sharding)"] == 2 * SHAPE.params * 4
+    gpu = plan(SHAPE, dataclasses.replace(WORK, device="cuda"), Parallelism(world_size=4, fsdp=True))
+    assert "checkpoint and unsharded model (before sharding)" not in gpu.terms
 
 
 def test_tensor_and_context_parallel_are_refused_until_the_recipes_have_them():
