@@ -26,7 +26,8 @@ class ModelShape:
         embed_dim: width of the residual stream (D).
         q_dim: width of the queries, heads x head_dim.
         kv_dim: width of the keys (and of the values), kv heads x head_dim.
-        ffn_dim: hidden width of the feed-forward block (F); an MoE's, times the experts a token visits.
+        ffn_dim: hidden width of the feed-forward block (F); an MoE's expert width times the experts
+            a token visits (its routing and grouping buffers are not counted: an approximation).
         num_heads: query heads.
         vocab_size: rows of the output projection.
         params: every parameter (elements).
@@ -86,9 +87,7 @@ def shape_of(model: nn.Module, *, quantize_base: bool = False) -> ModelShape:
         ffn_dim = _linear_sizes(mlp.gate_proj)[1]
         down = mlp.down_proj
     else:  # MoE: the experts a token visits, each a SwiGLU of the expert width
-        experts = mlp.experts
-        ffn_dim = int(experts.gate_proj.shape[-1 if experts.gate_proj.shape[-2] == embed_dim else -2])
-        ffn_dim *= int(getattr(getattr(mlp, "gate", None), "top_k", 1))
+        ffn_dim = int(mlp.experts.hidden_dim) * int(getattr(getattr(mlp, "gate", None), "top_k", 1))
         down = None
     lean = type(down) is nn.Linear and down.weight.requires_grad
     params = list(model.parameters())
