@@ -228,6 +228,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=sorted(RUNS), help="these runs (default: all)")
     parser.add_argument("--repredict", action="store_true", help="recompute the results file's predictions")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--note", default="", help="added to the results file's note (how the runs were made)"
+    )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "memory_plan_bench")
     args = parser.parse_args()
     old = json.loads(args.results.read_text())["rows"] if args.results.exists() else []
@@ -258,7 +261,8 @@ def main() -> None:
         print(f"{r['run']:24} measured {r['measured_gib']:.2f} GiB  predicted {r['predicted_gib']:.2f}  "
               f"{r['error']:+.1%}")  # fmt: skip
     write_results(args.results, "memory_plan", rows,
-                  note="peak RSS of rank 0 (VmHWM after the last of 3 steps) against ftune plan's prediction")  # fmt: skip
+                  note=" ".join(["Peak RSS of rank 0 (VmHWM after the last of 3 steps) against ftune plan's "
+                                 "prediction.", args.note]).strip())  # fmt: skip
 
 
 if __name__ == "__main__":

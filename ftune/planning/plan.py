@@ -29,13 +29,15 @@ from ftune.planning.shapes import GIB, ModelShape, dtype_bytes, shape_of
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "auto": torch.float32}
 
-# The process's fixed overhead on CPU: Python, torch, the tokenizer, the dataset and the loader,
-# measured as the peak RSS of a recipe run on a model too small to count (benchmarks/memory_plan.py,
-# run "sft-full-tiny").
+# The process's fixed overhead on CPU: Python, torch, the tokenizer, the dataset and the loader.
+# benchmarks/memory_plan.py's run "sft-full-tiny" (a model too small to count) peaks at 0.63 GiB,
+# of which the plan's other terms are 0.10.
 CPU_RUNTIME_GIB = 0.53
 # glibc keeps freed activation blocks in its heap while backward allocates gradients of other sizes,
 # so the peak RSS holds more than the live tensors: this share of the step's transient memory
-# (activations, loss blocks, gradients made in backward), fitted on benchmarks/memory_plan.py's runs.
+# (activations, loss blocks). Set before the runs of benchmarks/memory_plan.py and kept: there, what
+# the live terms leave unexplained is 0.14-0.29 of the transient memory without activation
+# checkpointing (more with it, where the recompute churns the heap).
 CPU_ALLOCATOR_SHARE = 0.25
 
 
