@@ -47,7 +47,8 @@ def memory_plan() -> str:
     ]
     worst = max(abs(row["error"]) for row in r["rows"])
     run_line = (
-        f"`{r['command']}`: {len(rows)} runs of 3 steps, fp32, peak RSS of rank 0 (model loading included); "
-        f"the plan is `ftune plan` of the same recipe, config and overrides. Largest error {worst:.1%}. {r['note']}"
+        f"`python benchmarks/memory_plan.py`: {len(rows)} runs of 3 steps, fp32, the peak RSS of rank 0 (model "
+        f"loading included) beside `ftune plan` of the same recipe, config and overrides; largest error "
+        f"{worst:.1%} (tests/benchmarks/test_memory_plan.py holds every row within 15%). {r['note']}"
     )
     return "\n\n".join((table(header, rows, "llrrlrrr"), run_line, provenance("memory_plan")))
