@@ -78,7 +78,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ftune.models",),  # families: builders, converters, HF config -> model
     ("ftune.peft",),
     ("ftune.checkpointing",),  # formats in and out (HF, Meta, native, quantized, GGUF, DCP), model build
-    ("ftune.quantization", "ftune.datasets", "ftune.generation"),  # torchao; records to examples; decoding
+    # torchao; records to examples; decoding; the memory plan (a model on the meta device, arithmetic)
+    ("ftune.quantization", "ftune.datasets", "ftune.generation", "ftune.planning"),
     ("ftune.training",),  # reads generation: GRPO samples its rollouts on the KV cache
     ("ftune.evaluation",),
     ("ftune.torchtune",),  # the torchtune config converter

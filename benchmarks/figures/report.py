@@ -6,11 +6,11 @@
 A generated block sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->` in a page; edit
 the results file (or rerun the benchmark that writes it), never the block. Every block ends with
 the machine, commit and date its figures were measured on. The renderers, one small function a
-block, live beside this file: training.py (docs/benchmarks.md, training recipes), step.py (where
-one step's time and memory go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts),
-pages.py (README, quickstart, QAT tables, inference recipes) and text.py (sentences of prose built
-from the results); tests/docs/test_doc_figures.py also fails on a measured figure written outside
-a block.
+block, live beside this file: training.py (docs/benchmarks.md, training recipes), memory.py
+(docs/memory.md: the memory plan against measured peaks), step.py (where one step's time and memory
+go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts), pages.py (README,
+quickstart, QAT tables, inference recipes) and text.py (sentences of prose built from the results);
+tests/docs/test_doc_figures.py also fails on a measured figure written outside a block.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the package `figures`, qat_record
-from figures import methods, pages, step, text, training  # noqa: E402
+from figures import memory, methods, pages, step, text, training  # noqa: E402
 from figures.common import ROOT  # noqa: E402
 
 # block name -> (page, renderer)
@@ -79,6 +79,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "generate_speed": ("docs/recipes/generate.md", pages.generate_speed),
     "generate_vs_transformers": ("docs/recipes/generate.md", pages.generate_vs_transformers),
     "quantize_speed": ("docs/recipes/quantize.md", pages.quantize_speed),
+    "memory_plan": ("docs/memory.md", memory.memory_plan),
 }
 
 

@@ -15,6 +15,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cp": ("ftune.cli.cp", "copy a recipe or config to edit it"),
     "cat": ("ftune.cli.cat", "print a config, resolved, with overrides applied"),
     "validate": ("ftune.cli.validate", "check a config without running anything"),
+    "plan": (
+        "ftune.cli.plan",
+        "predict a training run's peak memory per rank, and what makes it fit (--memory)",
+    ),
     "run": ("ftune.cli.run", "run a recipe (single process, or torchrun with --nproc_per_node etc.)"),
     "download": ("ftune.cli.download", "download a model from the Hugging Face hub"),
     "convert": ("ftune.cli.convert", "convert a checkpoint, e.g. `ftune convert gguf <file.gguf>`"),

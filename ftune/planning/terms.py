@@ -1,0 +1,117 @@
+"""The terms of a training step's peak memory, as arithmetic on sizes (bytes; no torch, nothing built).
+
+Each function is one term of `ftune.planning.plan`; tests/planning checks each against what a real
+model allocates or saves (tiny models, the saved-tensor hooks of autograd).
+"""
+
+from __future__ import annotations
+
+from ftune.planning.shapes import ModelShape
+
+# NF4 (QLoRA): 4 bits a weight, plus one 8-bit scale per block of 64 and one fp32 scale per 256
+# blocks (torchao's double quantization): 0.5 + 1/64 + 4/(64 * 256) bytes a weight.
+NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
+# CPU attention (ftune.modules.cpu_attention) takes its block path from this many query rows up.
+CPU_BLOCKED_FROM = 128
+
+# Optimizer state per trainable parameter, in bytes, by the `_component_` of the config's
+# optimizer (ftune.training.optimizer_state_bytes measures them: docs/benchmarks.md).
+# None: the parameter's own dtype size (torch's optimizers keep their state in it).
+OPTIMIZER_STATES: dict[str, tuple[float, float | None]] = {
+    # component: (state tensors of the parameter's dtype, fixed bytes per parameter)
+    "torch.optim.AdamW": (2, None),
+    "torch.optim.Adam": (2, None),
+    "torch.optim.SGD": (1, None),  # momentum buffer (none at momentum=0: see optimizer_state_bytes)
+    "torch.optim.RMSprop": (1, None),
+    "torch.optim.Adagrad": (1, None),
+    "ftune.training.AdamWBf16State": (0, 4.0),  # two bf16 moments
+    "torchao.optim.AdamW8bit": (0, 2.0 + 2 * 4 / 256),  # two int8 moments, a fp32 scale a block of 256
+    "torchao.optim.AdamW4bit": (0, 1.0 + 2 * 4 / 128),
+}
+
+
+def weight_bytes(shape: ModelShape, elem: int) -> float:
+    """Every parameter in the model's dtype, QLoRA's NF4 base weights at their packed size."""
+    return (shape.params - shape.frozen_quantized) * elem + shape.frozen_quantized * NF4_BYTES
+
+
+def gradient_bytes(shape: ModelShape, elem: int) -> float:
+    """One gradient a trainable parameter (LoRA: the adapters only), in the parameters' dtype."""
+    return shape.trainable * elem
+
+
+def optimizer_state_bytes(
+    shape: ModelShape, elem: int, component: str, momentum: float | None = None
+) -> float:
+    """The optimizer's state for the trainable parameters.
+
+    Args:
+        shape: the model.
+        elem: bytes of the parameters' dtype.
+        component: the optimizer's `_component_` (an unknown one is counted as AdamW's 2 states).
+        momentum: SGD's momentum (0 or None: SGD keeps no state).
+    """
+    if component == "torch.optim.SGD" and not momentum:
+        return 0.0
+    tensors, fixed = OPTIMIZER_STATES.get(component, (2, None))
+    return shape.trainable * (tensors * elem + (fixed or 0.0))
+
+
+def layer_activation_bytes(
+    shape: ModelShape, rows: int, seq: int, elem: int, *, trains_layers: bool = True
+) -> float:
+    """What one decoder layer's forward saves for backward, for `rows` sequences of `seq` tokens.
+
+    Per token: the layer's input and normed input twice (attention, feed-forward: 4 D), queries and
+    the attention output (2 q_dim), keys and values (2 kv_dim), the feed-forward's gate and up
+    (2 F; 3 F when the down projection is frozen or adapted, which keeps its input, the product;
+    LoRA's low-rank activations are not kept) and one fp32 log-sum-exp a head. Per position
+    (shared by the rows): RoPE's fp32 tables, (3 head_dim + 2) x 4 bytes. On CPU, causal
+    attention over at least 128 rows also keeps two (seq x seq) bool masks per layer.
+    """
+    if not trains_layers:
+        return 0.0
+    d = shape
+    ffn = (2 if d.lean_down else 3) * d.ffn_dim
+    per_token = 4 * d.embed_dim + 2 * d.q_dim + 2 * d.kv_dim + ffn
+    head_dim = d.q_dim // max(d.num_heads, 1)
+    per_position = (3 * head_dim + 2) * 4
+    mask = 2 * seq * seq if seq >= CPU_BLOCKED_FROM else 0
+    return rows * seq * (per_token * elem + 4 * d.num_heads) + seq * per_position + mask
+
+
+def checkpointed_activation_bytes(shape: ModelShape, rows: int, seq: int, elem: int) -> float:
+    """Activation checkpointing: each layer keeps its input; backward recomputes one layer at a time."""
+    kept = shape.num_layers * rows * seq * shape.embed_dim * elem
+    return kept + layer_activation_bytes(shape, rows, seq, elem)
+
+
+def loss_bytes(
+    shape: ModelShape, tokens: int, num_chunks: int, *, trains_output: bool, copies: int = 3
+) -> float:
+    """The chunked loss (`ftune.training.ChunkedCrossEntropyLoss` and the DPO/KD/GRPO losses).
+
+    One block of fp32 logits at a time (`copies` of it alive: the logits, their softmax turned into
+    the gradient in place, the block's one-hot and products), the gradient of the hidden states it
+    keeps for backward (fp32, tokens x D) and, when the output projection trains, its fp32 gradient.
+    """
+    block = -(-tokens // max(num_chunks, 1))
+    logits = copies * block * shape.vocab_size * 4
+    saved = tokens * shape.embed_dim * 4
+    weight = shape.vocab_size * shape.embed_dim * 4 if trains_output else 0
+    return logits + saved + weight
+
+
+def kv_cache_bytes(shape: ModelShape, rows: int, length: int, elem: int) -> float:
+    """A KV cache for sampling: layers x 2 (keys, values) x rows x length x kv_dim."""
+    return shape.num_layers * 2 * rows * length * shape.kv_dim * elem
+
+
+def hidden_bytes(shape: ModelShape, tokens: int, elem: int) -> float:
+    """One (tokens x D) tensor of hidden states, e.g. a teacher's or a reference's output."""
+    return tokens * shape.embed_dim * elem
+
+
+def inference_layer_bytes(shape: ModelShape, rows: int, seq: int, elem: int) -> float:
+    """The largest transient of a forward without autograd: one layer's widest tensors at once."""
+    return rows * seq * (2 * shape.embed_dim + shape.q_dim + 2 * shape.kv_dim + 3 * shape.ffn_dim) * elem

@@ -1,0 +1,118 @@
+"""The memory plan's terms against what a real tiny model counts, allocates and saves for backward."""
+
+import pytest
+import torch
+
+from ftune import training
+from ftune.models.smollm2 import smollm2
+from ftune.peft import apply_lora
+from ftune.planning import shape_of, terms
+
+SIZES = dict(vocab_size=512, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=128, intermediate_dim=352)
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _model(lora: bool = False, device: str = "cpu", **sizes):
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = smollm2(**{**SIZES, **sizes}, max_seq_len=1024)
+        if lora:
+            apply_lora(model, targets=TARGETS, rank=8, alpha=16)
+    return model
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_shape_of_a_meta_model_counts_what_the_real_model_has(lora):
+    real, meta = _model(lora), _model(lora, device="meta")
+    shape = shape_of(meta)
+    assert shape.params == sum(p.numel() for p in real.parameters())
+    assert shape.trainable == sum(p.numel() for p in real.parameters() if p.requires_grad)
+    assert (shape.num_layers, shape.embed_dim, shape.q_dim, shape.kv_dim, shape.ffn_dim) == (
+        2,
+        128,
+        128,
+        64,
+        352,
+    )
+    assert shape.adapter_rank_per_layer == (7 * 8 if lora else 0)
+    assert shape.lean_down is not lora  # an adapted down projection keeps its input
+    assert terms.weight_bytes(shape, 4) == sum(p.numel() * 4 for p in real.parameters())
+    assert terms.gradient_bytes(shape, 4) == sum(p.numel() * 4 for p in real.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize(
+    "component, kwargs",
+    [
+        ("torch.optim.AdamW", {}),
+        ("ftune.training.AdamWBf16State", {}),
+        ("torch.optim.SGD", {"momentum": 0.9}),
+        ("torch.optim.SGD", {}),
+    ],
+)
+def test_optimizer_state_is_what_one_step_allocates(component, kwargs):
+    model = _model(lora=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    cls = (
+        training.AdamWBf16State
+        if component.startswith("ftune")
+        else getattr(torch.optim, component.split(".")[-1])
+    )
+    optimizer = cls(params, lr=1e-3, **kwargs)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+    measured = training.optimizer_state_bytes(optimizer)
+    planned = terms.optimizer_state_bytes(shape_of(model), 4, component, kwargs.get("momentum"))
+    # The plan leaves out the step counters (one scalar a parameter tensor).
+    assert planned <= measured <= planned + 8 * len(params)
+
+
+def _saved_bytes(model, rows: int, seq: int) -> int:
+    """Bytes autograd saves for backward in the decoder layers' forward (distinct storages, parameters aside)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    tokens = torch.randint(0, SIZES["vocab_size"], (rows, seq))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.hidden(tokens)
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("rows, seq", [(2, 64), (2, 256), (1, 512)])
+def test_layer_activations_are_what_a_layer_saves_for_backward(lora, rows, seq):
+    one, two = _model(lora, num_layers=1), _model(lora, num_layers=2)
+    per_layer = _saved_bytes(two, rows, seq) - _saved_bytes(one, rows, seq)
+    planned = terms.layer_activation_bytes(shape_of(two), rows, seq, 4)
+    assert planned == pytest.approx(per_layer, rel=0.01)
+
+
+def test_checkpointed_activations_keep_each_layers_input_and_one_layer():
+    shape = shape_of(_model(device="meta"))
+    layer = terms.layer_activation_bytes(shape, 2, 256, 4)
+    assert terms.checkpointed_activation_bytes(shape, 2, 256, 4) == layer + 2 * 2 * 256 * 128 * 4
+
+
+def test_kv_cache_is_what_setup_caches_allocates():
+    model = _model()
+    model.setup_caches(6, 40)
+    caches = [b for n, b in model.named_buffers() if n.endswith(("k_cache", "v_cache"))]
+    assert sum(b.numel() * b.element_size() for b in caches) == terms.kv_cache_bytes(
+        shape_of(model), 6, 40, 4
+    )
+
+
+def test_qlora_base_weights_count_at_nf4_size():
+    model = _model(lora=True, device="meta")
+    plain, nf4 = shape_of(model), shape_of(model, quantize_base=True)
+    adapted = sum(m.weight.numel() for m in model.modules() if type(m).__name__ == "LoRALinear")
+    assert nf4.frozen_quantized == adapted
+    assert terms.weight_bytes(plain, 4) - terms.weight_bytes(nf4, 4) == pytest.approx(
+        adapted * (4 - terms.NF4_BYTES)
+    )
