@@ -110,8 +110,8 @@ CASES = {
         "metric_logger.log_dir: '{tmp}/notes.txt/logs'",
     ),
     "export-type": (
-        [*GGUF, "{tmp}/model", "{tmp}/m.gguf", "--type", "q4_k_m"],
-        "--type 'q4_k_m' is not a GGUF type",
+        [*GGUF, "{tmp}/model", "{tmp}/m.gguf", "--type", "iq4_xs"],
+        "--type 'iq4_xs' is not a GGUF type",
     ),
     "export-suffix": ([*GGUF, "{tmp}/model", "{tmp}/m.bin", "--type", "q8_0"], "does not end in .gguf"),
     "export-model-missing": (
