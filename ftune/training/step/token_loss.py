@@ -1,4 +1,4 @@
-"""What a recipe's ``loss_on`` returns (:class:`Loss`), and the supervised loss of a forward (:func:`token_loss`).
+"""The supervised loss of a forward (:func:`token_loss`), through the model's head, as a ``Loss``.
 
 Every method's helper (``token_loss``, ``preference_loss``, ``grpo_loss``, ``distill_loss``) has
 one signature, ``(loss_fn, model, hidden, batch, ...)``: it reads the model's output head (weight
