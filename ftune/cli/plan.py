@@ -21,6 +21,7 @@ from ftune.cli.validate import validate
 from ftune.config.errors import ConfigError
 from ftune.config.loading import load_config
 from ftune.config.run import report
+from ftune.config.run_config import default_config
 from ftune.config.trust import trust_packages
 from ftune.peft import apply_lora
 from ftune.planning import Plan, plan_config, shape_of, what_fits
@@ -123,7 +124,7 @@ def main(argv: list[str]) -> int:
                     f"Training recipes: {', '.join(registry.TRAINING)}."
                 ]
             )
-        config = args.config or (shipped.default_config if shipped is not None else None)
+        config = args.config or (default_config(shipped.name) if shipped is not None else None)
         if config is None:
             raise ConfigError(
                 [f"ftune plan {args.recipe}: no --config given and the recipe file has no default."]
