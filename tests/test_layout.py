@@ -70,7 +70,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("ftune",),  # the version
     ("ftune.registry",),  # recipes, their configs, tags, the feature matrix and its page (torch-free)
     ("ftune.config",),  # YAML, overrides, instantiate, trust, the Settings machinery (torch-free)
-    ("ftune.settings", "ftune.rewards"),  # every recipe's settings class; RL rewards (torch-free)
+    (
+        "ftune.settings",
+        "ftune.rewards",
+        "ftune.agents",
+    ),  # settings classes; RL rewards; environments (torch-free)
     ("ftune.runtime",),  # device, distributed, seed, hardware; torch's and torchao's log filters
     ("ftune.data",),  # messages, transforms, collate, packing, loader
     ("ftune.tokenizers",),
