@@ -44,10 +44,16 @@ TITLES = {
 DPO = ("lora_dpo", "full_dpo")
 # The other preference methods the DPO recipes run (configs for smollm2/135M): ORPO on pairs, KTO on unpaired answers.
 ORPO_KTO = ("lora_orpo", "lora_kto")
-# SFT batches: the samples end to end in one row (ftune/data/collate.py); DPO keeps its chosen/rejected rows.
+# SFT batches: the samples end to end in one row (ftune/data/collate.py); DPO's pairs the same way, chosen
+# answers then rejected ones (ORPO and KTO read padded rows: they keep right padding).
 COLLATE = (
     "collate_fn:  # a batch's samples end to end in one row, no padding; null: right-pad them instead\n"
     "  _component_: ftune.data.padding_free_collate\n  _partial_: true\n"
+)
+PAIRS_NOTE = "  # whole pairs only (DPO's collate_fn lays a batch's pairs end to end)"
+COLLATE_PAIRS = (
+    "collate_fn:  # the pairs' answers end to end in one row, no padding; null: right-pad them instead\n"
+    "  _component_: ftune.data.padding_free_collate_preference\n  _partial_: true\n"
 )
 # Knowledge distillation: (teacher, student) sharing one tokenizer, a larger teacher where ftune builds
 # one. The config is named after both and lives in the student's family folder:
@@ -148,7 +154,7 @@ def dataset(m: Model, packed: bool, pairs: bool = False) -> str:
         section = f"  _component_: ftune.datasets.{builder}\n  data_dir: ${{ftune_home:}}/data/demo\n"
         return (
             f"dataset:  # {what}\n{section}  split: train\n"
-            f"  packed: {str(packed).lower()}{'  # preference pairs are not packed' if pairs else ''}\n"
+            f"  packed: {str(packed).lower()}{PAIRS_NOTE if pairs else ''}\n"
             f"dataset_val:{'  # the held-out prompts, as pairs' if pairs else ''}\n{section}  split: heldout\n"
         )
     return (
@@ -167,7 +173,7 @@ def preference_dataset(m: Model, demo_pairs: bool) -> str:
         "dataset:  # pairs of answers (chosen, rejected); any hub id or local file: dataset.source=...\n"
         "  _component_: ftune.datasets.preference_dataset\n"
         "  source: trl-lib/ultrafeedback_binarized\n"
-        "  packed: false  # preference pairs are not packed\n"
+        f"  packed: false{PAIRS_NOTE}\n"
     )
     if not m.demo:
         return out + "dataset_val: null\n"
@@ -308,7 +314,8 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     elif method == "lora_kto":
         out.append("\n" + kto_dataset())
     else:
-        out.append("\n" + (preference_dataset(m, demo_pairs) if dpo else dataset(m, packed=False) + COLLATE))
+        data = preference_dataset(m, demo_pairs) + (COLLATE_PAIRS if method in DPO else "") if dpo else None
+        out.append("\n" + (data if dpo else dataset(m, packed=False) + COLLATE))
     if method in GRPO:
         pass  # its loss section came with its data
     elif method.startswith("kd"):
