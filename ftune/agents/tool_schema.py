@@ -111,7 +111,7 @@ def function_schema(fn: Callable[..., Any], name: str | None = None) -> dict[str
     """
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else type(fn).__call__
     name = name or getattr(fn, "__name__", None) or type(fn).__name__
-    description, arg_docs, returns = _docstring(fn if inspect.getdoc(fn) else target, name)
+    description, arg_docs, returns = _docstring(target, name)  # a tool object: its __call__'s docstring
     try:
         hints = typing.get_type_hints(target)
     except Exception as e:  # noqa: BLE001 - a hint that does not evaluate, named in the message
