@@ -3,6 +3,7 @@
 from ftune.agents.builtin_tools import Calculator, PythonTool
 from ftune.agents.environment import Environment, EnvStep, Episode, Message, ToolCall, Turn
 from ftune.agents.tool_env import ToolEnvironment, ToolEpisode
+from ftune.agents.verifiers_env import VerifiersEnvironment, VerifiersEpisode
 
 __all__ = [
     "Calculator",
@@ -15,4 +16,6 @@ __all__ = [
     "ToolEnvironment",
     "ToolEpisode",
     "Turn",
+    "VerifiersEnvironment",
+    "VerifiersEpisode",
 ]
