@@ -146,30 +146,34 @@ def test_cap_and_argument_checks():
     )
 
 
-def test_the_four_hostile_tools_are_answered_to_the_model(tmp_path):
-    """A tool that hangs, writes outside its folder, prints 100 MB, raises: each a tool message, the run goes on."""
-    env = instantiate(
+def _python_env(time_limit_s):
+    return instantiate(
         {
             "_component_": "ftune.agents.ToolEnvironment",
             "tools": [
-                {"_component_": "ftune.agents.PythonTool", "time_limit_s": 0.5, "max_output_chars": 400}
+                {
+                    "_component_": "ftune.agents.PythonTool",
+                    "time_limit_s": time_limit_s,
+                    "max_output_chars": 400,
+                }
             ],
             "prompt_field": "question",
             "max_turns": 8,
             "max_output_chars": 500,
         }
     )
-    _, episode = env.start({"question": "q"})
+
+
+def test_the_four_hostile_tools_are_answered_to_the_model(tmp_path):
+    """A tool that hangs, writes outside its folder, prints 100 MB, raises: each a tool message, the run goes on."""
+    _, hangs = _python_env(0.5).start({"question": "q"})
+    answer = hangs.step(_calls(("python", {"code": "while True: pass"}, None))).messages[0]["content"]
+    assert answer == "[stopped: it ran longer than 0.5 s]"
+    _, episode = _python_env(60.0).start({"question": "q"})  # generous: a busy machine starts Python slowly
     outside = tmp_path / "x.txt"
-    codes = [
-        "while True: pass",
-        f"open({str(outside)!r}, 'w')",
-        "print('x' * 100 * 2**20)",
-        "raise KeyError('k')",
-    ]
+    codes = [f"open({str(outside)!r}, 'w')", "print('x' * 100 * 2**20)", "raise KeyError('k')"]
     answers = [episode.step(_calls(("python", {"code": c}, None))).messages[0]["content"] for c in codes]
-    assert answers[0] == "[stopped: it ran longer than 0.5 s]"
-    assert "PermissionError: sandbox: writing" in answers[1] and "outside the tool's folder" in answers[1]
-    assert answers[2] == "x" * 400 + "\n[output cut: it printed more than 400 characters and was stopped]"
-    assert answers[3].endswith("KeyError: 'k'")
+    assert "PermissionError: sandbox: writing" in answers[0] and "outside the tool's folder" in answers[0]
+    assert answers[1] == "x" * 400 + "\n[output cut: it printed more than 400 characters and was stopped]"
+    assert answers[2].endswith("KeyError: 'k'")
     assert not outside.exists()
