@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ftune.agents.environment import ToolCall, Turn
+from ftune.agents.environment import Message, ToolCall, Turn
 
 _DECODER = json.JSONDecoder()
 
@@ -255,6 +255,24 @@ class MistralArgs(ToolFormat):
             return f"[TOOL_CALLS]{c.name}{ident}[ARGS]{_arguments_json(c.arguments)}"
 
         return content + "".join(one(c) for c in calls)
+
+
+def assistant_message(turn: Turn) -> Message:
+    """The model's turn as the assistant message a chat template renders (``tool_calls`` as transformers'
+    templates read them: ``{"type": "function", "id": ..., "function": {"name": ..., "arguments": {...}}}``).
+    A turn whose calls could not be parsed keeps its whole text as content (what the model wrote)."""
+    if turn.error is not None or not turn.tool_calls:
+        return {"role": "assistant", "content": turn.text if turn.error is not None else turn.content}
+    calls = []
+    for c in turn.tool_calls:
+        call: dict[str, Any] = {
+            "type": "function",
+            "function": {"name": c.name, "arguments": dict(c.arguments)},
+        }
+        if c.id is not None:
+            call["id"] = c.id
+        calls.append(call)
+    return {"role": "assistant", "content": turn.content, "tool_calls": calls}
 
 
 FORMATS: dict[str, ToolFormat] = {

@@ -9,7 +9,7 @@ import pytest
 import trl
 
 from ftune.agents import ToolCall
-from ftune.agents.tool_formats import FAMILY_FORMATS, FORMATS, tool_format
+from ftune.agents.tool_formats import FAMILY_FORMATS, FORMATS, assistant_message, tool_format
 from ftune.models import FAMILIES
 from ftune.tokenizers.chat_template import compile_chat_template
 
@@ -204,3 +204,24 @@ def test_no_silent_default():
         ValueError, match=r"env.tool_format: 'json' is not a tool-call format; set it to one of: hermes"
     ):
         tool_format("qwen3", override="json", key="env.tool_format")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_parsed_turn_renders_back_to_the_models_text(case):
+    """assistant_message(parse(text)) through the real template gives back the text the model wrote."""
+    fmt = FORMATS[CASES[case][1]]
+    calls = CALLS[: CASES[case][4]]
+    content = "" if case.startswith(("llama", "mistral")) else "Let me add."
+    text = fmt.render(calls, content)
+    message = assistant_message(fmt.parse(text))
+    back = [
+        ToolCall(c["function"]["name"], c["function"]["arguments"], c.get("id"))
+        for c in message["tool_calls"]
+    ]
+    assert _assistant_text(case, back, message["content"]) == text
+
+
+def test_assistant_message_of_a_plain_or_malformed_turn():
+    assert assistant_message(FORMATS["hermes"].parse("42")) == {"role": "assistant", "content": "42"}
+    bad = "<tool_call>\n{oops}\n</tool_call>"
+    assert assistant_message(FORMATS["hermes"].parse(bad)) == {"role": "assistant", "content": bad}
