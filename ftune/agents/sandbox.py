@@ -5,29 +5,37 @@ no site packages: the standard library only) in a new session with its own tempo
 HOME and TMPDIR, and an environment of PATH, HOME, TMPDIR and LANG only (no proxies, no tokens). Before
 the code runs, the child:
 
+- if ftune runs as root, becomes ``nobody`` (uid and gid 65534, no groups) owning only its folder: root
+  ignores ``RLIMIT_NPROC`` and every file permission. Only where ``nobody`` can read the standard
+  library (`runs_as_nobody`): a Python under /root (mode 700) cannot be read, and there the child stays
+  root and the audit hook alone refuses new processes and writes outside its folder;
 - takes its own network namespace where the kernel lets an unprivileged user create one
   (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``): then it has no network interface but a loopback that is
   down, so no connection can be made, from Python or from C; ``SandboxResult.network`` says
   ``"namespace"``. Where the kernel refuses, ``"audit hook"``: socket creation and use from Python
   are refused, which C code loaded by the standard library does not go through;
 - sets resource limits: address space (``memory_mb``), CPU seconds, the largest file it may write
-  (``max_file_mb``), no core files, and no new process (``RLIMIT_NPROC`` 0);
+  (``max_file_mb``), no core files, and no new process (``RLIMIT_NPROC`` 0, which the kernel enforces
+  for any user but root: a fork or thread fails);
 - installs an audit hook (``sys.addaudithook``; it cannot be removed) that refuses: opening a file for
   writing, and removing, renaming, linking or changing files, outside its folder; sockets; starting
   processes (``subprocess``, ``os.system``, ``exec*``, ``fork``, ``posix_spawn``); signals to other
-  processes; ``ctypes`` calls; and the introspection that could reach the hook (``gc`` referrers,
-  listing every object).
+  processes; changing its resource limits; ``ctypes`` calls; importing the modules that start processes
+  or open sockets below those events (``_posixsubprocess``, ``subprocess``, ``multiprocessing``,
+  ``pty``, ``socket``); and the introspection that could reach the hook (``gc`` referrers, listing every
+  object).
 
 The parent reads the output as it comes, at most ``max_output_chars`` characters (4 bytes each at most):
 a process that prints more is stopped there, so 100 MB are never read. After ``time_limit_s`` of wall
 time the process is stopped. Whatever happens, the whole process group is killed (SIGKILL) and waited
 for, and the folder deleted: no process is left behind.
 
-What is not guaranteed: reads are not restricted (the child reads what the user running ftune may
-read); the audit hook stops the usual ways Python code writes files, opens sockets or starts processes,
-but code written to defeat it (patching the standard library modules the hook calls) is held only by
-the hard limits: the separate process, its resource limits, the network namespace where the kernel
-gives one, and the kill of its process group.
+What is not guaranteed: reads are not restricted (the child reads what the user running ftune, or
+``nobody``, may read). For a non-root user the kernel lets the child write that user's own files, so
+outside its folder only the audit hook stops writes: it stops the usual ways Python code writes files,
+opens sockets or starts processes, but code written to defeat it (patching the standard library
+modules the hook calls) is held only by the hard limits: the separate process, its resource limits,
+the network namespace where the kernel gives one, and the kill of its process group.
 """
 
 from __future__ import annotations
@@ -37,11 +45,14 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 # The child's program: limits, network, audit hook, then the code read from stdin.
 _BOOTSTRAP = r"""
@@ -49,6 +60,12 @@ import json, os, resource, signal, sys
 cfg = json.loads(sys.argv[1])
 code = sys.stdin.read()
 root = os.path.realpath(os.getcwd())
+if cfg["as_nobody"]:  # root ignores RLIMIT_NPROC and file permissions: run as nobody, owning only its folder
+    os.chown(root, 65534, 65534)
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+uid = os.getuid()  # read before unshare: inside a new user namespace an unmapped uid reads 65534
 network = "audit hook"
 try:
     import ctypes
@@ -65,14 +82,14 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file past max_file_mb: an OSError, not a kill
-sys.stdout.write(json.dumps({"network": network}) + "\n")
+sys.stdout.write(json.dumps({"network": network, "uid": uid}) + "\n")
 sys.stdout.flush()
 _WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _PATHS = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.replace": (0, 1),
           "os.link": (0, 1), "os.symlink": (0, 1), "os.chmod": (0,), "os.chown": (0,), "os.truncate": (0,),
           "os.utime": (0,), "shutil.copyfile": (1,), "shutil.copytree": (1,), "shutil.rmtree": (0,),
           "shutil.move": (0, 1), "os.mkfifo": (0,), "os.mknod": (0,)}
-_DENY = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+_DENY = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "resource.",
          "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.", "gc.get_referrers",
          "gc.get_referents", "gc.get_objects", "os.chroot", "os.startfile", "pty.spawn", "webbrowser.open")
 def _inside(path, root=root, realpath=os.path.realpath, fsdecode=os.fsdecode, sep=os.sep):
@@ -85,7 +102,10 @@ def _inside(path, root=root, realpath=os.path.realpath, fsdecode=os.fsdecode, se
     return full == root or full.startswith(root + sep)
 def _refuse(what):
     raise PermissionError(f"sandbox: {what} is not allowed here")
-def _hook(event, args, _inside=_inside, _refuse=_refuse, _PATHS=_PATHS, _DENY=_DENY, _WRITE=_WRITE):
+# modules that start processes or open sockets below the audit events (fork_exec raises none)
+_NO_IMPORT = frozenset({"_posixsubprocess", "subprocess", "multiprocessing", "pty", "_socket", "socket"})
+def _hook(event, args, _inside=_inside, _refuse=_refuse, _PATHS=_PATHS, _DENY=_DENY, _WRITE=_WRITE,
+          _NO_IMPORT=_NO_IMPORT):
     if event == "open":
         path, mode, flags = args
         writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (flags or 0) & _WRITE
@@ -97,8 +117,10 @@ def _hook(event, args, _inside=_inside, _refuse=_refuse, _PATHS=_PATHS, _DENY=_D
                 _refuse(f"{event} on {args[i]!r} (outside the tool's folder)")
     elif event.startswith(_DENY):
         _refuse(event)
+    elif event == "import" and args[0] in _NO_IMPORT:
+        _refuse(f"importing {args[0]}")
 sys.addaudithook(_hook)
-del _hook, _inside, _refuse, _PATHS, _DENY, _WRITE, root, json, resource, cfg, mem, fsize, network
+del _hook, _inside, _refuse, _PATHS, _DENY, _WRITE, _NO_IMPORT, root, uid, json, resource, cfg, mem, fsize, network
 try:
     exec(compile(code, "<tool>", "exec"), {"__name__": "__main__"})
 except SystemExit:
@@ -159,6 +181,7 @@ class SandboxResult:
             ``"killed"`` (by a signal: the CPU limit).
         returncode: the process's exit status (negative: the signal).
         network: ``"namespace"`` or ``"audit hook"`` (see the module docstring); ``""`` if it died first.
+        uid: the user id the code ran as (65534: ``nobody``; -1 if it died first).
         pid: the process id (gone when this returns).
     """
 
@@ -166,7 +189,26 @@ class SandboxResult:
     status: str
     returncode: int
     network: str
+    uid: int
     pid: int
+
+
+def _others_can_read(path: str) -> bool:
+    """Whether a user other than the owner reaches `path` (every folder on the way searchable) and reads it."""
+    try:
+        mode = os.stat(path).st_mode
+        folders = [p for p in [Path(path), *Path(path).parents] if p.is_dir()]
+        return bool(mode & stat.S_IROTH) and all(os.stat(p).st_mode & stat.S_IXOTH for p in folders)
+    except OSError:
+        return False
+
+
+def runs_as_nobody() -> bool:
+    """Whether the child drops to ``nobody``: ftune runs as root and ``nobody`` can read the standard
+    library (a Python installed under /root, mode 700, cannot be: the child then stays root, and the
+    audit hook alone refuses processes and writes)."""
+    paths = sysconfig.get_paths()
+    return os.geteuid() == 0 and all(_others_can_read(paths[k]) for k in ("stdlib", "platstdlib"))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -188,6 +230,7 @@ def run_python(code: str, limits: SandboxLimits) -> SandboxResult:
     folder = tempfile.mkdtemp(prefix="ftune-sandbox-")
     env = {"PATH": "/usr/bin:/bin", "HOME": folder, "TMPDIR": folder, "LANG": "C.UTF-8"}
     cfg = {"memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "max_file_mb": limits.max_file_mb}
+    cfg["as_nobody"] = runs_as_nobody()
     max_bytes = 4 * limits.max_output_chars + 1024  # the header line and UTF-8's widest characters
     chunks: list[bytes] = []
     size, status = 0, ""
@@ -237,9 +280,10 @@ def run_python(code: str, limits: SandboxLimits) -> SandboxResult:
     raw = b"".join(chunks)
     header, _, body = raw.partition(b"\n")
     try:
-        network = json.loads(header)["network"]
+        info = json.loads(header)
+        network, uid = info["network"], info["uid"]
     except (ValueError, KeyError, TypeError):
-        network, body = "", raw
+        network, uid, body = "", -1, raw
     text = body.decode("utf-8", "replace")
     if status == "output_cut" or len(text) > limits.max_output_chars:
         status = "output_cut"
@@ -248,5 +292,5 @@ def run_python(code: str, limits: SandboxLimits) -> SandboxResult:
         rc = proc.returncode
         status = "ok" if rc == 0 else "killed" if rc < 0 else "error"
     return SandboxResult(
-        output=text, status=status, returncode=proc.returncode, network=network, pid=proc.pid
+        output=text, status=status, returncode=proc.returncode, network=network, uid=uid, pid=proc.pid
     )

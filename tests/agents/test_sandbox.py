@@ -11,7 +11,7 @@ import pytest
 
 from ftune.agents import sandbox
 from ftune.agents.builtin_tools import Calculator, PythonTool
-from ftune.agents.sandbox import SandboxLimits, run_python
+from ftune.agents.sandbox import SandboxLimits, run_python, runs_as_nobody
 
 # Generous wall time where the case is not a timeout: a busy machine starts Python slowly.
 LIMITS = SandboxLimits(time_limit_s=60.0, memory_mb=256, cpu_s=10, max_output_chars=1000)
@@ -86,11 +86,14 @@ def test_an_exception_shows_the_tools_own_traceback():
 
 def test_no_network_no_process_no_proxy(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
-    r = run_python("import socket; socket.socket()", LIMITS)
-    assert r.status == "error" and "sandbox: socket.__new__ is not allowed here" in r.output
+    for code, refusal in [("import socket", "importing socket"), ("import _socket", "importing _socket")]:
+        r = run_python(code, LIMITS)
+        assert r.status == "error" and f"sandbox: {refusal} is not allowed here" in r.output
     assert r.network in ("namespace", "audit hook")
     for code, event in [
-        ("import subprocess; subprocess.run(['true'])", "subprocess.Popen"),
+        ("import subprocess", "importing subprocess"),
+        ("import os; os.system('true')", "os.system"),
+        ("import os; os.posix_spawn('/bin/true', ['true'], {})", "os.posix_spawn"),
         ("import os; os.fork()", "os.fork"),
     ]:
         r = run_python(code, LIMITS)
@@ -153,3 +156,23 @@ def test_python_tool_answers_the_model_with_what_happened():
         tool("print('y' * 10**6)")
         == "y" * 20 + "\n[output cut: it printed more than 20 characters and was stopped]"
     )
+
+
+def test_no_process_even_below_the_audit_hook():
+    """_posixsubprocess.fork_exec raises no audit event: its import is refused (and, for any user but root,
+    the kernel's RLIMIT_NPROC refuses the fork)."""
+    code = (
+        "import _posixsubprocess, os\n"
+        "r, w = os.pipe()\n"
+        "_posixsubprocess.fork_exec([b'/bin/true'], [b'/bin/true'], True, (w,), None, None, -1, -1, -1, -1, -1, -1,"
+        " r, w, True, False, False, None, None, None, -1, None, False)\n"
+        "print('forked')"
+    )
+    r = run_python(code, LIMITS)
+    assert r.status == "error" and "forked" not in r.output
+    assert "PermissionError: sandbox: importing _posixsubprocess is not allowed here" in r.output
+
+
+def test_the_user_it_runs_as():
+    r = run_python("pass", LIMITS)  # (inside its user namespace, os.getuid() reads 65534 whatever it is)
+    assert r.uid == (65534 if runs_as_nobody() else os.getuid())
