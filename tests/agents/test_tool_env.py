@@ -177,3 +177,24 @@ def test_the_four_hostile_tools_are_answered_to_the_model(tmp_path):
     assert answers[1] == "x" * 400 + "\n[output cut: it printed more than 400 characters and was stopped]"
     assert answers[2].endswith("KeyError: 'k'")
     assert not outside.exists()
+
+
+def test_config_mistakes_are_named():
+    with pytest.raises(ValueError, match=r"environment.tools must be a non-empty list of tools, got \[\]"):
+        ToolEnvironment([], **SETTINGS)
+    with pytest.raises(
+        ConfigError, match=r"environment.tools\[1\]: a second tool named 'add'; tool names must be unique"
+    ):
+        _env("sample_tools.add", "sample_tools.add")
+    with pytest.raises(
+        ConfigError, match=r"environment.tools\[0\]: 3 is not callable; name a typed function"
+    ):
+        _env(3)
+    with pytest.raises(
+        ConfigError, match=r"environment.tools\[0\]: cannot import tool 'sample_tools.nope': module"
+    ):
+        _env("sample_tools.nope")
+    with pytest.raises(
+        ValueError, match=r"environment.prompt_field must name the record's prompt field, got ''"
+    ):
+        _env(prompt_field="")

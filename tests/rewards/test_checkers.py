@@ -53,3 +53,18 @@ def test_arguments_are_checked():
         MathVerify(field="answer", float_rounding=-1)
     with pytest.raises(ValueError, match=r"MathVerify: field must be the name of the sample field"):
         MathVerify(field="")
+
+
+def test_a_missing_package_names_the_install_command(monkeypatch):
+    import sys
+
+    from ftune.rewards import ReasoningGymScore
+
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # import math_verify raises ImportError
+    with pytest.raises(
+        ImportError, match=r"MathVerify needs the math-verify package.*pip install 'ftune\[agents\]'"
+    ):
+        MathVerify(field="answer")
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)
+    with pytest.raises(ImportError, match=r"ReasoningGymScore needs the reasoning-gym package"):
+        ReasoningGymScore(answer_tag="answer")
