@@ -14,7 +14,6 @@ from ftune.models import FAMILIES
 from ftune.tokenizers.chat_template import compile_chat_template
 
 TRL_TEMPLATES = Path(trl.__file__).parent / "chat_templates"
-ASSETS = Path(__file__).resolve().parents[1] / "assets" / "chat_templates"
 
 TOOLS = [
     {
@@ -54,7 +53,6 @@ CASES = {
     ),
     "qwen2_5": (TRL_TEMPLATES / "qwen2_5.jinja", "hermes", "<|im_start|>assistant\n", "<|im_end|>", 2),
     "qwen3": (TRL_TEMPLATES / "qwen3.jinja", "hermes", "<|im_start|>assistant\n", "<|im_end|>", 2),
-    "mistral_nemo": (ASSETS / "mistral_nemo_2407.jinja", "mistral_v3_tekken", "[/INST]", "</s>", 2),
 }
 
 
