@@ -82,3 +82,18 @@ def pixels(n: int, size: int, seed: int) -> torch.Tensor:
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item()
+
+
+def tiny_idefics3(seed: int = 0, **overrides: Any) -> torch.nn.Module:
+    """Idefics3ForConditionalGeneration (SmolVLM's architecture): the tiny SigLIP, pixel shuffle by 2
+    (8 x 8 patches -> 16 tokens an image) and the tiny SmolLM2 text decoder."""
+    import transformers
+
+    config = transformers.Idefics3Config(
+        text_config=tiny_llama_text_config("smollm2"),
+        vision_config=dict(SIGLIP_TINY),
+        scale_factor=2,
+        image_token_id=IMAGE_TOKEN,
+        **overrides,
+    )
+    return randomise(transformers.Idefics3ForConditionalGeneration(config), seed)
