@@ -87,7 +87,9 @@ def _split(key: str, keys: ImageTextKeys, family: str) -> tuple[str, str | None]
     )
 
 
-def _rename(key: str, inner: str, table: dict[str, str], *, family: str, part: str, source: str) -> str:
+def rename_in_part(
+    key: str, inner: str, table: dict[str, str], *, family: str, part: str, source: str
+) -> str:
     """`inner` (the part of `key` under its part's prefix) through `table`; raises naming all of `key`."""
     try:
         return rename_key(inner, table, frozenset(), family=family, source=source)
@@ -115,10 +117,12 @@ def image_text_hf_to_ftune(
         if part == "text":
             text[inner] = value
         elif part == "vision":
-            new = _rename(key, inner, SIGLIP_TABLE, family=family, part="vision tower", source="HF")
+            new = rename_in_part(key, inner, SIGLIP_TABLE, family=family, part="vision tower", source="HF")
             out["vision_encoder." + new] = value
         elif part == "projector":
-            new = _rename(key, inner, keys.projector_table, family=family, part="projector", source="HF")
+            new = rename_in_part(
+                key, inner, keys.projector_table, family=family, part="projector", source="HF"
+            )
             out["projector." + new] = value
     out.update(
         {"decoder." + k: v for k, v in text_to_ftune(text, tie_word_embeddings=tie_word_embeddings).items()}
@@ -141,10 +145,14 @@ def image_text_ftune_to_hf(
         if part == "decoder":
             text[inner] = value
         elif part == "vision_encoder":
-            new = _rename(key, inner, vision_inverse, family=family, part="vision encoder", source="ftune")
+            new = rename_in_part(
+                key, inner, vision_inverse, family=family, part="vision encoder", source="ftune"
+            )
             out[keys.vision[0] + new] = value
         elif part == "projector":
-            new = _rename(key, inner, projector_inverse, family=family, part="projector", source="ftune")
+            new = rename_in_part(
+                key, inner, projector_inverse, family=family, part="projector", source="ftune"
+            )
             out[keys.projector[0] + new] = value
         else:
             raise KeyError(

@@ -97,3 +97,23 @@ def tiny_idefics3(seed: int = 0, **overrides: Any) -> torch.nn.Module:
         **overrides,
     )
     return randomise(transformers.Idefics3ForConditionalGeneration(config), seed)
+
+
+def tiny_llava(text_family: str = "smollm2", seed: int = 0, **overrides: Any) -> torch.nn.Module:
+    """LlavaForConditionalGeneration with the tiny SigLIP (64 patches = 64 tokens an image, every
+    patch kept: strategy "full") and the tiny text decoder of `text_family` (smollm2 or gemma3): a
+    composed small VLM."""
+    import transformers
+
+    if text_family == "gemma3":
+        text = transformers.Gemma3TextConfig(**{**_COMMON, **GEMMA3_TINY}).to_dict()
+    else:
+        text = tiny_llama_text_config(text_family)
+    config = transformers.LlavaConfig(
+        vision_config=dict(model_type="siglip_vision_model", vision_use_head=False, **SIGLIP_TINY),
+        text_config=text,
+        image_token_index=IMAGE_TOKEN,
+        vision_feature_select_strategy="full",
+        **{"vision_feature_layer": -1, "projector_hidden_act": "gelu", **overrides},
+    )
+    return randomise(transformers.LlavaForConditionalGeneration(config), seed)
