@@ -84,19 +84,24 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item()
 
 
-def tiny_idefics3(seed: int = 0, **overrides: Any) -> torch.nn.Module:
-    """Idefics3ForConditionalGeneration (SmolVLM's architecture): the tiny SigLIP, pixel shuffle by 2
-    (8 x 8 patches -> 16 tokens an image) and the tiny SmolLM2 text decoder."""
+def tiny_idefics3(seed: int = 0, kind: str = "idefics3", **overrides: Any) -> torch.nn.Module:
+    """Idefics3ForConditionalGeneration (SmolVLM's architecture; `kind="smolvlm"`: SmolVLM2's class,
+    SmolVLMForConditionalGeneration): the tiny SigLIP, pixel shuffle by 2 (8 x 8 patches -> 16 tokens
+    an image) and the tiny SmolLM2 text decoder."""
     import transformers
 
-    config = transformers.Idefics3Config(
+    config_cls, model_cls = {
+        "idefics3": (transformers.Idefics3Config, transformers.Idefics3ForConditionalGeneration),
+        "smolvlm": (transformers.SmolVLMConfig, transformers.SmolVLMForConditionalGeneration),
+    }[kind]
+    config = config_cls(
         text_config=tiny_llama_text_config("smollm2"),
         vision_config=dict(SIGLIP_TINY),
         scale_factor=2,
         image_token_id=IMAGE_TOKEN,
         **overrides,
     )
-    return randomise(transformers.Idefics3ForConditionalGeneration(config), seed)
+    return randomise(model_cls(config), seed)
 
 
 def tiny_llava(text_family: str = "smollm2", seed: int = 0, **overrides: Any) -> torch.nn.Module:

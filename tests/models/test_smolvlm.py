@@ -1,4 +1,5 @@
-"""SmolVLM (Idefics3ForConditionalGeneration) against transformers 5.24: the SigLIP encoder, the
+"""SmolVLM (Idefics3ForConditionalGeneration, and SmolVLM2's SmolVLMForConditionalGeneration) against
+transformers 5.24: the SigLIP encoder, the
 pixel-shuffle connector, image features in the text embeddings, with and without the KV cache;
 converters both ways."""
 
@@ -51,9 +52,14 @@ def ftune_of(hf: torch.nn.Module) -> ImageTextModel:
     return model.eval()
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
+@pytest.fixture(
+    scope="module",
+    params=[("idefics3", False), ("idefics3", True), ("smolvlm", False)],
+    ids=["idefics3-untied", "idefics3-tied", "smolvlm2-untied"],
+)
 def pair(request) -> tuple[torch.nn.Module, ImageTextModel]:
-    hf = tiny_idefics3(tie_word_embeddings=request.param)
+    kind, tied = request.param
+    hf = tiny_idefics3(kind=kind, tie_word_embeddings=tied)
     return hf, ftune_of(hf)
 
 
@@ -125,7 +131,7 @@ def test_transformers_loads_ftunes_save_with_equal_logits(pair, tmp_path: Path) 
     tensors = {k: v.contiguous() for k, v in CONVERTER.ftune_to_hf(model.state_dict()).items()}
     save_file(tensors, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps(hf.config.to_dict()))
-    loaded = transformers.Idefics3ForConditionalGeneration.from_pretrained(tmp_path).float().eval()
+    loaded = type(hf).from_pretrained(tmp_path).float().eval()
     tokens, images = layout(ROWS, TOKENS, seed=6), pixels(3, SIZE, seed=7)
     with torch.no_grad():
         assert max_diff(_hf_logits(loaded, tokens, images, [1, 2]), model(tokens, images)) <= 1e-4
