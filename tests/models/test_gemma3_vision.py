@@ -21,6 +21,7 @@ from ftune.models.gemma3._vision import (
     gemma3_vision_27b,
 )
 from ftune.models.gemma3._vision_convert import VISION_CONVERTER
+from ftune.modules.masks import document_causal_mask
 from ftune.modules.vision import ImageTextModel
 
 transformers = pytest.importorskip("transformers")
@@ -118,6 +119,37 @@ def test_kv_cache_prefill_with_images_then_decode(pair) -> None:
         finally:
             model.delete_caches()
     got = torch.cat([first, *steps], dim=1)
+    assert max_diff(got, expected) <= 1e-4
+
+
+def test_long_sequence_through_cpu_block_attention(pair) -> None:
+    # 200 tokens >= 2 query blocks: the CPU path that skips masked (query, key) blocks, here with a
+    # mask that is not causal (an image's tokens see later tokens of the same image).
+    hf, model = pair
+    rows = [
+        [("text", 70), ("image", 1), ("text", 112)],
+        [("text", 30), ("image", 1), ("text", 60), ("image", 1), ("text", 74)],
+    ]
+    tokens, images = layout(rows, TOKENS, seed=8), pixels(3, SIGLIP_TINY["image_size"], seed=9)
+    with torch.no_grad():
+        assert max_diff(model(tokens, images), _hf_logits(hf, tokens, images)) <= 1e-4
+
+
+def test_packed_samples_with_images_match_separate_runs(pair) -> None:
+    # Two samples packed in one row (positions restart, a document mask): the image term is added to
+    # the document mask, and each sample's logits equal transformers' on that sample alone.
+    hf, model = pair
+    first, second = layout(ROWS[:1], TOKENS, seed=10), layout(ROWS[1:], TOKENS, seed=11)
+    images = pixels(3, SIGLIP_TINY["image_size"], seed=12)
+    n = first.shape[1]
+    tokens = torch.cat([first, second], dim=1)
+    input_pos = torch.cat([torch.arange(n), torch.arange(second.shape[1])])[None]
+    doc_ids = torch.cat([torch.zeros(n, dtype=torch.long), torch.ones(second.shape[1], dtype=torch.long)])[
+        None
+    ]
+    with torch.no_grad():
+        got = model(tokens, images, input_pos=input_pos, mask=document_causal_mask(doc_ids))
+    expected = torch.cat([_hf_logits(hf, first, images[:1]), _hf_logits(hf, second, images[1:])], dim=1)
     assert max_diff(got, expected) <= 1e-4
 
 
