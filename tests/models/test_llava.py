@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from ftune.models import COMPONENT_BUILDERS, CONVERTERS
 from ftune.models._hf_config import builder_kwargs
 from ftune.models.llava import llava, llava_converter, siglip_hf_to_ftune
+from ftune.models.smollm2 import smollm2_135m
 from ftune.modules.vision import ImageTextModel
 
 transformers = pytest.importorskip("transformers")
@@ -163,3 +164,44 @@ def test_feature_layer_out_of_range_is_an_error() -> None:
             image_token_id=7,
             feature_layer=3,
         )
+
+
+def test_smollm2_135m_with_a_siglip_base_encoder() -> None:
+    # The small VLM of the docs: SmolLM2-135M's decoder and SigLIP base (patch 16, 224 px: 196 patches),
+    # on the meta device. Parameters: 134,515,008 (SmolLM2-135M) + 85,797,120 (the encoder: patch
+    # convolution 590,592, positions 150,528, 12 layers of 7,087,872, final norm 1,536) + 775,296 (the
+    # projector: 768 x 576 + 576 and 576 x 576 + 576).
+    with torch.device("meta"):
+        model = llava(
+            decoder=smollm2_135m(),
+            image_size=224,
+            patch_size=16,
+            vision_embed_dim=768,
+            vision_num_layers=12,
+            vision_num_heads=12,
+            vision_intermediate_dim=3072,
+            image_token_id=0,
+        )
+    assert model.tokens_per_image == 196
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008 + 85_797_120 + 775_296
+
+
+def test_a_few_steps_fit_one_batch_through_every_part() -> None:
+    # Gradients reach the projector and the encoder through the scattered image rows; ten AdamW steps
+    # on one batch lower its loss.
+    hf = tiny_llava("smollm2")
+    model = ftune_of(hf, "smollm2").train()
+    tokens, images = layout(ROWS, TOKENS, seed=12), pixels(3, SIZE, seed=13)
+    labels = tokens[:, 1:].masked_fill(tokens[:, 1:] == model.image_token_id, -100)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(10):
+        logits = model(tokens, images)[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        loss.backward()
+        for part in ("projector.linear_1.weight", "vision_encoder.layers.0.self_attn.q_proj.weight"):
+            assert model.get_parameter(part).grad.abs().sum() > 0, part
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] * 0.9, losses
