@@ -119,9 +119,10 @@ class TransformerDecoder(nn.Module):
             mask = mask.expand(tokens.shape[0], -1, -1)  # (b, s, cache_len)
         if also_attend is not None:
             mask = self._add_pairs(mask, also_attend, input_pos, tokens.shape)
-        h = (
-            self.tok_embeddings(tokens) if embeds is None else self._checked_embeds(tokens, embeds)
-        )  # (b, s, d)
+        if embeds is None:
+            h = self.tok_embeddings(tokens)  # (b, s, d)
+        else:
+            h = self._checked_embeds(tokens, embeds)  # (b, s, d)
         for layer in self.layers:
             h = layer(h, input_pos=input_pos, mask=mask)
         return self.norm(h)
