@@ -3,6 +3,10 @@
     ftune.models.CONVERTERS["llama3"].hf_to_ftune(sd)      # pure key/layout conversion
     family, model = ftune.models.model_from_hf_config(json.load(open("config.json")))
 
+Image-text models (Gemma 3 with its vision path, SmolVLM, LLaVA-style compositions) are
+`ftune.modules.vision.ImageTextModel`s: `image_text_model_from_hf_config` builds one from its
+config.json, `image_text_converter(family, text_family)` converts its weights.
+
 A checkpoint folder to a loaded model is `ftune.checkpointing.load_hf(folder)` (checkpointing sits
 above models in the layer order).
 
