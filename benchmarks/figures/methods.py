@@ -197,4 +197,4 @@ def dpo_packing() -> str:
         f"`{command}`: {r['note']} Packing computes {1 - packed / padded:.1%} fewer positions here: the demo's "
         "answers are dates, close in length, so there is little padding to save."
     )
-    return "\n\n".join((table(header, rows, "lrrrrrr"), run_line, provenance("dpo_packing")))
+    return "\n\n".join((table(header, rows, "lrrrrrr"), run_line, provenance("dpo_packing", up="../../")))
