@@ -127,3 +127,20 @@ class ImageMessagesTransform:
 
     def __call__(self, record: Mapping[str, Any]) -> tuple[list[Message], list[Image.Image]]:
         return self.messages(record), self.images(record)
+
+
+def expand_placeholders(text: str, placeholder: str, image_texts: list[str]) -> str:
+    """`text` with its k-th `placeholder` replaced by `image_texts[k]`, as the family's processor lays a prompt out.
+
+    Use it on a rendered prompt (e.g. for generation); the dataset does the same on token ids.
+
+    Raises:
+        ValueError: the number of placeholders differs from the number of images.
+    """
+    pieces = text.split(placeholder)
+    if len(pieces) - 1 != len(image_texts):
+        raise ValueError(
+            f"The prompt has {len(pieces) - 1} image placeholder(s) {placeholder!r} but {len(image_texts)} image(s) "
+            "were given; write one placeholder where each image goes."
+        )
+    return pieces[0] + "".join(image + rest for image, rest in zip(image_texts, pieces[1:]))
