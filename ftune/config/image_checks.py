@@ -23,6 +23,8 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
+from ftune.config.data_files import json_records
+
 IMAGE_KEYS = ("image", "path", "url")
 _SHOWN = 5  # bad images quoted in one message; the rest are counted
 
@@ -42,9 +44,14 @@ def _decoded(data: bytes, what: str) -> Image.Image:
         image = Image.open(io.BytesIO(data))
         image.load()  # decode now: a truncated file fails here, not inside a DataLoader worker
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        said = (
+            "no image format Pillow knows"
+            if isinstance(e, UnidentifiedImageError)
+            else " ".join(str(e).split())[:120]
+        )
         raise ImageReadError(
-            f"{what} cannot be decoded as an image ({type(e).__name__}: {' '.join(str(e).split())[:120]}); "
-            "store PNG, JPEG, WEBP, GIF or BMP bytes, or fix or delete the record"
+            f"{what} cannot be decoded as an image ({type(e).__name__}: {said}); store PNG, JPEG, WEBP, GIF or BMP "
+            "data, or fix or delete the record"
         ) from None
     return image
 
@@ -203,3 +210,31 @@ def check_image_rows(
             + more
         )
     return count
+
+
+# rows read from a parquet file at a time when checking it
+_PARQUET_BATCH = 256
+
+
+def local_rows(path: Path) -> Iterable[tuple[str, Any]] | None:
+    """(where, record) for each record of a local .json/.jsonl (``file:line``) or .parquet (``file row N``) file.
+
+    Returns:
+        The rows, or None for another suffix or a .json file that is not a list of records.
+    """
+    suffix = path.suffix.lower()
+    if suffix in (".json", ".jsonl"):
+        lines = json_records(path)
+        return None if lines is None else [(f"{path}:{number}", record) for number, record in lines]
+    if suffix != ".parquet":
+        return None
+    import pyarrow.parquet  # ~0.6 s on 2 busy cores; only a parquet file's check needs it
+
+    def rows() -> Iterable[tuple[str, Any]]:
+        at = 0
+        for batch in pyarrow.parquet.ParquetFile(path).iter_batches(batch_size=_PARQUET_BATCH):
+            for record in batch.to_pylist():
+                at += 1
+                yield f"{path} row {at}", record
+
+    return rows()
