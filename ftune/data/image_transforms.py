@@ -92,6 +92,7 @@ class Gemma3ImageTransform:
         self.min_crop, self.max_crops = pan_and_scan_min_crop_size, pan_and_scan_max_num_crops
         self.min_ratio = pan_and_scan_min_ratio_to_activate
         self.placeholder = boi_token
+        self.image_token_strings = (boi_token, image_token, eoi_token)  # the ids the labels always ignore
         self.image_sequence = f"\n\n{boi_token}{image_token * image_seq_length}{eoi_token}\n\n"
 
     def crops(self, image: Image.Image) -> list[Image.Image]:
@@ -188,6 +189,13 @@ class Idefics3ImageTransform:
     """
 
     placeholder = "<image>"
+    # the ids the labels always ignore: the image tokens and the tags around them (tiles up to 6 x 6)
+    image_token_strings = (
+        "<fake_token_around_image>",
+        "<image>",
+        "<global-img>",
+        *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
+    )
 
     def __init__(
         self,

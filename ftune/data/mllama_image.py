@@ -93,6 +93,7 @@ class MllamaImageTransform:
         self.resample = resample_filter(resample, "MllamaImageTransform")
         self.scale, self.mean, self.std = rescale_factor, tuple(image_mean), tuple(image_std)
         self.placeholder = image_token
+        self.image_token_strings = (image_token,)  # the ids the labels always ignore
 
     def __call__(self, image: Image.Image) -> ImageInputs:
         rgb = to_rgb(image)

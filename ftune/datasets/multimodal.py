@@ -1,15 +1,12 @@
 """Multimodal chat dataset: records with image parts -> tokens, labels and each image's pixel values.
 
-The text path (`ftune.datasets.chat`) with images: the conversation is tokenized by the model's
-tokenizer with each image part as the family's placeholder token (`ImageMessagesTransform`), then
-every placeholder is replaced by the image's own tokens (the image transform's `text`, tokenized),
-so the token layout is the family processor's. Image tokens are never trained (ignore label).
-
-One difference from transformers' processors remains, in Gemma 3 only: its image text starts and
-ends with "\\n\\n", which transformers tokenizes together with the text around the image (a template's
-"\\n" before an image at a turn's start and the image's "\\n\\n" can become one "\\n\\n\\n" token); here
-the image's tokens are tokenized on their own. Idefics3 and Llama 3.2 Vision begin and end their image
-text with special tokens, so their layout is the processor's exactly.
+The text path (`ftune.datasets.chat`) with images. With a chat template (ftune's HFTokenizer), the
+conversation is rendered with each image part as the family's placeholder, every placeholder is
+replaced in the text by the image's text (the image transform's `text`), as transformers' processor
+does, and each message's text is tokenized: the ids are the processor's, even where an image's text
+begins or ends with plain text that merges with its neighbours (Gemma 3's "\n\n"). Without a chat
+template (a prompt format), the conversation is tokenized with the placeholders and each
+placeholder token is replaced by its image's tokens. Image tokens are never trained (ignore label).
 """
 
 from __future__ import annotations
@@ -22,8 +19,9 @@ import torch
 
 from ftune.config.data_files import json_records
 from ftune.config.image_checks import check_image_rows
-from ftune.data.image_messages import ImageMessagesTransform
+from ftune.data.image_messages import ImageMessagesTransform, expand_placeholders
 from ftune.data.image_transforms import Gemma3ImageTransform, Idefics3ImageTransform, ImageInputs
+from ftune.data.messages import Message
 from ftune.data.mllama_image import MllamaImageTransform
 from ftune.datasets.sft import check_columns, labels_from_mask
 from ftune.datasets.source import load_source
@@ -53,6 +51,19 @@ def placeholder_id(tokenizer: Tokenizer, placeholder: str, where: str) -> int:
             "tokens), or the image transform of the model family the tokenizer belongs to."
         )
     return ids[0]
+
+
+def _single_id(tokenizer: Tokenizer, token: str) -> int | None:
+    ids = tokenizer.encode(token, add_bos=False, add_eos=False)
+    return ids[0] if len(ids) == 1 else None
+
+
+def _common_prefix_len(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def expand_image_tokens(
@@ -118,6 +129,9 @@ class MultimodalSFTDataset(torch.utils.data.Dataset):
         self.max_seq_len = max_seq_len
         self.image_id = placeholder_id(tokenizer, image_transform.placeholder, f"dataset {source!r}")
         self._expansions: dict[str, list[int]] = {}
+        # the ids of the family's image vocabulary: never trained, wherever they appear
+        names = getattr(image_transform, "image_token_strings", (image_transform.placeholder,))
+        self.image_token_ids = {i for name in names if (i := _single_id(tokenizer, name)) is not None}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -127,6 +141,40 @@ class MultimodalSFTDataset(torch.utils.data.Dataset):
             self._expansions[text] = self.tokenizer.encode(text, add_bos=False, add_eos=False)
         return self._expansions[text]
 
+    def _rendered_layout(
+        self, messages: list[Message], image_texts: list[str], where: str
+    ) -> tuple[list[int], list[bool], int] | None:
+        """Tokens, mask and the end of the last image token, from the chat template's text with every
+        placeholder replaced by its image's text (None: the tokenizer renders no chat template)."""
+        try:
+            text = self.tokenizer.render(messages)
+        except (AttributeError, ValueError):  # a prompt format, or a tokenizer without `render`
+            return None
+        placeholder = self.image_transform.placeholder
+        if text.count(placeholder) != len(image_texts):
+            expand_placeholders(text, placeholder, image_texts)  # raises, naming the counts
+        ends = [
+            _common_prefix_len(self.tokenizer.render(messages[: k + 1]), text)
+            for k in range(len(messages) - 1)
+        ]
+        bounds = [0, *(max(ends[: k + 1]) for k in range(len(ends))), len(text)]
+        tokens: list[int] = []
+        mask: list[bool] = []
+        images = iter(image_texts)
+        for message, start, end in zip(messages, bounds, bounds[1:]):
+            piece = text[start:end]  # this message's characters; a turn boundary sits at a special token
+            piece = expand_placeholders(
+                piece, placeholder, [next(images) for _ in range(piece.count(placeholder))]
+            )
+            ids = self.tokenizer.encode(piece, add_bos=False, add_eos=False)
+            tokens.extend(ids)
+            mask.extend(message.masked or t in self.image_token_ids for t in ids)
+        if not tokens or tokens[-1] != self.tokenizer.eos_id:  # as tokenize_messages(add_eos=True)
+            tokens.append(self.tokenizer.eos_id)
+            mask.append(True)
+        images_end = max((i + 1 for i, t in enumerate(tokens) if t in self.image_token_ids), default=0)
+        return tokens, mask, images_end
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         where = f"Dataset {self.source} row {index + 1}"
         try:
@@ -135,18 +183,26 @@ class MultimodalSFTDataset(torch.utils.data.Dataset):
             text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             raise ValueError(f"{where}: {text}") from e
         inputs = [self.image_transform(image) for image in images]
-        tokens, mask = self.tokenizer.tokenize_messages(messages, add_eos=True)
-        expansions = [self._expansion(x.text) for x in inputs]
-        tokens, mask, images_end = expand_image_tokens(tokens, mask, self.image_id, expansions, where)
+        laid_out = self._rendered_layout(messages, [x.text for x in inputs], where)
+        if laid_out is None:  # no chat template: splice the image tokens in place of the placeholder ids
+            tokens, mask = self.tokenizer.tokenize_messages(messages, add_eos=True)
+            expansions = [self._expansion(x.text) for x in inputs]
+            tokens, mask, images_end = expand_image_tokens(tokens, mask, self.image_id, expansions, where)
+        else:
+            tokens, mask, images_end = laid_out
         labels = labels_from_mask(tokens, mask)
-        if self.max_seq_len is not None and len(tokens) > self.max_seq_len:
-            if images_end > self.max_seq_len:
+        limits = [
+            n for n in (self.max_seq_len, getattr(self.tokenizer, "max_seq_len", None)) if n is not None
+        ]
+        limit = min(limits, default=None)
+        if limit is not None and len(tokens) > limit:
+            if images_end > limit:
                 raise ValueError(
-                    f"{where}: the sample is {len(tokens)} tokens and max_seq_len={self.max_seq_len} would cut through "
-                    f"its images' tokens (they end at token {images_end}; the model needs all of them). Raise "
-                    "dataset.max_seq_len, or shorten the record."
+                    f"{where}: the sample is {len(tokens)} tokens and max_seq_len={limit} (of the dataset or the "
+                    f"tokenizer) would cut through its images' tokens (they end at token {images_end}; the model needs "
+                    "all of them). Raise dataset.max_seq_len (and tokenizer.max_seq_len), or shorten the record."
                 )
-            tokens, labels = tokens[: self.max_seq_len], labels[: self.max_seq_len]
+            tokens, labels = tokens[:limit], labels[:limit]
         return {"tokens": list(tokens), "labels": labels, "images": inputs}
 
 

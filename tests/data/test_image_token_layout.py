@@ -107,8 +107,9 @@ def test_gemma3_with_pan_and_scan_crops_equals_the_processor(tmp_path):
 
 @pytest.mark.parametrize("family", ["gemma3", "idefics3", "mllama"])
 def test_dataset_layout_equals_the_processor_on_the_rendered_conversation(family, tmp_path):
-    """The dataset splices each image's tokens in place of its placeholder token; the processor expands the
-    rendered text: the same ids (this tokenizer merges no newlines, so Gemma 3's edge case does not arise)."""
+    """The dataset's tokens equal the processor's on the rendered conversation. The tokenizer merges newline
+    runs, as Gemma 3's does, so the "\n" after ChatML's role and Gemma 3's "\n\n" before the image are one
+    token in both (splicing the image's tokens in place of the placeholder id would split them)."""
     ours, processor, tokenizer = _family(family, tmp_path)
     record = {
         "messages": [

@@ -55,6 +55,7 @@ CORPUS = [
     "Describe the picture. What colour is the disc? It is red.",
     "How many shapes are there? There are two shapes in the image.",
     "Hello world, this is a tiny corpus for a tiny tokenizer.",
+    "user\n\n\nA picture.\n\nuser\n\nTwo.\n\n\n",  # newline runs merge, as in Gemma 3's vocabulary
 ]
 IMAGE_TOKENS = [
     "<start_of_image>", "<image_soft_token>", "<end_of_image>",  # Gemma 3
@@ -70,7 +71,7 @@ CHATML = (
 
 
 def vlm_tokenizer_folder(folder: Path, family: str) -> Path:
-    """A byte-level BPE tokenizer.json (300 ids) whose special tokens include every family's image tokens;
+    """A byte-level BPE tokenizer.json (420 ids) whose special tokens include every family's image tokens;
     for "gemma3" its config names them as Gemma 3's tokenizer does (transformers' processor reads them)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -78,7 +79,7 @@ def vlm_tokenizer_folder(folder: Path, family: str) -> Path:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=420, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(CORPUS * 3, trainer=trainer)
     folder.mkdir(parents=True, exist_ok=True)

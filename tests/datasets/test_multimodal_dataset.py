@@ -104,7 +104,8 @@ def test_packing_and_cut_images_are_refused(setup):
         multimodal_chat_dataset(tokenizer, source=str(data), image_transform="clip")
     short = multimodal_chat_dataset(tokenizer, source=str(data), image_transform=transform, max_seq_len=8)
     with pytest.raises(
-        ValueError, match=r"row 1: the sample is \d+ tokens and max_seq_len=8 would cut through its images"
+        ValueError,
+        match=r"row 1: the sample is \d+ tokens and max_seq_len=8 \(of the dataset or the tokenizer\) would cut through",
     ):
         short[0]
     full = multimodal_chat_dataset(tokenizer, source=str(data), image_transform=transform)[0]
@@ -183,3 +184,40 @@ def test_the_image_check_runs_without_torch(setup):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "refused: Dataset" in out.stdout and "missing.png' does not exist" in out.stdout
+
+
+def test_without_images_the_layout_is_the_text_paths(setup):
+    """Rendered, then tokenized message by message: the ids and the mask of `tokenize_messages`."""
+    _, _, tokenizer, transform = setup
+    from ftune.data import ImageMessagesTransform
+    from ftune.datasets import MultimodalSFTDataset
+
+    records = _records([[]]) + [
+        {"messages": [{"role": "system", "content": "Count.\n\n"}, *_records([[]])[0]["messages"]]}
+    ]
+    data = MultimodalSFTDataset(records, tokenizer, ImageMessagesTransform("<image>"), transform)
+    for i, record in enumerate(records):
+        tokens, mask = tokenizer.tokenize_messages(
+            ImageMessagesTransform("<image>").messages(record), add_eos=True
+        )
+        assert data[i]["tokens"] == tokens
+        assert data[i]["labels"] == [CROSS_ENTROPY_IGNORE_IDX if m else t for t, m in zip(tokens, mask)]
+
+
+def test_a_prompt_format_tokenizer_gets_the_image_tokens_spliced_in(setup):
+    tmp_path, pictures, _, transform = setup
+    from ftune.data import ImageMessagesTransform
+    from ftune.datasets import MultimodalSFTDataset
+    from ftune.tokenizers import ChatMLFormat
+
+    tokenizer = HFTokenizer(vlm_tokenizer_folder(tmp_path / "tok2", "idefics3"), prompt_format=ChatMLFormat())
+    records = _records([[png_bytes(pictures[0]), png_bytes(pictures[1])]])
+    item = MultimodalSFTDataset(records, tokenizer, ImageMessagesTransform("<image>"), transform)[0]
+    expected = [transform(p) for p in pictures[:2]]
+    texts = [tokenizer.encode(x.text, add_bos=False, add_eos=False) for x in expected]
+    flat = item["tokens"]
+    at = next(i for i in range(len(flat)) if flat[i : i + len(texts[0])] == texts[0])
+    assert flat[at + len(texts[0]) : at + len(texts[0]) + len(texts[1])] == texts[1]
+    assert all(
+        label == CROSS_ENTROPY_IGNORE_IDX for label in item["labels"][at : at + len(texts[0]) + len(texts[1])]
+    )
