@@ -8,9 +8,9 @@ from ftune.data.collate import (
     padded_collate_packed,
     padded_collate_preference,
     padded_collate_sft,
+    padded_collate_vision,
     padding_free_collate,
 )
-from ftune.data.image_collate import padded_collate_vision
 from ftune.data.image_messages import ImageMessagesTransform
 from ftune.data.image_transforms import Gemma3ImageTransform, Idefics3ImageTransform, ImageInputs
 from ftune.data.loader import StatefulDataLoader, build_dataloader, validation_loader

@@ -95,6 +95,15 @@ class MllamaImageTransform:
         self.placeholder = image_token
         self.image_token_strings = (image_token,)  # the ids the labels always ignore
 
+    def sample_inputs(
+        self, tokens: Sequence[int], images: Sequence[ImageInputs], image_token_id: int
+    ) -> dict[str, torch.Tensor]:
+        """A sample's inputs beyond its images: which tiles each token attends to (`cross_attention_mask`)."""
+        num_tiles = [int(x.extra["aspect_ratio_mask"].sum()) for x in images]
+        return {
+            "cross_attention_mask": cross_attention_mask(tokens, image_token_id, num_tiles, self.max_tiles)
+        }
+
     def __call__(self, image: Image.Image) -> ImageInputs:
         rgb = to_rgb(image)
         width, height = rgb.size

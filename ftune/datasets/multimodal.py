@@ -110,8 +110,8 @@ class MultimodalSFTDataset(torch.utils.data.Dataset):
         max_seq_len: when set, longer samples are truncated, and refused if that would cut an image.
         source: where the records came from, for messages (``<source> row N``).
 
-    Items are {"tokens": list[int], "labels": list[int], "images": list[ImageInputs]}; collate them with
-    `ftune.data.padded_collate_vision`.
+    Items are {"tokens": list[int], "labels": list[int], "images": list[ImageInputs]} (Llama 3.2 Vision adds
+    "cross_attention_mask" (s, n_images, max_tiles)); collate them with `ftune.data.padded_collate_vision`.
     """
 
     def __init__(
@@ -203,7 +203,10 @@ class MultimodalSFTDataset(torch.utils.data.Dataset):
                     "all of them). Raise dataset.max_seq_len (and tokenizer.max_seq_len), or shorten the record."
                 )
             tokens, labels = tokens[:limit], labels[:limit]
-        return {"tokens": list(tokens), "labels": labels, "images": inputs}
+        item = {"tokens": list(tokens), "labels": labels, "images": inputs}
+        if hasattr(self.image_transform, "sample_inputs"):  # Llama 3.2 Vision: its cross-attention mask
+            item.update(self.image_transform.sample_inputs(item["tokens"], inputs, self.image_id))
+        return item
 
 
 def _image_transform(value: Any) -> Any:

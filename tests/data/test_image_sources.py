@@ -8,7 +8,7 @@ from ftune_tests_vision_assets import drawn_image, png_bytes
 from PIL import Image
 
 from ftune.config.image_checks import ImageReadError, check_image_rows, image_sources, read_image
-from ftune.data import ImageMessagesTransform, padded_collate_vision
+from ftune.data import ImageMessagesTransform, padded_collate_sft, padded_collate_vision, padding_free_collate
 from ftune.data.image_messages import expand_placeholders
 from ftune.data.image_ops import to_uint8
 from ftune.data.image_transforms import ImageInputs
@@ -172,3 +172,13 @@ def test_collate_stacks_zero_one_or_two_images_a_sample():
         match=r"padded_collate_vision: the batch's images differ .* tile shapes \[\(3, 2, 2\), \(3, 4, 4\)\]",
     ):
         padded_collate_vision([_item([1], [1]), odd], pad_id=0)
+
+
+def test_the_default_collate_hands_images_on_and_padding_free_refuses_them():
+    items = [_item([1, 2], [1]), _item([3], [])]
+    assert padded_collate_sft(items, pad_id=0).keys() == padded_collate_vision(items, pad_id=0).keys()
+    assert "pixel_values" in padded_collate_sft(items, pad_id=0)
+    with pytest.raises(
+        ValueError, match=r"padding_free_collate: the samples carry images, .* Set collate_fn=null"
+    ):
+        padding_free_collate(items)

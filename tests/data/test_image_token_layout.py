@@ -19,6 +19,7 @@ from ftune.data import (
     Gemma3ImageTransform,
     Idefics3ImageTransform,
     MllamaImageTransform,
+    padded_collate_vision,
 )
 from ftune.data.image_messages import (
     ImageMessagesTransform,
@@ -138,3 +139,28 @@ def test_dataset_layout_equals_the_processor_on_the_rendered_conversation(family
     trained_text = tokenizer.decode(trained)  # the assistant turn as the text path masks it
     assert "Two shapes." in trained_text and "How many" not in trained_text and "count" not in trained_text
     assert len(item["images"]) == 2
+
+
+def test_mllama_batch_equals_the_processor_batch(tmp_path):
+    """Two samples of 1 and 2 images, right-padded: the collate's flat images (with `image_sample`) are the
+    processor's (b, max_images, ...) batch without its padding images, and the cross-attention masks equal."""
+    ours, processor, tokenizer = _family("mllama", tmp_path)
+    texts = ["<|image|>What is it?", "<|image|>and<|image|>: how many?"]
+    images = [[IMAGES[21]], [IMAGES[9], IMAGES[22]]]
+    want = processor(text=texts, images=images, padding=True, return_tensors="pt")
+    items = []
+    for ids, attention, sample in zip(want["input_ids"], want["attention_mask"], images):
+        tokens = ids[attention.bool()].tolist()
+        inputs = [ours(image) for image in sample]
+        item = {"tokens": tokens, "labels": tokens, "images": inputs}
+        items.append(item | ours.sample_inputs(tokens, inputs, tokenizer.token_to_id("<|image|>")))
+    batch = padded_collate_vision(items, pad_id=tokenizer.pad_id)
+    assert torch.equal(batch["tokens"], want["input_ids"])
+    assert torch.equal(batch["cross_attention_mask"], want["cross_attention_mask"])
+    assert batch["image_sample"].tolist() == [0, 1, 1]
+    real = [(0, 0), (1, 0), (1, 1)]  # (sample, image) of the processor's non-padding slots
+    assert torch.equal(batch["pixel_values"], torch.stack([want["pixel_values"][i, j] for i, j in real]))
+    assert batch["aspect_ratio_ids"].tolist() == [int(want["aspect_ratio_ids"][i, j]) for i, j in real]
+    assert torch.equal(
+        batch["aspect_ratio_mask"], torch.stack([want["aspect_ratio_mask"][i, j] for i, j in real])
+    )
