@@ -152,7 +152,11 @@ class MultimodalSFTDataset(torch.utils.data.Dataset):
             return None
         placeholder = self.image_transform.placeholder
         if text.count(placeholder) != len(image_texts):
-            expand_placeholders(text, placeholder, image_texts)  # raises, naming the counts
+            raise ValueError(
+                f"{where}: the rendered conversation has {text.count(placeholder)} image placeholder(s) {placeholder!r} "
+                f"but the record has {len(image_texts)} image(s); a placeholder typed in a message's text counts too, "
+                "so write images only as {'type': 'image'} parts."
+            )
         ends = [
             _common_prefix_len(self.tokenizer.render(messages[: k + 1]), text)
             for k in range(len(messages) - 1)

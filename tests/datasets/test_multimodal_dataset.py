@@ -221,3 +221,20 @@ def test_a_prompt_format_tokenizer_gets_the_image_tokens_spliced_in(setup):
     assert all(
         label == CROSS_ENTROPY_IGNORE_IDX for label in item["labels"][at : at + len(texts[0]) + len(texts[1])]
     )
+
+
+def test_a_placeholder_typed_in_the_text_is_refused_with_its_row(setup):
+    _, pictures, tokenizer, transform = setup
+    from ftune.data import ImageMessagesTransform
+    from ftune.datasets import MultimodalSFTDataset
+
+    records = _records([[png_bytes(pictures[0])]])
+    records[0]["messages"][0]["content"].append({"type": "text", "text": " see <image>"})
+    data = MultimodalSFTDataset(
+        records, tokenizer, ImageMessagesTransform("<image>"), transform, source="mine.jsonl"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"mine.jsonl row 1: the rendered conversation has 2 image placeholder\(s\) '<image>' but",
+    ):
+        data[0]
