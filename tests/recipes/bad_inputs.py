@@ -15,8 +15,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image
-
 
 @dataclass(frozen=True)
 class Case:
@@ -144,7 +142,6 @@ CASES: list[Case] = [
     _c('launch-hung-rank', 'launches', ('run', '--nproc_per_node', '2', 'dist_check', 'hang_rank=1', 'dist_timeout_s=3'), 'waited more than dist_timeout_s=3 s for the other ranks', 'rank 0', 'Timed out waiting 3000ms', 'raise the timeout, e.g. dist_timeout_s=6'),
     # data (checked before the model loads)
     _c('validate-pref-missing-rejected', 'data', ('validate', 'smollm2/135M_lora_dpo', 'dataset.source={tmp}/pairs.jsonl'), "no 'rejected'", 'pairs.jsonl:2', "the record's keys: ['chosen', 'prompt']", "dataset.column_map={'rejected': '<your column>'}", 'pref_no_rejected'),
-    _c('image-missing', 'data', (*LORA, '~dataset', 'dataset._component_=ftune.datasets.multimodal_chat_dataset', 'dataset.source={tmp}/images.jsonl', 'dataset.image_transform=gemma3'), 'cannot be read', 'images.jsonl:2: messages[0].content[0].image', "image file '{tmp}/gone.png' does not exist", 'fix the path or add the file', 'image_missing'),
     _c('pref-missing-rejected', 'data', ('run', 'lora_dpo_single_device', 'dataset.source={tmp}/pairs.jsonl'), "no 'rejected'", 'pairs.jsonl:2', "the record's keys: ['chosen', 'prompt']", "dataset.column_map={'rejected': '<your column>'}", 'pref_no_rejected'),
     _c('pref-empty-answer', 'data', ('run', 'lora_dpo_single_device', 'dataset.source={tmp}/pairs.jsonl'), "'chosen' is empty", 'pairs.jsonl:3', '1 record(s) cannot train', 'write the answer or delete the record', 'pref_empty'),
     _c('pref-val-no-prompt', 'data', ('run', 'lora_dpo_single_device', 'dataset_val.source={tmp}/val.jsonl', 'dataset_val.split=train'), "the prompt 'prompt' is needed", 'val.jsonl:1', 'but it is missing', "dataset.column_map={'prompt': '<your column>'}", 'pref_no_prompt'),
@@ -203,25 +200,6 @@ CASES: list[Case] = [
 def _write(path: Path, text: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
-
-
-def _image_missing(tmp: Path, ckpt: Path) -> None:
-    """A multimodal file whose second record names an image file that does not exist."""
-    Image.new("RGB", (3, 2), (200, 10, 10)).save(tmp / "ok.png")
-    answer = {"role": "assistant", "content": "a disc"}
-    lines = [
-        {
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [{"type": "image", "image": name}, {"type": "text", "text": "?"}],
-                },
-                answer,
-            ]
-        }
-        for name in ("ok.png", "gone.png")
-    ]
-    _write(tmp / "images.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
 
 
 def _copy_ckpt(tmp: Path, ckpt: Path) -> Path:
@@ -408,7 +386,6 @@ SETUPS = {
         _write(tmp / "tt.yaml", _TT_CONFIG),
         _write(tmp / "mine.yaml", "# my edits\n"),
     ),
-    "image_missing": _image_missing,
     "pref_no_rejected": lambda tmp, ckpt: _write(
         tmp / "pairs.jsonl", _PAIR + '{"prompt": "q", "chosen": "2024-01-01"}\n'
     ),
@@ -420,3 +397,4 @@ SETUPS = {
 }
 exec(Path(__file__).with_name("bad_inputs_outputs.py").read_text())  # issue 37's output cases: CASES, SETUPS
 exec(Path(__file__).with_name("bad_inputs_records.py").read_text())  # issue 37 items 2, 4, 5: CASES, SETUPS
+exec(Path(__file__).with_name("bad_inputs_images.py").read_text())  # issue 40 item 2: CASES, SETUPS
