@@ -10,6 +10,7 @@ or one IEEE float operation per element, which numpy and torch round alike.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import torch
 from PIL import Image
@@ -88,6 +89,25 @@ def rescale_normalize(
     return (scaled - m) / s
 
 
+@lru_cache(maxsize=16)
+def _lookup(scale: float, mean: tuple[float, ...], std: tuple[float, ...]) -> tuple[list[float], ...]:
+    """Each channel's value for each of the 256 uint8 levels, by `rescale_normalize` itself."""
+    levels = torch.arange(256, dtype=torch.uint8).expand(3, 1, 256)  # (3, 1, 256)
+    return tuple(row.tolist() for row in rescale_normalize(levels, scale, mean, std).view(3, 256))
+
+
 def pixels(image: Image.Image, scale: float, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """An RGB image rescaled and normalised: (3, h, w) float32."""
-    return rescale_normalize(to_uint8(image), scale, mean, std)
+    """An RGB image rescaled and normalised, as `rescale_normalize(to_uint8(image), ...)` gives it.
+
+    A uint8 channel has 256 levels, so each channel is mapped through a 256-entry table of those values
+    (Pillow's `point` into a float32 image): the same float32 numbers, without float64 arithmetic on
+    every pixel (several times faster on a busy CPU).
+
+    Returns:
+        (3, h, w) float32.
+    """
+    width, height = image.size
+    tables = _lookup(float(scale), tuple(mean), tuple(std))
+    # each band a float32 image, row-major; joined in Python (one memcpy, no multi-threaded torch copy)
+    data = bytearray(b"".join(band.point(table, "F").tobytes() for band, table in zip(image.split(), tables)))
+    return torch.frombuffer(data, dtype=torch.float32).view(3, height, width)

@@ -17,15 +17,7 @@ from functools import lru_cache
 import torch
 from PIL import Image
 
-from ftune.data.image_ops import (
-    OPENAI_CLIP_MEAN,
-    OPENAI_CLIP_STD,
-    resample_filter,
-    rescale_normalize,
-    resize,
-    to_rgb,
-    to_uint8,
-)
+from ftune.data.image_ops import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, pixels, resample_filter, resize, to_rgb
 from ftune.data.image_transforms import ImageInputs
 
 
@@ -110,10 +102,12 @@ class MllamaImageTransform:
         tile = self.tile
         canvas_h, canvas_w = optimal_canvas(height, width, self.max_tiles, tile)
         rows, cols = canvas_h // tile, canvas_w // tile
-        fitted = to_uint8(resize(rgb, *fit_to_canvas(height, width, canvas_h, canvas_w, tile), self.resample))
-        canvas = torch.zeros(3, canvas_h, canvas_w, dtype=torch.uint8)
-        canvas[:, : fitted.shape[1], : fitted.shape[2]] = fitted
-        values = rescale_normalize(canvas, self.scale, self.mean, self.std)  # (3, rows * tile, cols * tile)
+        fitted = resize(rgb, *fit_to_canvas(height, width, canvas_h, canvas_w, tile), self.resample)
+        canvas = Image.new(
+            "RGB", (canvas_w, canvas_h)
+        )  # black: padding is 0 before rescaling, as in transformers
+        canvas.paste(fitted, (0, 0))
+        values = pixels(canvas, self.scale, self.mean, self.std)  # (3, rows * tile, cols * tile)
         tiles = (
             values.view(3, rows, tile, cols, tile).permute(1, 3, 0, 2, 4).reshape(rows * cols, 3, tile, tile)
         )
