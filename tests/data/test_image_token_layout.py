@@ -93,9 +93,10 @@ def test_prompt_token_ids_equal_the_processor(family, tmp_path):
 
 def test_gemma3_with_pan_and_scan_crops_equals_the_processor(tmp_path):
     _, processor, tokenizer = _family("gemma3", tmp_path)
-    ours = Gemma3ImageTransform(image_size=16, image_seq_length=5, do_pan_and_scan=True)
+    ours = Gemma3ImageTransform(
+        image_size=16, image_seq_length=5, do_pan_and_scan=True, pan_and_scan_min_crop_size=8
+    )
     kwargs = {"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 8}
-    ours.min_crop = 8
     prompt = f"Look: {ours.placeholder} done"
     image = IMAGES[21]  # 1200 x 300: 4 crops
     want = processor(text=[prompt], images=[[image]], return_tensors="pt", **kwargs)

@@ -141,6 +141,7 @@ def test_an_unreadable_image_is_refused_when_the_dataset_loads(setup):
 
 def _config(source, *more):
     overrides = [
+        "~dataset",
         "dataset._component_=ftune.datasets.multimodal_chat_dataset",
         f"dataset.source={source}",
         *more,
@@ -238,3 +239,20 @@ def test_a_placeholder_typed_in_the_text_is_refused_with_its_row(setup):
         match=r"mine.jsonl row 1: the rendered conversation has 2 image placeholder\(s\) '<image>' but",
     ):
         data[0]
+
+
+def test_a_config_builds_the_dataset_with_its_transform_component(setup):
+    """The YAML surface: the image transform as a nested component with its sizes, or a family name."""
+    from ftune.config import instantiate
+
+    tmp_path, _, tokenizer, _ = setup
+    data = _jsonl(tmp_path / "train.jsonl", _records([["img/0.png"]]))
+    transform = (
+        "{_component_: ftune.data.Idefics3ImageTransform, longest_edge: 32, tile_size: 16, image_seq_len: 2}"
+    )
+    cfg = _config(data, f"dataset.image_transform={transform}", "dataset.max_seq_len=512")
+    item = instantiate(cfg.dataset, tokenizer, _path="dataset")[0]
+    assert (
+        item["tokens"].count(tokenizer.token_to_id("<image>")) == 2 * item["images"][0].pixel_values.shape[0]
+    )
+    assert item["images"][0].pixel_values.shape[-1] == 16
