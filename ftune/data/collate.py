@@ -224,6 +224,26 @@ def padded_collate_vision(
     return out
 
 
+def images_by_sample(values: torch.Tensor, image_sample: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """A batch's flat per-image rows regrouped by sample, as transformers' processors lay them out.
+
+    Args:
+        values: (n, ...) rows of `padded_collate_vision` (``pixel_values``, ``pixel_attention_mask``, ...).
+        image_sample: (n,) the sample of each row.
+        batch_size: the number of samples.
+
+    Returns:
+        (batch_size, most rows of a sample, ...): each sample's rows in order, then zeros.
+    """
+    counts = torch.bincount(image_sample, minlength=batch_size)  # (b,)
+    out = values.new_zeros(batch_size, int(counts.max()) if counts.numel() else 0, *values.shape[1:])
+    start = 0
+    for i, n in enumerate(counts.tolist()):
+        out[i, :n] = values[start : start + n]
+        start += n
+    return out
+
+
 def padded_collate_preference(
     batch: Sequence[dict[str, Any]],
     pad_id: int,

@@ -19,6 +19,7 @@ from ftune.data import (
     Gemma3ImageTransform,
     Idefics3ImageTransform,
     MllamaImageTransform,
+    images_by_sample,
     padded_collate_vision,
 )
 from ftune.data.image_messages import (
@@ -165,3 +166,14 @@ def test_mllama_batch_equals_the_processor_batch(tmp_path):
     assert torch.equal(
         batch["aspect_ratio_mask"], torch.stack([want["aspect_ratio_mask"][i, j] for i, j in real])
     )
+
+
+def test_idefics3_batch_regrouped_equals_the_processor_batch(tmp_path):
+    """Two samples of 2 and 1 images: the flat tiles regrouped by sample are the processor's padded batch."""
+    ours, processor, tokenizer = _family("idefics3", tmp_path)
+    images = [[IMAGES[21], IMAGES[4]], [IMAGES[10]]]
+    want = processor(text=["<image>a<image>", "b<image>"], images=images, padding=True, return_tensors="pt")
+    items = [{"tokens": [1], "labels": [1], "images": [ours(image) for image in sample]} for sample in images]
+    batch = padded_collate_vision(items, pad_id=tokenizer.pad_id)
+    for key in ("pixel_values", "pixel_attention_mask"):
+        assert torch.equal(images_by_sample(batch[key], batch["image_sample"], 2), want[key])
