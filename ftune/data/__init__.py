@@ -13,7 +13,12 @@ from ftune.data.collate import (
     padding_free_collate,
 )
 from ftune.data.image_messages import ImageMessagesTransform
-from ftune.data.image_transforms import Gemma3ImageTransform, Idefics3ImageTransform, ImageInputs
+from ftune.data.image_transforms import (
+    Gemma3ImageTransform,
+    Idefics3ImageTransform,
+    ImageInputs,
+    LlavaImageTransform,
+)
 from ftune.data.loader import StatefulDataLoader, build_dataloader, validation_loader
 from ftune.data.messages import Message
 from ftune.data.mllama_image import MllamaImageTransform, cross_attention_mask
@@ -37,6 +42,7 @@ __all__ = [
     "ImageInputs",
     "ImageMessagesTransform",
     "InputOutputToMessages",
+    "LlavaImageTransform",
     "Message",
     "MllamaImageTransform",
     "OpenAIToMessages",

@@ -2,7 +2,7 @@
 the image stands for, equal to transformers' non-fast image processor and processor of that family.
 
 Each transform has a `placeholder` (what the family's chat template writes for an image part:
-Gemma 3 ``<start_of_image>``, Idefics3/SmolVLM ``<image>``) and is called on one image; the result's
+Gemma 3 ``<start_of_image>``, Idefics3/SmolVLM and LLaVA-style ``<image>``) and is called on one image; the result's
 `text` replaces that placeholder in the prompt (as the processor does) and its `pixel_values` are
 the crops or tiles the vision tower encodes, one row a crop/tile, in the order their image tokens
 appear in `text`. Llama 3.2 Vision's tiling is in `ftune.data.mllama_image`.
@@ -254,3 +254,50 @@ class Idefics3ImageTransform:
         )  # (n, 3, tile, tile)
         mask = torch.ones(values.shape[0], *values.shape[2:], dtype=torch.long)  # (n, tile, tile)
         return ImageInputs(values, self.prompt(rows, cols), {"pixel_attention_mask": mask})
+
+
+class LlavaImageTransform:
+    """A LLaVA-style model's image processor and prompt layout, with a SigLIP encoder (transformers'
+    non-fast SiglipImageProcessor and LlavaProcessor, ``vision_feature_select_strategy: full``).
+
+    Resize to `image_size` squared (BICUBIC), rescale, normalise; the image stands for one
+    `image_token` a patch, ``(image_size // patch_size) ** 2`` of them. The transform of a model composed
+    with `ftune.models.llava` (its `image_size`, `patch_size` and the tokenizer's image token).
+
+    Args:
+        image_size: height and width the image is resized to (the encoder's input side).
+        patch_size: the encoder's patch side.
+        image_token: the placeholder token, written once a patch.
+        resample: Pillow filter name or number.
+        rescale_factor: pixel scale before normalising.
+        image_mean: per-channel mean.
+        image_std: per-channel standard deviation.
+    """
+
+    def __init__(
+        self,
+        *,
+        image_size: int = 224,
+        patch_size: int = 16,
+        image_token: str = "<image>",
+        resample: str | int = "bicubic",
+        rescale_factor: float = 1 / 255,
+        image_mean: Sequence[float] = IMAGENET_STANDARD_MEAN,
+        image_std: Sequence[float] = IMAGENET_STANDARD_STD,
+    ) -> None:
+        if image_size % patch_size:
+            raise ValueError(
+                f"LlavaImageTransform: image_size={image_size} is not a multiple of patch_size={patch_size}; use "
+                "the encoder's own image_size and patch_size (its config.json's vision_config)."
+            )
+        self.image_size = image_size
+        self.resample = resample_filter(resample, "LlavaImageTransform")
+        self.scale, self.mean, self.std = rescale_factor, tuple(image_mean), tuple(image_std)
+        self.placeholder = image_token
+        self.image_token_strings = (image_token,)  # the ids the labels always ignore
+        self.text = image_token * (image_size // patch_size) ** 2
+
+    def __call__(self, image: Image.Image) -> ImageInputs:
+        size = self.image_size
+        values = pixels(resize(to_rgb(image), size, size, self.resample), self.scale, self.mean, self.std)
+        return ImageInputs(values[None], self.text)  # (1, 3, size, size)

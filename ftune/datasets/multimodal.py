@@ -20,7 +20,12 @@ import torch
 from ftune.config.data_files import json_records
 from ftune.config.image_checks import check_image_rows
 from ftune.data.image_messages import ImageMessagesTransform, expand_placeholders
-from ftune.data.image_transforms import Gemma3ImageTransform, Idefics3ImageTransform, ImageInputs
+from ftune.data.image_transforms import (
+    Gemma3ImageTransform,
+    Idefics3ImageTransform,
+    ImageInputs,
+    LlavaImageTransform,
+)
 from ftune.data.messages import Message
 from ftune.data.mllama_image import MllamaImageTransform
 from ftune.datasets.sft import check_columns, labels_from_mask
@@ -34,6 +39,7 @@ IMAGE_TRANSFORMS: dict[str, Callable[[], Any]] = {
     "idefics3": Idefics3ImageTransform,
     "smolvlm": Idefics3ImageTransform,
     "mllama": MllamaImageTransform,
+    "llava": LlavaImageTransform,
 }
 
 
@@ -225,7 +231,7 @@ def _image_transform(value: Any) -> Any:
     if not callable(value) or not isinstance(getattr(value, "placeholder", None), str):
         raise ValueError(
             f"multimodal_chat_dataset: image_transform is {type(value).__name__}, not an image transform (a callable "
-            "with a `placeholder` string); give a family name (gemma3, idefics3, mllama) or a transform component."
+            "with a `placeholder` string); give a family name (gemma3, idefics3, mllama, llava) or a transform component."
         )
     return value
 
@@ -254,7 +260,8 @@ def multimodal_chat_dataset(
         tokenizer: the vision model's tokenizer (passed positionally by the recipe).
         source: hub id, local file (.json .jsonl .parquet) or folder, or builder name.
         image_transform: the family's transform (a component, e.g. ftune.data.Gemma3ImageTransform) or a family
-            name: "gemma3", "idefics3" (= "smolvlm") or "mllama" (its published defaults).
+            name: "gemma3", "idefics3" (= "smolvlm"), "mllama" (their published defaults) or "llava" (SigLIP at
+            224 px, 16 px patches).
         data_files: files for a builder name or a folder.
         split: split to load.
         name: hub dataset configuration name.

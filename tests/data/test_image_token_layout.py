@@ -13,11 +13,13 @@ from ftune_tests_vision_assets import drawn_images, png_bytes, vlm_tokenizer_fol
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
+from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
 from ftune.data import (
     CROSS_ENTROPY_IGNORE_IDX,
     Gemma3ImageTransform,
     Idefics3ImageTransform,
+    LlavaImageTransform,
     MllamaImageTransform,
     images_by_sample,
     padded_collate_vision,
@@ -49,6 +51,12 @@ def _family(name: str, folder: Path):
             size={"longest_edge": 48}, max_image_size={"longest_edge": 16}, resample=1, **HALF
         )
         processor = transformers.Idefics3Processor(image_processor, hf_tok, image_seq_len=3)
+    elif name == "llava":
+        ours = LlavaImageTransform(image_size=16, patch_size=8)
+        image_processor = SiglipImageProcessorPil(size={"height": 16, "width": 16})
+        processor = transformers.LlavaProcessor(
+            image_processor, hf_tok, patch_size=8, vision_feature_select_strategy="full"
+        )
     else:
         ours = MllamaImageTransform(tile_size=8, max_image_tiles=4)
         image_processor = MllamaImageProcessorPil(
@@ -70,7 +78,7 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("family", ["gemma3", "idefics3", "mllama"])
+@pytest.mark.parametrize("family", ["gemma3", "idefics3", "mllama", "llava"])
 def test_prompt_token_ids_equal_the_processor(family, tmp_path):
     ours, processor, tokenizer = _family(family, tmp_path)
     for template, picks in PROMPTS:
@@ -108,7 +116,7 @@ def test_gemma3_with_pan_and_scan_crops_equals_the_processor(tmp_path):
     assert tokenizer.encode(text, add_bos=False, add_eos=False) == want["input_ids"][0].tolist()
 
 
-@pytest.mark.parametrize("family", ["gemma3", "idefics3", "mllama"])
+@pytest.mark.parametrize("family", ["gemma3", "idefics3", "mllama", "llava"])
 def test_dataset_layout_equals_the_processor_on_the_rendered_conversation(family, tmp_path):
     """The dataset's tokens equal the processor's on the rendered conversation. The tokenizer merges newline
     runs, as Gemma 3's does, so the "\n" after ChatML's role and Gemma 3's "\n\n" before the image are one

@@ -10,8 +10,9 @@ from ftune_tests_vision_assets import drawn_image, drawn_images
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
+from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
-from ftune.data import Gemma3ImageTransform, Idefics3ImageTransform, MllamaImageTransform
+from ftune.data import Gemma3ImageTransform, Idefics3ImageTransform, LlavaImageTransform, MllamaImageTransform
 from ftune.data.image_ops import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
 IMAGES = drawn_images()
@@ -99,6 +100,14 @@ def test_mllama_tiles_ids_and_mask_equal_transformers(tile, max_tiles):
     assert len(ids) >= 3
 
 
+@pytest.mark.parametrize("size", [224, 32])
+def test_llava_siglip_pixels_equal_transformers(size):
+    ours = LlavaImageTransform(image_size=size, patch_size=16)
+    theirs = SiglipImageProcessorPil(size={"height": size, "width": size})
+    for image in FEW if size == 224 else IMAGES:
+        _equal(ours(image).pixel_values, theirs(image, return_tensors="pt")["pixel_values"])
+
+
 def test_transforms_refuse_bad_settings():
     with pytest.raises(
         ValueError, match=r"resample='cubic' is not a Pillow filter; accepted values are nearest \(0\)"
@@ -106,6 +115,8 @@ def test_transforms_refuse_bad_settings():
         Gemma3ImageTransform(resample="cubic")
     with pytest.raises(ValueError, match="max_image_tiles=0; it must be a positive int"):
         MllamaImageTransform(max_image_tiles=0)
+    with pytest.raises(ValueError, match="image_size=100 is not a multiple of patch_size=16"):
+        LlavaImageTransform(image_size=100, patch_size=16)
 
 
 def test_a_transform_reads_the_image_not_the_file_mode():
