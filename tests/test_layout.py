@@ -105,6 +105,10 @@ OPTIONAL: dict[str, str] = {
 # Hard dependencies imported late in one module, each for a measured start-up cost (2 cores, warm cache):
 # (module, imported name) -> why.
 LATE: dict[tuple[str, str], str] = {
+    ("ftune.config.image_checks", "pyarrow.parquet"): (
+        "~0.6 s; only checking the images of a local parquet file before a run needs it, and "
+        "`ftune run` imports ftune.config.image_checks for every config"
+    ),
     ("ftune.checkpointing.quantized", "torchao.quantization"): (
         "~1.0 s; only reading a quantized checkpoint needs torchao's tensor classes registered, and "
         "every `ftune validate` and non-quantized run imports ftune.checkpointing"

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ftune import settings as recipe_settings_module  # this package: every shipped class
-from ftune.config import data_files, record_checks
+from ftune.config import data_files, image_checks, record_checks
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config
 from ftune.config.model_source import check_model_source
@@ -101,6 +101,10 @@ _EVERY_LINE_MAX_BYTES = 64 << 20
 _PREFERENCE_BUILDERS = ("ftune.datasets.preference_dataset", "ftune.datasets.preference.preference_dataset")
 _PROMPT_BUILDERS = ("ftune.datasets.prompt_dataset", "ftune.datasets.prompts.prompt_dataset")
 _KTO_BUILDERS = ("ftune.datasets.kto_dataset", "ftune.datasets.kto.kto_dataset")
+_IMAGE_BUILDERS = (
+    "ftune.datasets.multimodal_chat_dataset",
+    "ftune.datasets.multimodal.multimodal_chat_dataset",
+)
 
 
 def _local_records(node: dict) -> tuple[Path, list] | None:
@@ -144,6 +148,25 @@ def _check_kto_file(node: dict) -> None:
         record_checks.check_kto_rows(rows, columns, str(node["source"]))
 
 
+def _check_image_file(node: dict) -> None:
+    """A multimodal file (.json, .jsonl, .parquet): every record's images read and decoded (file:line or row)."""
+    column_map = node.get("column_map") or {}
+    path = Path(str(node.get("source", ""))).expanduser()
+    if (
+        not isinstance(column_map, dict)
+        or set(column_map) - {"messages", "images"}
+        or node.get("data_files") is not None
+        or node.get("split", "train") != "train"
+        or not path.is_file()
+    ):
+        return  # the dataset's own load reports these (it reads every image too)
+    rows = image_checks.local_rows(path)
+    if rows is not None:
+        base = Path(str(node["image_dir"])).expanduser() if node.get("image_dir") else path.parent
+        columns = (column_map.get("messages", "messages"), column_map.get("images", "images"))
+        image_checks.check_image_rows(rows, *columns, base, str(node["source"]))
+
+
 def check_data_files(cfg) -> None:
     """Check the local data files of `dataset` / `dataset_val` (ftune.datasets builders), without torch.
 
@@ -152,7 +175,8 @@ def check_data_files(cfg) -> None:
     broken JSON line (`ftune.config.data_files.check_local_source`), and for preference data, a
     record without an answer or the prompt, or with one empty (same module); for prompt data (GRPO),
     a prompt that is not text and a reference answer a built-in reward reads that is missing or null
-    (`ftune.config.record_checks`). Hub
+    (`ftune.config.record_checks`); for multimodal data, every image of every record
+    (`ftune.config.image_checks`). Hub
     ids, folders and split slices are left to the dataset's own check.
 
     Raises:
@@ -171,6 +195,8 @@ def check_data_files(cfg) -> None:
             data_files.check_local_source(node["source"], node.get("data_files"), every_line=every_line)
         if component in _PROMPT_BUILDERS:
             _check_prompt_file(node, data.get("rewards"))
+        if component in _IMAGE_BUILDERS:
+            _check_image_file(node)
         if component in _KTO_BUILDERS:
             if section == "dataset" and data.get("batch_size") == 1:
                 raise ValueError(

@@ -89,6 +89,8 @@ def diagnose(path: Path, builder: str | None = None) -> str | None:
         return f"{path} is empty: it holds no training examples. Point the dataset's source at a file with records."
     if builder == "json" and path.suffix.lower() not in (".json", ".jsonl"):
         return _json_problem(path)
+    if (builder or SUFFIX_TO_BUILDER.get(path.suffix.lower())) not in ("json", "csv", "text"):
+        return None  # parquet and arrow are binary: `datasets` names their problems
     return _first_bad_line(path)
 
 

@@ -34,6 +34,7 @@ _DATA_KINDS = {
     "alpaca_dataset": "supervised",
     "instruct_dataset": "supervised",
     "chat_dataset": "supervised",
+    "multimodal_chat_dataset": "supervised",
     "demo_dataset": "supervised",
     "text_completion_dataset": "supervised",
     "prompt_dataset": "prompts",

@@ -4,15 +4,25 @@ from ftune.data.collate import (
     CROSS_ENTROPY_IGNORE_IDX,
     build_collate,
     build_preference_collate,
+    images_by_sample,
     padded_collate_kto,
     padded_collate_packed,
     padded_collate_preference,
     padded_collate_sft,
+    padded_collate_vision,
     padding_free_collate,
     padding_free_collate_preference,
 )
+from ftune.data.image_messages import ImageMessagesTransform
+from ftune.data.image_transforms import (
+    Gemma3ImageTransform,
+    Idefics3ImageTransform,
+    ImageInputs,
+    LlavaImageTransform,
+)
 from ftune.data.loader import StatefulDataLoader, build_dataloader, validation_loader
 from ftune.data.messages import Message
+from ftune.data.mllama_image import MllamaImageTransform, cross_attention_mask
 from ftune.data.packing import PackedDataset, pack_sequences
 from ftune.data.prompt_batch import PromptBatch, build_prompt_collate, collate_prompts
 from ftune.data.sampler import epoch_batches
@@ -28,8 +38,14 @@ __all__ = [
     "CROSS_ENTROPY_IGNORE_IDX",
     "AlpacaToMessages",
     "ChosenRejectedToMessages",
+    "Gemma3ImageTransform",
+    "Idefics3ImageTransform",
+    "ImageInputs",
+    "ImageMessagesTransform",
     "InputOutputToMessages",
+    "LlavaImageTransform",
     "Message",
+    "MllamaImageTransform",
     "OpenAIToMessages",
     "PackedDataset",
     "PromptBatch",
@@ -40,12 +56,15 @@ __all__ = [
     "build_preference_collate",
     "build_prompt_collate",
     "collate_prompts",
+    "cross_attention_mask",
     "epoch_batches",
+    "images_by_sample",
     "pack_sequences",
     "padded_collate_packed",
     "padded_collate_kto",
     "padded_collate_preference",
     "padded_collate_sft",
+    "padded_collate_vision",
     "padding_free_collate",
     "padding_free_collate_preference",
     "validation_loader",

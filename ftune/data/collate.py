@@ -6,6 +6,8 @@ A batch is {"tokens": [b, s] long, "labels": [b, s] long} plus, for packed data,
 `padding_free_collate` lays a batch's samples end to end in one packed row instead of padding them.
 A preference batch holds chosen rows then rejected rows (`padded_collate_preference`); a KTO batch
 holds completions then mismatched rows, each row's kind in "row_kinds" (`padded_collate_kto`).
+Samples with images (`ftune.datasets.multimodal_chat_dataset`) are collated by `padded_collate_vision`
+(which `padded_collate_sft` hands them to); `padding_free_collate` refuses them.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def padded_collate_sft(
     """
     if batch and "document_ids" in batch[0]:
         return padded_collate_packed(batch)
+    if batch and "images" in batch[0]:
+        return padded_collate_vision(batch, pad_id, ignore_idx, pad_to_multiple_of)
     length = _padded_length(_aligned_lengths(batch, "padded_collate_sft"), pad_to_multiple_of)
     return {
         "tokens": _right_pad([item["tokens"] for item in batch], pad_id, length),
@@ -136,6 +140,12 @@ def padding_free_collate(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Ten
         raise ValueError("padding_free_collate: got an empty batch; a batch needs at least one item.")
     if "document_ids" in batch[0]:
         return padded_collate_packed(batch)
+    if "images" in batch[0]:
+        raise ValueError(
+            "padding_free_collate: the samples carry images, which one packed row of several samples cannot take "
+            "(each image belongs to one sample). Set collate_fn=null (right padding: padded_collate_vision) or "
+            "collate_fn={_component_: ftune.data.padded_collate_vision, _partial_: true}."
+        )
     if len(set(_aligned_lengths(batch, "padding_free_collate"))) == 1:
         return padded_collate_sft(batch, pad_id=0)  # nothing to pad: no pad id is written
     rows: dict[str, list[torch.Tensor]] = {key: [] for key in PACKED_KEYS}
@@ -147,6 +157,91 @@ def padding_free_collate(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Ten
         rows["input_pos"].append(torch.arange(tokens.numel()))
         rows["document_ids"].append(torch.full((tokens.numel(),), i, dtype=torch.long))
     return {key: torch.cat(parts)[None] for key, parts in rows.items()}
+
+
+def padded_collate_vision(
+    batch: Sequence[dict[str, Any]],
+    pad_id: int,
+    ignore_idx: int = CROSS_ENTROPY_IGNORE_IDX,
+    pad_to_multiple_of: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Right-pad the text of {"tokens", "labels", "images"} items and stack their images.
+
+    A sample may hold any number of images (0, 1, 2, ...). The batch's images are concatenated along
+    their first dimension in sample order, then prompt order, which is the order of their image tokens
+    in the batch's rows: ``pixel_values`` is (n, 3, h, w), one row a crop or tile the vision tower
+    encodes (Llama 3.2 Vision: one row an image, (n, max_tiles, 3, h, w)), and ``image_sample`` (n,) says
+    which sample (row of ``tokens``) each belongs to. The family's further per-image inputs (Idefics3's
+    ``pixel_attention_mask``, Llama 3.2 Vision's ``aspect_ratio_ids`` and ``aspect_ratio_mask``) are
+    concatenated the same way. A batch without any image has none of these keys.
+
+    Args:
+        batch: items of `ftune.datasets.MultimodalSFTDataset` ("images": a list of `ImageInputs`).
+        pad_id: token id written into padded token positions.
+        ignore_idx: label written into padded label positions.
+        pad_to_multiple_of: round the padded length up to a multiple of this.
+
+    Returns:
+        {"tokens": (b, s), "labels": (b, s)} and, when the batch has images, "pixel_values" (n, ...),
+        "image_sample" (n,) long and the family's further per-image inputs; Llama 3.2 Vision also
+        "cross_attention_mask" (b, s, most images of a sample, max_tiles), as transformers' processor pads it.
+
+    Raises:
+        ValueError: items whose images differ in their keys or in the shape of a tile.
+    """
+    out = padded_collate_sft(
+        [{"tokens": item["tokens"], "labels": item["labels"]} for item in batch],
+        pad_id,
+        ignore_idx,
+        pad_to_multiple_of,
+    )
+    images = [(i, image) for i, item in enumerate(batch) for image in item.get("images", ())]
+    if not images:
+        return out
+    keys = {frozenset(image.extra) for _, image in images}
+    shapes = {tuple(image.pixel_values.shape[1:]) for _, image in images}
+    if len(keys) > 1 or len(shapes) > 1:
+        raise ValueError(
+            f"padded_collate_vision: the batch's images differ (extra inputs {sorted(map(sorted, keys))}, tile shapes "
+            f"{sorted(shapes)}); every image of a batch must come from one image transform with one size."
+        )
+    out["pixel_values"] = torch.cat([image.pixel_values for _, image in images])
+    out["image_sample"] = torch.cat(
+        [torch.full((image.pixel_values.shape[0],), i, dtype=torch.long) for i, image in images]
+    )
+    for key in sorted(next(iter(keys))):
+        out[key] = torch.cat([image.extra[key] for _, image in images])
+    if "cross_attention_mask" in batch[0]:
+        # (s_i, n_i, tiles) a sample -> (b, s, max n_i, tiles)
+        masks = [item["cross_attention_mask"] for item in batch]
+        length, tiles = out["tokens"].shape[1], masks[0].shape[-1]
+        dense = torch.zeros(len(batch), length, max(m.shape[1] for m in masks), tiles, dtype=torch.long)
+        for i, m in enumerate(masks):
+            dense[i, : m.shape[0], : m.shape[1]] = m
+            if 0 < m.shape[0] < length:  # padding attends as the last token does, as transformers pads it
+                dense[i, m.shape[0] :, : m.shape[1]] = m[-1]
+        out["cross_attention_mask"] = dense
+    return out
+
+
+def images_by_sample(values: torch.Tensor, image_sample: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """A batch's flat per-image rows regrouped by sample, as transformers' processors lay them out.
+
+    Args:
+        values: (n, ...) rows of `padded_collate_vision` (``pixel_values``, ``pixel_attention_mask``, ...).
+        image_sample: (n,) the sample of each row.
+        batch_size: the number of samples.
+
+    Returns:
+        (batch_size, most rows of a sample, ...): each sample's rows in order, then zeros.
+    """
+    counts = torch.bincount(image_sample, minlength=batch_size)  # (b,)
+    out = values.new_zeros(batch_size, int(counts.max()) if counts.numel() else 0, *values.shape[1:])
+    start = 0
+    for i, n in enumerate(counts.tolist()):
+        out[i, :n] = values[start : start + n]
+        start += n
+    return out
 
 
 def padded_collate_preference(

@@ -12,6 +12,7 @@ from ftune.datasets.demo import (
 )
 from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
 from ftune.datasets.kto import KTODataset, kto_dataset
+from ftune.datasets.multimodal import MultimodalSFTDataset, multimodal_chat_dataset
 from ftune.datasets.preference import PreferenceDataset, preference_dataset
 from ftune.datasets.prompts import PromptDataset, demo_prompt_dataset, prompt_dataset, write_demo_prompts
 from ftune.datasets.reasoning_tasks import reasoning_gym_dataset, reasoning_gym_records
@@ -23,6 +24,7 @@ __all__ = [
     "ConcatDataset",
     "HubUnreachableError",
     "KTODataset",
+    "MultimodalSFTDataset",
     "PreferenceDataset",
     "PromptDataset",
     "SFTDataset",
@@ -37,6 +39,7 @@ __all__ = [
     "instruct_dataset",
     "kto_dataset",
     "load_source",
+    "multimodal_chat_dataset",
     "preference_dataset",
     "prompt_dataset",
     "read_demo_examples",

@@ -1,0 +1,39 @@
+"""Bad-input cases of issue 40 item 2: images in the data.
+
+Run by bad_inputs.py inside its own namespace (`_c`, `CASES`, `SETUPS`, `_write`, `LORA` come from
+there), so the catalogue stays one list.
+"""
+# ruff: noqa: F821  (names of bad_inputs.py, which runs this file in its namespace)
+
+import json as _json
+
+from PIL import Image as _Image
+
+# fmt: off
+_IMAGES = ('~dataset', 'dataset._component_=ftune.datasets.multimodal_chat_dataset', 'dataset.source={tmp}/images.jsonl', 'dataset.image_transform=gemma3')
+CASES += [  # noqa: F821
+    _c('image-missing', 'data', (*LORA, *_IMAGES), 'cannot be read', 'images.jsonl:2: messages[0].content[0].image', "image file '{tmp}/gone.png' does not exist", 'fix the path or add the file', 'image_missing'),  # noqa: F821
+]
+# fmt: on
+
+
+def _image_missing(tmp, ckpt):
+    """A multimodal file whose second record names an image file that does not exist."""
+    _Image.new("RGB", (3, 2), (200, 10, 10)).save(tmp / "ok.png")
+    answer = {"role": "assistant", "content": "a disc"}
+    lines = [
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "image": name}, {"type": "text", "text": "?"}],
+                },
+                answer,
+            ]
+        }
+        for name in ("ok.png", "gone.png")
+    ]
+    _write(tmp / "images.jsonl", "".join(_json.dumps(line) + "\n" for line in lines))  # noqa: F821
+
+
+SETUPS["image_missing"] = _image_missing  # noqa: F821
