@@ -38,12 +38,21 @@ TITLES = {
     "full_dpo": "full DPO (preference tuning)",
     "lora_orpo": "LoRA ORPO (preference tuning without a reference model)",
     "lora_kto": "LoRA KTO (preference tuning on unpaired answers marked good or bad)",
+    "full_rm": "reward model (a scalar score head, every weight trained)",
+    "lora_rm": "LoRA reward model (adapters and the scalar score head trained)",
     "lora_grpo": "LoRA GRPO (online RL with rewards)",
     "full_grpo": "full GRPO (online RL with rewards)",
 }
 DPO = ("lora_dpo", "full_dpo")
 # The other preference methods the DPO recipes run (configs for smollm2/135M): ORPO on pairs, KTO on unpaired answers.
 ORPO_KTO = ("lora_orpo", "lora_kto")
+# Reward models (the reward_model recipes; configs for smollm2/135M, on the demo task's pairs).
+RM = ("full_rm", "lora_rm")
+RM_LOSS = (
+    "loss:  # Bradley-Terry: -log sigmoid(r_chosen - r_rejected - margin), TRL's RewardTrainer\n"
+    "  _component_: ftune.training.RewardLoss\n"
+    "  center_rewards_coefficient: null  # c x (r_chosen + r_rejected)^2 keeps scores near 0 (TRL suggests 0.01)\n"
+)
 # SFT batches: the samples end to end in one row (ftune/data/collate.py); DPO keeps its chosen/rejected rows.
 COLLATE = (
     "collate_fn:  # a batch's samples end to end in one row, no padding; null: right-pad them instead\n"
@@ -214,8 +223,19 @@ ORPO_KTO_LOSS = {
 
 def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
-    lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora", "lora_dpo", "lora_grpo", *ORPO_KTO)
+    lora = method in (
+        "lora",
+        "qlora",
+        "dora",
+        "kd_lora",
+        "qat_lora",
+        "lora_dpo",
+        "lora_grpo",
+        "lora_rm",
+        *ORPO_KTO,
+    )
     dpo = method in DPO + ORPO_KTO
+    pairs = dpo or method in RM
     lr = {
         "full": "2.0e-5",
         "qat_full": "2.0e-5",
@@ -239,7 +259,9 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
             "lora_grpo": "1.0e-4",
             "full_grpo": "5.0e-6",
         }.get(method, "1.0e-3")
-    if demo_pairs:
+    if demo_pairs and method == "full_rm":
+        lr = "1.0e-5"  # every weight trains: a tenth of the LoRA rate
+    elif demo_pairs:
         lr = "1.0e-4"  # at the quickstart's 1e-3, DPO degraded the answers (docs/recipes/lora_dpo_single_device.md)
     val = m.demo
     # Validation as in the SFT configs; the demo pairs' pass reads all 100 held-out pairs (25 batches of
@@ -308,7 +330,9 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     elif method == "lora_kto":
         out.append("\n" + kto_dataset())
     else:
-        out.append("\n" + (preference_dataset(m, demo_pairs) if dpo else dataset(m, packed=False) + COLLATE))
+        out.append(
+            "\n" + (preference_dataset(m, demo_pairs) if pairs else dataset(m, packed=False) + COLLATE)
+        )
     if method in GRPO:
         pass  # its loss section came with its data
     elif method.startswith("kd"):
@@ -318,6 +342,8 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
         )
     elif method in ORPO_KTO:
         out.append(ORPO_KTO_LOSS[method])
+    elif method in RM:
+        out.append(RM_LOSS)
     elif dpo:
         out.append(
             "loss:  # sigmoid (DPO), ipo, or simpo (reference-free: set gamma, e.g. 0.5, and beta ~2.0)\n"
@@ -357,6 +383,9 @@ def expected() -> dict[Path, str]:
             files[CONFIGS / f"{name}.yaml"] = config(m, "lora_dpo", demo_pairs=True)
             for method in ORPO_KTO:
                 files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
+            for method in RM:  # reward models of the demo task's pairs
+                name = config_name(m, method, demo_pairs=True)
+                files[CONFIGS / f"{name}.yaml"] = config(m, method, demo_pairs=True)
         if any(student == m.name for _, student in KD_PAIRS):
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)

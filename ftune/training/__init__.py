@@ -39,6 +39,7 @@ from ftune.settings import (
     LoRASettings,
     QATLoRASettings,
     QATSettings,
+    RewardModelSettings,
 )
 from ftune.training.features.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.features.activation_offloading import apply_activation_offloading
@@ -104,7 +105,7 @@ __all__ = [
     "cosine_with_warmup", "linear_with_warmup", "constant_with_warmup", "AdamWBf16State",
     "MetricLogger", "DiskLogger", "StdoutLogger", "TensorBoardLogger", "WandBLogger",
     "FullSettings", "LoRASettings", "QATSettings", "QATLoRASettings", "KDSettings", "GRPOSettings",
-    "LoRAGRPOSettings",
+    "LoRAGRPOSettings", "RewardModelSettings",
     # The types a recipe's code meets, and helpers benchmarks and copies of recipes read.
     "MicroBatch", "Loss", "Metric", "StepStats", "NonFiniteError", "PairLogps", "on_device",
     "batch_loss", "group_advantages", "zero_variance_share", "per_sequence", "optimizer_state_bytes",
