@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the ftune besi
 from ftune import registry  # noqa: E402 - pure Python, no torch
 from scripts.config_grpo import GRPO, grpo_data, grpo_loss, grpo_settings  # noqa: E402
 from scripts.config_models import MODELS, QAT_MODELS, Model  # noqa: E402
+from scripts.config_rm import RM, RM_LOSS, with_reward_model  # noqa: E402
 
 CONFIGS = ROOT / "recipes" / "configs"
 
@@ -46,13 +47,6 @@ TITLES = {
 DPO = ("lora_dpo", "full_dpo")
 # The other preference methods the DPO recipes run (configs for smollm2/135M): ORPO on pairs, KTO on unpaired answers.
 ORPO_KTO = ("lora_orpo", "lora_kto")
-# Reward models (the reward_model recipes; configs for smollm2/135M, on the demo task's pairs).
-RM = ("full_rm", "lora_rm")
-RM_LOSS = (
-    "loss:  # Bradley-Terry: -log sigmoid(r_chosen - r_rejected - margin), TRL's RewardTrainer\n"
-    "  _component_: ftune.training.RewardLoss\n"
-    "  center_rewards_coefficient: null  # c x (r_chosen + r_rejected)^2 keeps scores near 0 (TRL suggests 0.01)\n"
-)
 # SFT batches: the samples end to end in one row (ftune/data/collate.py); DPO keeps its chosen/rejected rows.
 COLLATE = (
     "collate_fn:  # a batch's samples end to end in one row, no padding; null: right-pad them instead\n"
@@ -386,6 +380,9 @@ def expected() -> dict[Path, str]:
             for method in RM:  # reward models of the demo task's pairs
                 name = config_name(m, method, demo_pairs=True)
                 files[CONFIGS / f"{name}.yaml"] = config(m, method, demo_pairs=True)
+            name = f"{m.name}_reward_model_lora_grpo"  # GRPO with one of them as a reward
+            plain = (config_name(m, "lora_grpo"), config(m, "lora_grpo"), TITLES["lora_grpo"])
+            files[CONFIGS / f"{name}.yaml"] = with_reward_model(*plain, name)
         if any(student == m.name for _, student in KD_PAIRS):
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)
