@@ -9,6 +9,7 @@ from scripts.config_grpo import DEMO_REWARDS
 
 # Reward models (the reward_model recipes; configs for smollm2/135M, on the demo task's pairs).
 RM = ("full_rm", "lora_rm")
+RM_PAIRS_NOTE = "  # pairs are scored as whole rows, each at its last token"
 RM_LOSS = (
     "loss:  # Bradley-Terry: -log sigmoid(r_chosen - r_rejected - margin), TRL's RewardTrainer\n"
     "  _component_: ftune.training.RewardLoss\n"

@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the ftune besi
 from ftune import registry  # noqa: E402 - pure Python, no torch
 from scripts.config_grpo import GRPO, grpo_data, grpo_loss, grpo_settings  # noqa: E402
 from scripts.config_models import MODELS, QAT_MODELS, Model  # noqa: E402
-from scripts.config_rm import RM, RM_LOSS, with_reward_model  # noqa: E402
+from scripts.config_preference import ORPO_KTO_LOSS, kto_dataset  # noqa: E402
+from scripts.config_rm import RM, RM_LOSS, RM_PAIRS_NOTE, with_reward_model  # noqa: E402
 
 CONFIGS = ROOT / "recipes" / "configs"
 
@@ -47,10 +48,16 @@ TITLES = {
 DPO = ("lora_dpo", "full_dpo")
 # The other preference methods the DPO recipes run (configs for smollm2/135M): ORPO on pairs, KTO on unpaired answers.
 ORPO_KTO = ("lora_orpo", "lora_kto")
-# SFT batches: the samples end to end in one row (ftune/data/collate.py); DPO keeps its chosen/rejected rows.
+# SFT batches: the samples end to end in one row (ftune/data/collate.py); DPO's pairs the same way, chosen
+# answers then rejected ones (ORPO and KTO read padded rows: they keep right padding).
 COLLATE = (
     "collate_fn:  # a batch's samples end to end in one row, no padding; null: right-pad them instead\n"
     "  _component_: ftune.data.padding_free_collate\n  _partial_: true\n"
+)
+PAIRS_NOTE = "  # whole pairs only (DPO's collate_fn lays a batch's pairs end to end)"
+COLLATE_PAIRS = (
+    "collate_fn:  # the pairs' answers end to end in one row, no padding; null: right-pad them instead\n"
+    "  _component_: ftune.data.padding_free_collate_preference\n  _partial_: true\n"
 )
 # Knowledge distillation: (teacher, student) sharing one tokenizer, a larger teacher where ftune builds
 # one. The config is named after both and lives in the student's family folder:
@@ -151,7 +158,7 @@ def dataset(m: Model, packed: bool, pairs: bool = False) -> str:
         section = f"  _component_: ftune.datasets.{builder}\n  data_dir: ${{ftune_home:}}/data/demo\n"
         return (
             f"dataset:  # {what}\n{section}  split: train\n"
-            f"  packed: {str(packed).lower()}{'  # preference pairs are not packed' if pairs else ''}\n"
+            f"  packed: {str(packed).lower()}{PAIRS_NOTE if pairs else ''}\n"
             f"dataset_val:{'  # the held-out prompts, as pairs' if pairs else ''}\n{section}  split: heldout\n"
         )
     return (
@@ -170,7 +177,7 @@ def preference_dataset(m: Model, demo_pairs: bool) -> str:
         "dataset:  # pairs of answers (chosen, rejected); any hub id or local file: dataset.source=...\n"
         "  _component_: ftune.datasets.preference_dataset\n"
         "  source: trl-lib/ultrafeedback_binarized\n"
-        "  packed: false  # preference pairs are not packed\n"
+        f"  packed: false{PAIRS_NOTE}\n"
     )
     if not m.demo:
         return out + "dataset_val: null\n"
@@ -180,39 +187,6 @@ def preference_dataset(m: Model, demo_pairs: bool) -> str:
         "  source: trl-lib/ultrafeedback_binarized\n"
         "  split: test\n"
     )
-
-
-def kto_dataset() -> str:
-    return (
-        "dataset:  # unpaired answers: prompt, completion, label (true: desirable); any hub id or local file\n"
-        "  _component_: ftune.datasets.kto_dataset\n"
-        "  source: trl-lib/kto-mix-14k\n"
-        "dataset_val:  # the dataset's held-out answers\n"
-        "  _component_: ftune.datasets.kto_dataset\n"
-        "  source: trl-lib/kto-mix-14k\n"
-        "  split: test\n"
-    )
-
-
-ORPO_KTO_LOSS = {
-    "lora_orpo": (
-        "loss:  # ORPO: NLL of the chosen answers plus beta x the odds-ratio term; no reference model runs\n"
-        "  _component_: ftune.training.DPOLoss\n"
-        "  loss_type: orpo\n"
-        "  beta: 0.1\n"
-        "  gamma: null\n"
-        "  label_smoothing: 0.0\n"
-        "  num_chunks: 8  # labelled tokens go to the vocabulary in blocks: never the full fp32 logits\n"
-    ),
-    "lora_kto": (
-        "loss:  # KTO against the model with its adapters off; the KL estimate from mismatched answers\n"
-        "  _component_: ftune.training.KTOLoss\n"
-        "  beta: 0.1\n"
-        "  desirable_weight: 1.0  # unequal counts: keep weight x count of desirable / of undesirable in [1, 4/3]\n"
-        "  undesirable_weight: 1.0\n"
-        "  num_chunks: 8\n"
-    ),
-}
 
 
 def config(m: Model, method: str, demo_pairs: bool = False) -> str:
@@ -324,9 +298,9 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     elif method == "lora_kto":
         out.append("\n" + kto_dataset())
     else:
-        out.append(
-            "\n" + (preference_dataset(m, demo_pairs) if pairs else dataset(m, packed=False) + COLLATE)
-        )
+        data = preference_dataset(m, demo_pairs) + (COLLATE_PAIRS if method in DPO else "") if pairs else None
+        data = data.replace(PAIRS_NOTE, RM_PAIRS_NOTE) if method in RM else data
+        out.append("\n" + (data if pairs else dataset(m, packed=False) + COLLATE))
     if method in GRPO:
         pass  # its loss section came with its data
     elif method.startswith("kd"):

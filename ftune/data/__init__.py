@@ -9,6 +9,7 @@ from ftune.data.collate import (
     padded_collate_preference,
     padded_collate_sft,
     padding_free_collate,
+    padding_free_collate_preference,
 )
 from ftune.data.loader import StatefulDataLoader, build_dataloader, validation_loader
 from ftune.data.messages import Message
@@ -46,5 +47,6 @@ __all__ = [
     "padded_collate_preference",
     "padded_collate_sft",
     "padding_free_collate",
+    "padding_free_collate_preference",
     "validation_loader",
 ]

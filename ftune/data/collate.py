@@ -177,6 +177,26 @@ def padded_collate_preference(
     return out
 
 
+def padding_free_collate_preference(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Lay a batch's preference pairs end to end in one row: the chosen answers, then the rejected ones.
+
+    The rows of `padded_collate_preference`, in its order, laid out by `padding_free_collate`: document
+    ``i`` of the row is pair i's chosen answer and document ``b + i`` its rejected one, so summing each
+    document's log-probabilities gives the padded batch's per-row values, and no compute goes to
+    padding. Pairs whose answers all have one length are stacked as the padded batch is.
+
+    Args:
+        batch: items with "chosen_tokens", "chosen_labels", "rejected_tokens", "rejected_labels".
+
+    Returns:
+        {"tokens", "labels", "input_pos", "document_ids"}: each [1, n] long (n: the 2b sequences'
+        total length); or {"tokens", "labels"} [2b, s] when every sequence is s tokens long.
+    """
+    rows = [{"tokens": item["chosen_tokens"], "labels": item["chosen_labels"]} for item in batch]
+    rows += [{"tokens": item["rejected_tokens"], "labels": item["rejected_labels"]} for item in batch]
+    return padding_free_collate(rows)
+
+
 # A KTO batch's row kinds (``row_kinds``, one value a row; ``MicroBatch.row_kinds``).
 KTO_UNDESIRABLE, KTO_DESIRABLE, KTO_MISMATCHED = 0, 1, 2
 

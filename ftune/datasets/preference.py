@@ -111,7 +111,9 @@ def preference_dataset(
     if packed:
         raise ValueError(
             f"dataset.packed: preference_dataset ({source}) does not pack: DPO scores each chosen and rejected "
-            "answer as a whole row. Given true, accepted: false. Fix: set dataset.packed=false."
+            "answer as a whole. Given true, accepted: false. Fix: set dataset.packed=false; to lay each batch's "
+            "pairs end to end without padding, set collate_fn._component_=ftune.data.padding_free_collate_preference "
+            "(the shipped DPO configs do)."
         )
     transform = ChosenRejectedToMessages(
         train_on_input=train_on_input, column_map=column_map, new_system_prompt=new_system_prompt

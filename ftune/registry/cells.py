@@ -98,10 +98,8 @@ DPO_COMMON = {
     "custom_collate": unchecked(
         f"{DPO_UNCHECKED}; a collate_fn must keep padded_collate_preference's layout (chosen rows, then rejected)"
     ),
-    "packing": na("preference pairs are scored as whole rows; dataset.packed=true is refused with a message"),
-    "padding_free": na(
-        "preference pairs are scored as whole rows: chosen rows, then rejected (right-padded)"
-    ),
+    "packing": na("pairs are scored whole; dataset.packed=true is refused: padding_free packs each batch"),
+    "padding_free": YES,  # padding_free_collate_preference: chosen answers, then rejected, in one row
     "validation": YES,  # training.validate over loss_on: the preference loss, rewards, log-prob accuracy
     "step_checkpointing": unchecked(DPO_UNCHECKED),
     "resume": YES,

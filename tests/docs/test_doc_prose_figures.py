@@ -29,6 +29,7 @@ ALLOWED = [
     ("docs/glossary.md", "10 seconds", "a setting's default (template_time_limit_s), not a measurement"),
     ("docs/recipes/lora_grpo_single_device.md", "10 seconds", "a setting's default (rewards.time_limit_s)"),
     ("docs/glossary.md", "1000x", "a bound the dtype-speed cache's check applies, not a measurement"),
+    ("docs/glossary.md", "0.25 s", "the busy check's watch window (thread_advice.WINDOW_S), a setting"),
     (
         "docs/recipes/knowledge_distillation_distributed.md",
         "0.8 GB",

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from features import CHECKS
 
 import ftune.checkpointing._checkpointer
+import ftune.data.collate
 import ftune.data.packing
 import ftune.peft
 import ftune.peft.lora
@@ -143,6 +144,13 @@ def _ranges_frozen(real):
     return init_ranges
 
 
+def _padding_free_pads(mp: pytest.MonkeyPatch) -> None:
+    """padding_free_collate right-pads: where configs name it (ftune.data) and where DPO's calls it."""
+    pads = partial(ftune.data.padded_collate_sft, pad_id=0)
+    mp.setattr(ftune.data, "padding_free_collate", lambda batch: pads(batch))
+    mp.setattr(ftune.data.collate, "padding_free_collate", lambda batch: pads(batch))
+
+
 def _noop(result: Callable[..., Any]):
     return lambda real: result
 
@@ -231,16 +239,7 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
         ),
     ),
     "padding_free": (
-        Mutant(
-            "padding_free_collate_pads",
-            "ftune.data.padding_free_collate",
-            # the configs name ftune.data.padding_free_collate: instantiate reads it from ftune.data
-            _wrap(
-                ftune.data,
-                "padding_free_collate",
-                lambda real: partial(ftune.data.padded_collate_sft, pad_id=0),
-            ),
-        ),
+        Mutant("padding_free_collate_pads", "ftune.data.padding_free_collate", _padding_free_pads),
     ),
     "validation": (
         Mutant(

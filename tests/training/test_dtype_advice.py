@@ -12,6 +12,12 @@ from ftune.runtime.matmul_speed import Linear, Product, step_products
 from ftune.training.run import dtype_advice as da
 
 
+@pytest.fixture(autouse=True)
+def _idle(monkeypatch):
+    """These tests replace the timer; the busy-machine check (thread_advice) would time for real."""
+    monkeypatch.setattr(da, "say_thread_advice", lambda products, device: None)
+
+
 def _fake_timer(fp32_per_gflop: float, bf16_per_gflop: float, calls: list):
     def time_product(p: Product, dtype: torch.dtype, *, device=None, repeats: int = 3) -> float:
         calls.append((p, dtype))
@@ -210,3 +216,17 @@ def test_a_set_dtype_is_kept_and_the_advice_says_what_would_be_faster(monkeypatc
     assert "dtype=fp32 as set; dtype=bf16 (or auto) would be faster here." in err
     with pytest.raises(ValueError, match="Unknown dtype 'fp8'"):
         da.resolve_dtype("fp8", cfg, torch.device("cpu"))
+
+
+def test_the_busy_machine_check_follows_the_advice_with_the_same_products(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FTUNE_HOME", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(da, "time_product", _fake_timer(1.0, 0.25, calls))
+    monkeypatch.setattr(da.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    checked = []
+    monkeypatch.setattr(da, "say_thread_advice", lambda products, device: checked.append((products, device)))
+    da.resolve_dtype("fp32", load_config("recipes/configs/smollm2/135M_lora.yaml"), torch.device("cpu"))
+    assert checked == []  # with the advice, when the run is about to train
+    da.say_pending_advice()
+    assert len(checked) == 1 and checked[0][1] == torch.device("cpu")
+    assert {p for p, _ in calls} == set(checked[0][0])  # the products the dtype advice timed

@@ -148,15 +148,34 @@ class DPOLoss(nn.Module):
         return token_logps(head, hidden, labels)
 
     def row_logps(
-        self, head: OutputHead, hidden: torch.Tensor, labels: torch.Tensor
+        self,
+        head: OutputHead,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per row of ``hidden [rows, s, dim]`` / shifted ``labels [rows, s]``, through the model's head
-        (``model.head``): summed log-probability and count."""
-        return sequence_logps(head, hidden, labels, num_chunks=self.num_chunks, chunk_fn=self.chunk_loss)
+        """Per row of ``hidden [rows, s, dim]`` / shifted ``labels [rows, s]`` (per document of a packed
+        row with its ``document_ids``), through the model's head (``model.head``): summed
+        log-probability and count."""
+        return sequence_logps(
+            head,
+            hidden,
+            labels,
+            num_chunks=self.num_chunks,
+            chunk_fn=self.chunk_loss,
+            document_ids=document_ids,
+        )
 
-    def logps_of(self, head: OutputHead, hidden: torch.Tensor, labels: torch.Tensor) -> PairLogps:
-        """The pairs' log-probabilities of a preference batch's hidden states (chosen rows, then rejected)."""
-        return PairLogps.from_rows(*self.row_logps(head, hidden, labels))
+    def logps_of(
+        self,
+        head: OutputHead,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+    ) -> PairLogps:
+        """The pairs' log-probabilities of a preference batch's hidden states (chosen rows, then rejected;
+        or, packed, chosen documents, then rejected ones: ``ftune.data.padding_free_collate_preference``)."""
+        return PairLogps.from_rows(*self.row_logps(head, hidden, labels, document_ids))
 
     def forward(self, policy: PairLogps, reference: PairLogps | None) -> PairLosses:
         """Per-pair losses and rewards.

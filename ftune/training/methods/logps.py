@@ -44,8 +44,9 @@ def sequence_logps(
     *,
     num_chunks: int,
     chunk_fn=token_logps,
+    document_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row: the summed log-probability of its labelled tokens, and their number.
+    """Per row (per document of a packed row): the summed log-probability of its labelled tokens, and their number.
 
     Args:
         head: the model's output head (``model.head``).
@@ -54,9 +55,11 @@ def sequence_logps(
         num_chunks: number of contiguous blocks the labelled tokens are split into.
         chunk_fn: ``(head, hidden [n, dim], labels [n]) -> [n]`` log-probabilities of one block
             (a loss's compiled ``chunk_loss``, or :func:`token_logps`).
+        document_ids: ``[1, s]`` long for one packed row whose documents are numbered 0, 1, ...
+            in order (``ftune.data.padding_free_collate_preference``): the sums are then per document.
 
     Returns:
-        ``(logps, counts)``: ``[rows]`` fp32 sums (0 for a row without labels) and ``[rows]`` long counts.
+        ``(logps, counts)``: ``[rows]`` (or ``[documents]``) fp32 sums (0 without labels) and long counts.
 
     Raises:
         ValueError: if the shapes do not fit together or ``num_chunks`` is not positive.
@@ -69,10 +72,18 @@ def sequence_logps(
         )
     if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
         raise ValueError(f"sequence_logps: num_chunks must be a positive int, got {num_chunks!r}.")
-    rows = hidden.shape[0]
     keep = labels != IGNORE_INDEX  # (rows, s)
     index = keep.reshape(-1).nonzero().squeeze(1)  # (n,) flat positions with a label
-    row_of = torch.div(index, labels.shape[1], rounding_mode="floor")  # (n,)
+    if document_ids is None:
+        rows = hidden.shape[0]
+        row_of = torch.div(index, labels.shape[1], rounding_mode="floor")  # (n,)
+        counts = keep.sum(dim=1)
+    else:
+        rows, doc = _documents(document_ids, labels)
+        row_of = doc.index_select(0, index)  # (n,) each labelled token's document
+        counts = torch.zeros(rows, dtype=torch.long, device=labels.device).index_add(
+            0, doc, keep.reshape(-1).long()
+        )
     flat_hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)  # (n, dim), contiguous
     flat_labels = labels.reshape(-1).index_select(0, index)  # (n,)
     logps = hidden.new_zeros(rows, dtype=torch.float32)
@@ -82,7 +93,24 @@ def sequence_logps(
             logps = logps.index_add(0, r, chunk_fn(head, h, y))
     else:
         logps = logps + 0.0 * hidden.sum()  # keep a graph: an all-ignored batch has a zero gradient
-    return logps, keep.sum(dim=1)
+    return logps, counts
+
+
+def _documents(document_ids: torch.Tensor, labels: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """The number of documents of one packed row and each position's document (flat), checked."""
+    if document_ids.shape != labels.shape or document_ids.shape[0] != 1:
+        raise ValueError(
+            f"sequence_logps: per-document sums need one packed row: document_ids [1, s] like labels; got "
+            f"document_ids {list(document_ids.shape)}, labels {list(labels.shape)}."
+        )
+    doc = document_ids.reshape(-1)
+    starts = torch.cat([doc.new_ones(1, dtype=torch.bool), doc[1:] != doc[:-1]])
+    if not torch.equal(doc[starts], torch.arange(int(starts.sum()), device=doc.device)):
+        raise ValueError(
+            "sequence_logps: a packed row's documents must be numbered 0, 1, 2, ... in order, each in one run "
+            "of positions (ftune.data.padding_free_collate_preference lays pairs out so)."
+        )
+    return int(starts.sum()), doc
 
 
 class _TargetLogps(torch.autograd.Function):

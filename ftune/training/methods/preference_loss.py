@@ -43,16 +43,20 @@ from ftune.training.step.micro_batch import MicroBatch, per_pair, real_tokens
 
 
 def check_preference(loss_fn: DPOLoss | KTOLoss, batch: MicroBatch) -> None:
-    """Refuse a loss that is neither a DPOLoss nor a KTOLoss, a packed batch, or a loss the batch is not for."""
+    """Refuse a loss that is neither a DPOLoss nor a KTOLoss, a packed batch for KTO or ORPO (they read
+    padded rows), or a loss the batch is not for."""
     if not isinstance(loss_fn, (DPOLoss, KTOLoss)):
         raise ValueError(
             f"loss: the DPO recipes score answers against each other and need loss._component_="
             f"ftune.training.DPOLoss (pairs) or ftune.training.KTOLoss (unpaired, labelled answers); "
             f"got {type(loss_fn).__module__}.{type(loss_fn).__name__}."
         )
-    if batch.document_ids is not None:
+    if batch.document_ids is not None and (isinstance(loss_fn, KTOLoss) or loss_fn.loss_type == "orpo"):
+        name = "KTOLoss" if isinstance(loss_fn, KTOLoss) else 'DPOLoss("orpo")'
         raise ValueError(
-            "preference_loss got a packed batch; DPO scores whole answers and does not support packing."
+            f"collate_fn: {name} scores rows of a padded batch, and the batch is packed (its rows laid end to "
+            "end: padding_free_collate_preference). Pairs are packed for the other DPO losses only; set "
+            "collate_fn=null (right padding) for this loss."
         )
     if isinstance(loss_fn, KTOLoss):
         kto_rows(batch)  # raises for a batch that is not KTO's
@@ -105,7 +109,8 @@ def preference_loss(
             :func:`ftune.training.methods.kto_loss.kto_loss`).
         model: the policy whose ``hidden`` these are (its output head, and its router logits).
         hidden: the policy's final hidden states ``[2b, s, dim]`` of ``batch`` (chosen rows, then
-            the rejected rows of the same pairs: ``ftune.data.padded_collate_preference``).
+            the rejected rows of the same pairs: ``ftune.data.padded_collate_preference``), or
+            ``[1, n, dim]`` of the same sequences laid end to end (``padding_free_collate_preference``).
         batch: the micro-batch (its shifted labels pick the answers' tokens).
         reference: ``ReferenceModel.row_logps`` of the batch (None for SimPO and ORPO).
 
@@ -115,12 +120,12 @@ def preference_loss(
         means over pairs (see the module docstring).
 
     Raises:
-        ValueError: for a packed batch, or a loss that is neither a DPOLoss nor a KTOLoss.
+        ValueError: for a packed KTO or ORPO batch, or a loss that is neither a DPOLoss nor a KTOLoss.
     """
     check_preference(loss_fn, batch)
     if isinstance(loss_fn, KTOLoss):
         return kto_loss(loss_fn, model, hidden, batch, reference)
-    policy = loss_fn.logps_of(model.head, hidden, batch.labels)
+    policy = loss_fn.logps_of(model.head, hidden, batch.labels, batch.document_ids)
     pairs = loss_fn(policy, reference)
     count = int(per_pair(batch))
     loss_sum = pairs.losses.sum()

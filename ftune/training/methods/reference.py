@@ -63,7 +63,7 @@ class ReferenceModel:
         """``score(head, hidden)`` of the reference's final hidden states of ``batch``, no gradients.
 
         Args:
-            batch: an unpacked micro-batch (its tokens are read).
+            batch: a micro-batch (its tokens, and a packed batch's positions and document mask, are read).
             score: turns the reference's output head (``model.head``) and its hidden states
                 ``[b, s, dim]`` into what the loss needs (log-probabilities); it runs while the
                 adapters are off.
@@ -71,10 +71,12 @@ class ReferenceModel:
         if self.disable_adapters:
             # The policy's own modules: its router state (the policy forward's) is put back after.
             with adapters_disabled(self.model), keep_router_state(self.model):
-                hidden = self.model.hidden(batch.tokens, input_pos=None, mask=None)  # (b, s, dim)
+                hidden = self.model.hidden(
+                    batch.tokens, input_pos=batch.input_pos, mask=batch.mask
+                )  # (b, s, dim)
                 out = score(self.model.head, hidden)
         else:
-            hidden = self.model.hidden(batch.tokens, input_pos=None, mask=None)
+            hidden = self.model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
             out = score(self.model.head, hidden)
         if isinstance(self.model, FSDPModule) and not self.disable_adapters:
             self.model.reshard()  # no backward follows: free the root's gathered parameters
@@ -87,7 +89,9 @@ class ReferenceModel:
         check_preference(loss_fn, batch)
         if not loss_fn.needs_reference:
             return None
-        return self.scores(batch, lambda head, h: loss_fn.logps_of(head, h, batch.labels))
+        if isinstance(loss_fn, KTOLoss):
+            return self.scores(batch, lambda head, h: loss_fn.logps_of(head, h, batch.labels))
+        return self.scores(batch, lambda head, h: loss_fn.logps_of(head, h, batch.labels, batch.document_ids))
 
     def token_logps(self, loss_fn: GRPOLoss, batch: MicroBatch, temperature: float) -> torch.Tensor | None:
         """GRPO: the reference's log-probability of each labelled token ``[b, s]`` at the sampling

@@ -15,7 +15,8 @@ output path never waits for it. A measurement made while the machine was busy is
 so (its line says it), and reused while the machine stays busy; the first start on an idle machine
 measures again and replaces it. A cache entry is read only if it is well formed (its CPU, torch
 version and tokens are this run's, its times finite and plausible): anything else is ignored with
-one warning and measured again.
+one warning and measured again. On a busy CPU the same products are then timed at each thread count
+(``ftune.training.run.thread_advice``), and the run says which count is fastest now.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ftune.runtime.device import get_dtype
 from ftune.runtime.hardware import cpu_flags, cpu_model, dtype_name, native_bf16, startup_message
 from ftune.runtime.matmul_speed import Linear, Product, model_linears, step_products, time_product
 from ftune.runtime.rank import is_rank_zero
+from ftune.training.run.thread_advice import say_thread_advice
 
 logger = logging.getLogger(__name__)
 
@@ -373,4 +375,5 @@ def _decide_and_say(
         lines.insert(0, _startup_line(device, dtype, cfg))
     for text in lines:
         print(f"ftune: {text}", file=sys.stderr, flush=True)
+    say_thread_advice(products, device)  # on a busy CPU: which thread count is fastest now
     return dtype

@@ -81,7 +81,10 @@ def per_token(batch: MicroBatch) -> torch.Tensor:
 
 
 def per_pair(batch: MicroBatch) -> torch.Tensor:
-    """The step normaliser of pair losses (DPO): the batch's pairs (chosen rows, then rejected rows)."""
+    """The step normaliser of pair losses (DPO): the batch's pairs (chosen rows, then rejected rows; or
+    one packed row of chosen documents, then rejected ones, numbered 0, 1, ...: its last id + 1 over 2)."""
+    if batch.document_ids is not None:
+        return torch.div(batch.document_ids[:, -1] + 1, 2, rounding_mode="floor").sum()
     return torch.tensor(batch.rows // 2, device=batch.tokens.device)
 
 
