@@ -16,7 +16,9 @@ _OFFLOAD = gpu_only(
     "moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
     "and refuses it (the test machines have no GPU)"
 )
+_NOT_RM = na("trains a language model: train a reward model with reward_model_single_device / _distributed")
 SFT_COMMON = {
+    "reward_model": _NOT_RM,
     "grad_accumulation": YES,
     "grad_clipping": YES,
     "compile": YES,
@@ -83,6 +85,7 @@ DPO_UNCHECKED = (
     "the DPO runs in the test suite are kept to the features DPO changes or must not break"
 )
 DPO_COMMON = {
+    "reward_model": _NOT_RM,
     "knowledge_distillation": na(
         "preference tuning has no teacher: distil with the knowledge_distillation recipes"
     ),
@@ -139,6 +142,7 @@ GRPO_UNCHECKED = (
     "the GRPO runs in the test suite are kept to the features GRPO changes or must not break"
 )
 GRPO_COMMON = {
+    "reward_model": _NOT_RM,
     "knowledge_distillation": na("online RL has no teacher: distil with the knowledge_distillation recipes"),
     "grad_accumulation": YES,
     "grad_clipping": YES,
@@ -180,6 +184,7 @@ RM_UNCHECKED = (
     "must not break"
 )
 RM_COMMON = {
+    "reward_model": YES,
     "knowledge_distillation": na(
         "a reward model has no teacher: distil with the knowledge_distillation recipes"
     ),

@@ -27,6 +27,7 @@ from features_methods import (
     qat_lora_base,
     qat_off,
 )
+from features_rewards import reward_model
 from run_logs import _assert_same_weights, _column, _weights, losses, read_log  # noqa: F401 - read_log: re-exported
 from spies import (
     LargestVocabTensor,
@@ -346,5 +347,6 @@ CHECKS = {
         qlora,
         dora,
         mixture_of_experts,
+        reward_model,
     )
 }
