@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ftune.config.data_files import check_preference_rows, identical_pairs_warning, json_records
+from ftune.config.data_files import (
+    check_margin_rows,
+    check_preference_rows,
+    identical_pairs_warning,
+    json_records,
+)
 from ftune.data.messages import Message
 from ftune.data.transforms import ChosenRejectedToMessages
 from ftune.datasets.sft import check_columns, labels_from_mask
@@ -132,22 +137,13 @@ def preference_dataset(
         _check_rows(rows, transform.columns, source)
     if margin_column is not None:
         check_columns(records, [margin_column], "preference_dataset(margin_column)", source)
-        _check_margins(records[margin_column], margin_column, source)
+        margins = records[margin_column]
+        check_margin_rows(
+            [(f"row {i + 1}", {margin_column: v}) for i, v in enumerate(margins)], margin_column, source
+        )
     return PreferenceDataset(
         records, tokenizer, transform, max_seq_len=max_seq_len, margin_column=margin_column
     )
-
-
-def _check_margins(values: Sequence[Any], column: str, source: str) -> None:
-    """Refuse a margin that is not a finite number, naming its row."""
-    for i, value in enumerate(values):
-        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        if number is None or number != number or abs(number) == float("inf"):
-            raise ValueError(
-                f"dataset.margin_column: row {i + 1} of {source} has {column}={value!r}; a reward margin must "
-                f"be a finite number (the pair's required r_chosen - r_rejected). Fix the row, or set "
-                "dataset.margin_column=null to train without margins."
-            )
 
 
 def _check_rows(rows: list[tuple[str, Any]], columns: Mapping[str, str], source: str) -> None:

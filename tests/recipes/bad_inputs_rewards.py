@@ -12,7 +12,7 @@ _RM_REWARD = "rewards.rewards={rm: {_component_: ftune.evaluation.RewardModel, c
 CASES += [  # noqa: F821
     _c('rm-center-negative', 'reward models', (*_RM, 'loss.center_rewards_coefficient=-0.5'), 'RewardLoss needs a number >= 0 or null', 'loss.center_rewards_coefficient', 'got -0.5', "TRL's default is null"),  # noqa: F821
     _c('rm-loss-not-bradley-terry', 'reward models', (*_RM, 'loss={_component_: ftune.training.ChunkedCrossEntropyLoss}'), 'train a scalar score with the Bradley-Terry loss', 'loss:', 'got ftune.training.step.loss.ChunkedCrossEntropyLoss', 'loss._component_=ftune.training.RewardLoss'),  # noqa: F821
-    _c('rm-margin-not-a-number', 'reward models', (*_RM, 'dataset={_component_: ftune.datasets.preference_dataset, source: {tmp}/pairs.jsonl, margin_column: margin}'), 'a reward margin must be a finite number', 'dataset.margin_column: row 2', "margin='big'", 'set dataset.margin_column=null', 'rm_margin_text'),  # noqa: F821
+    _c('rm-margin-not-a-number', 'reward models', (*_RM, 'dataset={_component_: ftune.datasets.preference_dataset, source: {tmp}/pairs.jsonl, margin_column: margin}'), 'a reward margin must be a finite number', 'dataset.margin_column: {tmp}/pairs.jsonl:2', "margin='big'", 'set dataset.margin_column=null', 'rm_margin_text'),  # noqa: F821
     _c('grpo-reward-model-is-a-language-model', 'online RL', (*GRPO, _RM_REWARD, 'rewards.weights={rm: 1.0}'), 'holds a language model, not a reward model', 'RewardModel: {ckpt}', '(adapter_dir None)', 'give checkpoint_dir the step folder of a full reward_model run'),  # noqa: F821
 ]
 # fmt: on
