@@ -94,6 +94,9 @@ LAYERS: list[tuple[str, ...]] = [
 # they are used, so a user without them runs everything else: name -> extra.
 OPTIONAL: dict[str, str] = {
     "lm_eval": "lm-eval",
+    "math_verify": "agents",
+    "reasoning_gym": "agents",
+    "verifiers.v1": "agents",
     "ftune.evaluation.lm_eval_model": "lm-eval (the bridge subclasses lm_eval's LM at import)",
     "matplotlib": "plot",
     "torch.utils.tensorboard": "tensorboard",

@@ -56,6 +56,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "quickstart": ("docs/quickstart.md", pages.quickstart),
     "quickstart_gemma3": ("docs/quickstart.md", pages.quickstart_gemma3),
     "dpo_demo": ("docs/recipes/lora_dpo_single_device.md", methods.dpo_demo),
+    "dpo_packing": ("docs/recipes/lora_dpo_single_device.md", methods.dpo_packing),
     "kd_demo": ("docs/recipes/knowledge_distillation_single_device.md", methods.kd_demo),
     "grpo_demo": ("docs/recipes/lora_grpo_single_device.md", methods.grpo_demo),
     "gemma3_quickstart": ("docs/models/gemma3.md", lambda: pages.quickstart_gemma3(up="../../")),

@@ -14,6 +14,7 @@ from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
 from ftune.datasets.kto import KTODataset, kto_dataset
 from ftune.datasets.preference import PreferenceDataset, preference_dataset
 from ftune.datasets.prompts import PromptDataset, demo_prompt_dataset, prompt_dataset, write_demo_prompts
+from ftune.datasets.reasoning_tasks import reasoning_gym_dataset, reasoning_gym_records
 from ftune.datasets.sft import SFTDataset
 from ftune.datasets.source import HubUnreachableError, load_source
 from ftune.datasets.text_completion import TextCompletionDataset, text_completion_dataset
@@ -39,6 +40,8 @@ __all__ = [
     "preference_dataset",
     "prompt_dataset",
     "read_demo_examples",
+    "reasoning_gym_dataset",
+    "reasoning_gym_records",
     "text_completion_dataset",
     "write_demo_data",
     "write_demo_preference_data",

@@ -3,6 +3,10 @@
     ftune.models.CONVERTERS["llama3"].hf_to_ftune(sd)      # pure key/layout conversion
     family, model = ftune.models.model_from_hf_config(json.load(open("config.json")))
 
+Image-text models (Gemma 3 with its vision path, SmolVLM, LLaVA-style compositions) are
+`ftune.modules.vision.ImageTextModel`s: `image_text_model_from_hf_config` builds one from its
+config.json, `image_text_converter(family, text_family)` converts its weights.
+
 A checkpoint folder to a loaded model is `ftune.checkpointing.load_hf(folder)` (checkpointing sits
 above models in the layer order).
 
@@ -18,6 +22,7 @@ from ftune.models import (
     llama3,
     llama3_1,
     llama3_2,
+    llava,
     mistral,
     mixtral,
     phi3,
@@ -27,6 +32,7 @@ from ftune.models import (
     qwen3,
     qwen3_moe,
     smollm2,
+    smolvlm,
 )
 from ftune.models._converter import Converter
 from ftune.models._hf_config import (
@@ -39,6 +45,7 @@ from ftune.models._hf_config import (
     model_from_hf_config,
     text_model_config,
 )
+from ftune.models._image_text_config import image_text_model_from_hf_config, is_image_text_model_config
 
 FAMILIES: tuple[str, ...] = (
     "llama2",
@@ -85,17 +92,49 @@ CONVERTERS: dict[str, Converter] = {
 # checkpointer is given model_type. Qwen2 and Qwen2.5 are both Qwen2ForCausalLM.
 SAME_ARCHITECTURE: dict[str, str] = {"qwen2": "qwen2_5"}
 
+# Image-text families (`ftune.modules.vision.ImageTextModel`): their converters, by family. A
+# composed (LLaVA-style) model's converter depends on its decoder's family: `image_text_converter`.
+IMAGE_TEXT_CONVERTERS: dict[str, Converter] = {
+    "gemma3_vision": gemma3.VISION_CONVERTER,
+    "smolvlm": smolvlm.CONVERTER,
+}
+
+
+def image_text_converter(family: str, text_family: str) -> Converter:
+    """The converter of an image-text model of `family` ("gemma3_vision", "smolvlm" or "llava") whose
+    decoder is of `text_family` (what `image_text_model_from_hf_config` returns).
+
+    Raises:
+        KeyError: an unknown family or text family, naming the known ones.
+    """
+    if family == "llava":
+        if text_family not in CONVERTERS:
+            raise KeyError(
+                f"llava: no converter for the text family {text_family!r}; known: {', '.join(CONVERTERS)}."
+            )
+        return llava.llava_converter(CONVERTERS[text_family])
+    if family not in IMAGE_TEXT_CONVERTERS:
+        raise KeyError(
+            f"No image-text family {family!r}; known: {', '.join([*IMAGE_TEXT_CONVERTERS, 'llava'])}."
+        )
+    return IMAGE_TEXT_CONVERTERS[family]
+
+
 __all__ = [
     "COMPONENT_BUILDERS",
     "CONVERTERS",
     "FAMILIES",
     "IMAGE_TEXT",
+    "IMAGE_TEXT_CONVERTERS",
     "SAME_ARCHITECTURE",
     "SUPPORTED_ARCHITECTURES",
     "Converter",
     "builder_kwargs",
     "family_from_hf_config",
+    "image_text_converter",
     "image_text_kind",
+    "image_text_model_from_hf_config",
+    "is_image_text_model_config",
     "model_from_hf_config",
     "text_model_config",
 ]

@@ -86,6 +86,8 @@ class TransformerDecoder(nn.Module):
         *,
         input_pos: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        embeds: torch.Tensor | None = None,
+        also_attend: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Run everything but the output projection.
 
@@ -95,13 +97,19 @@ class TransformerDecoder(nn.Module):
                 inside a row (packed documents). Required when caches are enabled.
             mask: bool (b, s, s_kv), True = may attend; None = causal. s_kv is s, or the cache
                 length when caches are enabled.
+            embeds: (b, s, embed_dim) input embeddings to use in place of `tok_embeddings(tokens)`
+                (an image-text model writes image features into them); None = embed `tokens`.
+            also_attend: bool (b, s, s), pairs (query i, key j) of this input that may attend on top
+                of `mask` (or the causal default): the bidirectional term within an image. Local
+                layers still apply their window to it. With caches, key j is the one written at
+                `input_pos[:, j]`.
 
         Returns:
             Final-norm hidden states (b, s, embed_dim).
 
         Raises:
-            ValueError: on a bad shape or dtype of `tokens`, `input_pos` or `mask`, or a missing
-                `input_pos` while caches are enabled.
+            ValueError: on a bad shape or dtype of `tokens`, `input_pos`, `mask`, `embeds` or
+                `also_attend`, or a missing `input_pos` while caches are enabled.
         """
         input_pos = self._check_inputs(tokens, input_pos, mask)
         if mask is None and self.caches_are_enabled():
@@ -109,10 +117,48 @@ class TransformerDecoder(nn.Module):
             cache_len = self.layers[0].attn.kv_cache.max_seq_len
             mask = torch.arange(cache_len, device=tokens.device)[None, None, :] <= input_pos[:, :, None]
             mask = mask.expand(tokens.shape[0], -1, -1)  # (b, s, cache_len)
-        h = self.tok_embeddings(tokens)  # (b, s, d)
+        if also_attend is not None:
+            mask = self._add_pairs(mask, also_attend, input_pos, tokens.shape)
+        if embeds is None:
+            h = self.tok_embeddings(tokens)  # (b, s, d)
+        else:
+            h = self._checked_embeds(tokens, embeds)  # (b, s, d)
         for layer in self.layers:
             h = layer(h, input_pos=input_pos, mask=mask)
         return self.norm(h)
+
+    def _checked_embeds(self, tokens: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+        d = self.tok_embeddings.weight.shape[1]
+        if tuple(embeds.shape) != (*tokens.shape, d):
+            raise ValueError(
+                f"TransformerDecoder: embeds must have shape ({', '.join(map(str, tokens.shape))}, {d}) "
+                f"(tokens' shape and the embedding width), got {tuple(embeds.shape)}."
+            )
+        return embeds
+
+    def _add_pairs(
+        self,
+        mask: torch.Tensor | None,
+        also_attend: torch.Tensor,
+        input_pos: torch.Tensor,
+        shape: tuple[int, int],
+    ) -> torch.Tensor:
+        """`mask` (None = causal; with caches already the cache mask) or-ed with `also_attend`'s pairs."""
+        b, s = shape
+        if also_attend.dtype != torch.bool or tuple(also_attend.shape) != (b, s, s):
+            raise ValueError(
+                f"TransformerDecoder: also_attend must be a bool tensor of shape ({b}, {s}, {s}), got "
+                f"{also_attend.dtype} {tuple(also_attend.shape)}; build it with "
+                "ftune.modules.masks.image_block_mask(is_image)."
+            )
+        if not self.caches_are_enabled():
+            base = (
+                torch.ones(s, s, dtype=torch.bool, device=also_attend.device).tril() if mask is None else mask
+            )
+            return base | also_attend  # (b, s, s)
+        columns = input_pos.expand(b, -1)[:, None, :].expand(-1, s, -1)  # (b, s, s): cache slot of key j
+        extra = torch.zeros_like(mask).scatter(2, columns, also_attend)  # (b, s, cache_len)
+        return mask | extra
 
     def _check_inputs(
         self, tokens: torch.Tensor, input_pos: torch.Tensor | None, mask: torch.Tensor | None

@@ -22,13 +22,16 @@ imports torch.
 """
 
 from ftune.rewards.builtins import ExactMatch, LengthPenalty, NumericAnswer, RegexMatch, final_number
+from ftune.rewards.checkers import MathVerify, ReasoningGymScore
 from ftune.rewards.reward_set import RewardSet
 from ftune.rewards.scoring import RewardError, check_rewards, reward_stats, score_rewards
 
 __all__ = [
     "ExactMatch",
     "LengthPenalty",
+    "MathVerify",
     "NumericAnswer",
+    "ReasoningGymScore",
     "RegexMatch",
     "RewardError",
     "RewardSet",
