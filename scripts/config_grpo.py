@@ -28,10 +28,7 @@ def grpo_data(demo: bool) -> str:
         return (
             "dataset:  # the demo task's questions with their answers (field `answer`)\n"
             f"{section}  split: train\n"
-            f"dataset_val:  # the 100 held-out questions\n{section}  split: heldout\n"
-            "rewards:\n  _component_: ftune.rewards.RewardSet\n  rewards:\n"
-            "    correct: {_component_: ftune.rewards.ExactMatch, field: answer}\n"
-            "  weights: {correct: 1.0}\n"
+            f"dataset_val:  # the 100 held-out questions\n{section}  split: heldout\n" + DEMO_REWARDS
         )
     return (
         "dataset:  # prompts from any hub id or local file (json, jsonl, csv, parquet): dataset.source=...\n"
@@ -61,3 +58,11 @@ def grpo_loss() -> str:
         "  max_completion_length: null  # dr_grpo only\n"
         "  num_chunks: 8  # completion tokens go to the vocabulary in blocks: never the full fp32 logits\n"
     )
+
+
+# The demo task's rewards (scripts/config_rm.py adds a trained reward model beside them).
+DEMO_REWARDS = (
+    "rewards:\n  _component_: ftune.rewards.RewardSet\n  rewards:\n"
+    "    correct: {_component_: ftune.rewards.ExactMatch, field: answer}\n"
+    "  weights: {correct: 1.0}\n"
+)

@@ -21,6 +21,8 @@ sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the ftune besi
 from ftune import registry  # noqa: E402 - pure Python, no torch
 from scripts.config_grpo import GRPO, grpo_data, grpo_loss, grpo_settings  # noqa: E402
 from scripts.config_models import MODELS, QAT_MODELS, Model  # noqa: E402
+from scripts.config_preference import ORPO_KTO_LOSS, kto_dataset  # noqa: E402
+from scripts.config_rm import RM, RM_LOSS, RM_PAIRS_NOTE, with_reward_model  # noqa: E402
 
 CONFIGS = ROOT / "recipes" / "configs"
 
@@ -38,6 +40,8 @@ TITLES = {
     "full_dpo": "full DPO (preference tuning)",
     "lora_orpo": "LoRA ORPO (preference tuning without a reference model)",
     "lora_kto": "LoRA KTO (preference tuning on unpaired answers marked good or bad)",
+    "full_rm": "reward model (a scalar score head, every weight trained)",
+    "lora_rm": "LoRA reward model (adapters and the scalar score head trained)",
     "lora_grpo": "LoRA GRPO (online RL with rewards)",
     "full_grpo": "full GRPO (online RL with rewards)",
 }
@@ -185,43 +189,21 @@ def preference_dataset(m: Model, demo_pairs: bool) -> str:
     )
 
 
-def kto_dataset() -> str:
-    return (
-        "dataset:  # unpaired answers: prompt, completion, label (true: desirable); any hub id or local file\n"
-        "  _component_: ftune.datasets.kto_dataset\n"
-        "  source: trl-lib/kto-mix-14k\n"
-        "dataset_val:  # the dataset's held-out answers\n"
-        "  _component_: ftune.datasets.kto_dataset\n"
-        "  source: trl-lib/kto-mix-14k\n"
-        "  split: test\n"
-    )
-
-
-ORPO_KTO_LOSS = {
-    "lora_orpo": (
-        "loss:  # ORPO: NLL of the chosen answers plus beta x the odds-ratio term; no reference model runs\n"
-        "  _component_: ftune.training.DPOLoss\n"
-        "  loss_type: orpo\n"
-        "  beta: 0.1\n"
-        "  gamma: null\n"
-        "  label_smoothing: 0.0\n"
-        "  num_chunks: 8  # labelled tokens go to the vocabulary in blocks: never the full fp32 logits\n"
-    ),
-    "lora_kto": (
-        "loss:  # KTO against the model with its adapters off; the KL estimate from mismatched answers\n"
-        "  _component_: ftune.training.KTOLoss\n"
-        "  beta: 0.1\n"
-        "  desirable_weight: 1.0  # unequal counts: keep weight x count of desirable / of undesirable in [1, 4/3]\n"
-        "  undesirable_weight: 1.0\n"
-        "  num_chunks: 8\n"
-    ),
-}
-
-
 def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     tok_path = m.folder + (f"/{m.tokenizer_file}" if m.tokenizer_file else "")
-    lora = method in ("lora", "qlora", "dora", "kd_lora", "qat_lora", "lora_dpo", "lora_grpo", *ORPO_KTO)
+    lora = method in (
+        "lora",
+        "qlora",
+        "dora",
+        "kd_lora",
+        "qat_lora",
+        "lora_dpo",
+        "lora_grpo",
+        "lora_rm",
+        *ORPO_KTO,
+    )
     dpo = method in DPO + ORPO_KTO
+    pairs = dpo or method in RM
     lr = {
         "full": "2.0e-5",
         "qat_full": "2.0e-5",
@@ -245,7 +227,9 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
             "lora_grpo": "1.0e-4",
             "full_grpo": "5.0e-6",
         }.get(method, "1.0e-3")
-    if demo_pairs:
+    if demo_pairs and method == "full_rm":
+        lr = "1.0e-5"  # every weight trains: a tenth of the LoRA rate
+    elif demo_pairs:
         lr = "1.0e-4"  # at the quickstart's 1e-3, DPO degraded the answers (docs/recipes/lora_dpo_single_device.md)
     val = m.demo
     # Validation as in the SFT configs; the demo pairs' pass reads all 100 held-out pairs (25 batches of
@@ -314,8 +298,9 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
     elif method == "lora_kto":
         out.append("\n" + kto_dataset())
     else:
-        data = preference_dataset(m, demo_pairs) + (COLLATE_PAIRS if method in DPO else "") if dpo else None
-        out.append("\n" + (data if dpo else dataset(m, packed=False) + COLLATE))
+        data = preference_dataset(m, demo_pairs) + (COLLATE_PAIRS if method in DPO else "") if pairs else None
+        data = data.replace(PAIRS_NOTE, RM_PAIRS_NOTE) if method in RM else data
+        out.append("\n" + (data if pairs else dataset(m, packed=False) + COLLATE))
     if method in GRPO:
         pass  # its loss section came with its data
     elif method.startswith("kd"):
@@ -325,6 +310,8 @@ def config(m: Model, method: str, demo_pairs: bool = False) -> str:
         )
     elif method in ORPO_KTO:
         out.append(ORPO_KTO_LOSS[method])
+    elif method in RM:
+        out.append(RM_LOSS)
     elif dpo:
         out.append(
             "loss:  # sigmoid (DPO), ipo, or simpo (reference-free: set gamma, e.g. 0.5, and beta ~2.0)\n"
@@ -364,6 +351,12 @@ def expected() -> dict[Path, str]:
             files[CONFIGS / f"{name}.yaml"] = config(m, "lora_dpo", demo_pairs=True)
             for method in ORPO_KTO:
                 files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
+            for method in RM:  # reward models of the demo task's pairs
+                name = config_name(m, method, demo_pairs=True)
+                files[CONFIGS / f"{name}.yaml"] = config(m, method, demo_pairs=True)
+            name = f"{m.name}_reward_model_lora_grpo"  # GRPO with one of them as a reward
+            plain = (config_name(m, "lora_grpo"), config(m, "lora_grpo"), TITLES["lora_grpo"])
+            files[CONFIGS / f"{name}.yaml"] = with_reward_model(*plain, name)
         if any(student == m.name for _, student in KD_PAIRS):
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)

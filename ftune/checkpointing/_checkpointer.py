@@ -27,6 +27,7 @@ from ftune.checkpointing.qat_ranges import RANGES_FILE, load_ranges, save_ranges
 from ftune.checkpointing.readers import require_dir
 from ftune.checkpointing.recipe_state import check_weights_only_safe, load_recipe_state, save_recipe_state
 from ftune.config.model_source import missing_folder_message
+from ftune.modules.score_head import SCORE_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class Checkpointer(abc.ABC):
         self._family: str | None = None
         self._start_step = 0  # the step this run resumed at (set by load)
         self._written: list[int] = []  # the steps this run saved, in order
+        self.score_pad_id: int | None = None  # a reward model's pad id, for its config (save's pad_token_id)
 
     # ---- the format: three methods per subclass -------------------------------------------
 
@@ -233,6 +235,7 @@ class Checkpointer(abc.ABC):
         recipe_state: dict[str, Any] | None = None,
         adapter_config: dict[str, Any] | None = None,
         epoch: int | None = None,
+        pad_token_id: int | None = None,
     ) -> Path:
         """Write `output_dir/step_<step>/`; the completion marker goes last.
 
@@ -246,6 +249,8 @@ class Checkpointer(abc.ABC):
                 `apply_lora` settings ({"rank", "alpha", "dropout", "use_dora"}, e.g. the recipe's
                 peft node) or a full PEFT LoraConfig dict. Written as PEFT's adapter_config.json.
             epoch: recorded in the marker file, for humans.
+            pad_token_id: a reward model's pad id (a `model_state` with `score.weight`): its scores read
+                each row's last token that is not this id, so transformers' sequence classifier needs it.
 
         Returns:
             The step folder.
@@ -279,6 +284,7 @@ class Checkpointer(abc.ABC):
             raise ValueError(
                 "this checkpointer was built without output_dir (read-only): it cannot save. Pass output_dir."
             )
+        self.score_pad_id = pad_token_id
         folder = atomic.step_dir(self.output_dir, step)
         output_guard.check_step_folder(folder, step, self.checkpoint_dir)  # before writing
         save_id = atomic.begin_step(folder, step)  # refuses a folder ftune did not write; records it
@@ -326,6 +332,7 @@ class Checkpointer(abc.ABC):
                 adapter_config=adapter_config,
                 base_model_name_or_path=str(self.checkpoint_dir.resolve()),
                 base_shapes={k: v.shape for k, v in base.items()},
+                score=base.get(SCORE_KEY),  # a reward model's head trains beside its adapters
             )
             if not self.save_adapter_weights_only:
                 # In a subfolder: transformers, finding adapter_config.json next to full weights,

@@ -17,11 +17,12 @@ import torch
 
 from ftune.checkpointing.atomic import save_safetensors, write_json
 from ftune.checkpointing.readers import read_safetensors
+from ftune.modules.score_head import SCORE_KEY
 from ftune.peft.adapter_state import is_adapter_key
 from ftune.peft.dora import rescale_rows
 from ftune.peft.lora import merge_lora
 from ftune.peft.moe_lora import expert_base_key, merge_expert_lora
-from ftune.peft.peft_format import from_peft, peft_adapter_config, to_peft
+from ftune.peft.peft_format import PEFT_PREFIX, from_peft, peft_adapter_config, to_peft
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -73,6 +74,7 @@ def save_adapter(
     adapter_config: dict[str, Any],
     base_model_name_or_path: str,
     base_shapes: dict[str, torch.Size] | None = None,
+    score: torch.Tensor | None = None,
 ) -> None:
     """Write the adapter in PEFT names and its config, each file atomically.
 
@@ -84,11 +86,17 @@ def save_adapter(
         base_model_name_or_path: recorded in the config, so `peft` finds the base model.
         base_shapes: the base weights' shapes (ftune names), for families whose HF modules fuse
             ftune's (Phi-3; see `ftune.peft.fused_adapters`).
+        score: a reward model's score head: saved as PEFT saves a SEQ_CLS adapter's ``modules_to_save``
+            (``base_model.model.score.weight``), so ``PeftModel.from_pretrained`` over transformers'
+            sequence classifier of the base model loads the head with the adapters.
     """
 
     folder = Path(folder)
     peft_sd = to_peft(adapter, family, base_shapes)
     config = peft_config(adapter_config, peft_sd, base_model_name_or_path)
+    if score is not None:
+        peft_sd = {**peft_sd, f"{PEFT_PREFIX}{SCORE_KEY}": score}
+        config = {**config, "task_type": "SEQ_CLS", "modules_to_save": ["score"]}
     save_safetensors(peft_sd, folder / ADAPTER_WEIGHTS_FILE)
     write_json(config, folder / ADAPTER_CONFIG_FILE)
 
@@ -103,7 +111,10 @@ def load_adapter(
         FileNotFoundError / ValueError: missing or corrupt file (naming it).
     """
 
-    return from_peft(read_safetensors(Path(folder) / ADAPTER_WEIGHTS_FILE), family, base_shapes)
+    peft_sd = read_safetensors(Path(folder) / ADAPTER_WEIGHTS_FILE)
+    score = peft_sd.pop(f"{PEFT_PREFIX}{SCORE_KEY}", None)  # a reward model's head (modules_to_save)
+    adapter = from_peft(peft_sd, family, base_shapes)
+    return adapter if score is None else {**adapter, SCORE_KEY: score}
 
 
 def merged_state_dict(

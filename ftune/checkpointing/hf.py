@@ -8,6 +8,10 @@ index put it in), a fresh index (`total_size` recomputed, `weight_map` kept), `c
 the tokenizer/generation files, so `transformers.AutoModelForCausalLM.from_pretrained(step_dir)`
 loads a step folder as it is.
 
+A reward model (a state with `score.weight`, `ftune.modules.score_head`) is written as transformers'
+sequence classifier of its family (`LlamaForSequenceClassification`: `score.weight`, no `lm_head`,
+one label, the pad id its scores were read with), and such a folder reads back as a reward model.
+
 Image-text checkpoints (Gemma 3 4B/12B/27B, `ftune.models.IMAGE_TEXT`): ftune reads their text
 decoder, skips the vision tower and projector (one log line says how many tensors and
 parameters), and writes step folders of the text-only causal LM (Gemma3ForCausalLM: config.json
@@ -32,6 +36,7 @@ from ftune.checkpointing.loaded import StateDict
 from ftune.checkpointing.model_build import build_model
 from ftune.checkpointing.readers import read_json, read_weights, require_file
 from ftune.models import image_text_kind, text_model_config
+from ftune.modules.score_head import SCORE_KEY
 from ftune.modules.transformer import TransformerDecoder
 
 logger = logging.getLogger(__name__)
@@ -172,6 +177,7 @@ class HFCheckpointer(Checkpointer):
         config = folder / CONFIG_FILE
         raw = read_json(config) if config.is_file() else None
         weights = read_hf_weights(folder)
+        score = weights.pop(SCORE_KEY, None)  # a sequence classifier's head: the same name in ftune
         kind = image_text_kind(raw) if raw is not None else None
         if kind is not None:
             weights = self._text_decoder(kind, raw, weights, folder)
@@ -179,7 +185,8 @@ class HFCheckpointer(Checkpointer):
         tied = hf_config.get("tie_word_embeddings") if hf_config is not None else None
         if hf_config is not None:
             check_against_weights(hf_config, config, weights)
-        return converter(family).hf_to_ftune(weights, tie_word_embeddings=tied)
+        state = converter(family).hf_to_ftune(weights, tie_word_embeddings=tied)
+        return state if score is None else {**state, SCORE_KEY: score}
 
     @staticmethod
     def _text_decoder(kind: Any, raw: dict[str, Any], weights: StateDict, folder: Path) -> StateDict:
@@ -208,7 +215,10 @@ class HFCheckpointer(Checkpointer):
                 f"{bad[0]!r} is a {type(state[bad[0]]).__name__} (a quantized tensor): Hugging Face "
                 "safetensors cannot hold it. Save quantized models with NativeCheckpointer, or dequantize first."
             )
-        hf_state = converter(family).ftune_to_hf(state)
+        score = state.get(SCORE_KEY)
+        hf_state = converter(family).ftune_to_hf({k: v for k, v in state.items() if k != SCORE_KEY})
+        if score is not None:
+            hf_state[SCORE_KEY] = score
         layout = read_layout(self.checkpoint_dir)
         if (kind := self._input_image_text()) is not None:
             layout = layout.renamed(kind.text_decoder_key)
@@ -229,7 +239,7 @@ class HFCheckpointer(Checkpointer):
             atomic.write_json(
                 {"metadata": {"total_size": total}, "weight_map": ordered}, folder / layout.index
             )
-        self._write_config(folder, hf_state)
+        self._write_config(folder, hf_state, sequence_classifier=score is not None)
 
     def _assign_shards(self, hf_state: StateDict, layout: HFLayout) -> dict[str, StateDict]:
         """Group tensors by the file the input layout puts them in (file order kept)."""
@@ -249,7 +259,7 @@ class HFCheckpointer(Checkpointer):
             shards[layout.weight_map.get(key, layout.files[-1])][key] = tensor
         return {name: tensors for name, tensors in shards.items() if tensors}
 
-    def _write_config(self, folder: Path, hf_state: StateDict) -> None:
+    def _write_config(self, folder: Path, hf_state: StateDict, *, sequence_classifier: bool = False) -> None:
         src = self.checkpoint_dir / CONFIG_FILE
         if not src.is_file():
             logger.warning(
@@ -262,7 +272,32 @@ class HFCheckpointer(Checkpointer):
         for key in ("dtype", "torch_dtype"):
             if key in config and dtype is not None:
                 config[key] = dtype
+        if sequence_classifier:
+            config = sequence_classifier_config(config, self.score_pad_id)
         atomic.write_json(config, folder / CONFIG_FILE)
+
+
+def sequence_classifier_config(config: dict[str, Any], pad_token_id: int | None) -> dict[str, Any]:
+    """A causal LM's config.json as its family's one-label sequence classifier's (a reward model):
+    ``architectures`` ``<Family>ForSequenceClassification``, ``id2label``/``label2id`` of one label
+    (what transformers writes for ``num_labels=1``) and ``pad_token_id`` (kept when None is given).
+
+    Raises:
+        ValueError: a config whose architecture is not a ``...ForCausalLM`` or ``...ForSequenceClassification``.
+    """
+    names = config.get("architectures") or []
+    stems = [n.removesuffix("ForCausalLM").removesuffix("ForSequenceClassification") for n in names]
+    if len(names) != 1 or stems[0] == names[0]:
+        raise ValueError(
+            f"config.json architectures {names!r}: a reward model is saved as transformers' "
+            "<Family>ForSequenceClassification, made from one <Family>ForCausalLM architecture. Give the "
+            "checkpoint a config.json of a causal LM (as transformers saves one)."
+        )
+    out = {**config, "architectures": [f"{stems[0]}ForSequenceClassification"]}
+    out["id2label"], out["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
+    if pad_token_id is not None:
+        out["pad_token_id"] = pad_token_id
+    return out
 
 
 def load_hf(

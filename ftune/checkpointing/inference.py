@@ -32,6 +32,7 @@ from ftune.checkpointing.model_build import build_model, meta_model, read_hf_con
 from ftune.checkpointing.native import QUANTIZED_FILE
 from ftune.checkpointing.quantized import load_quantized
 from ftune.checkpointing.readers import read_json
+from ftune.modules.score_head import SCORE_KEY
 from ftune.peft.moe_lora import expert_base_key
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ def merge_adapter_folder(
         family: the model family (for PEFT's tensor names).
 
     Returns:
-        A new state dict with the base model's keys.
+        A new state dict with the base model's keys, plus a reward model's head (``score.weight``) when
+        the adapter holds one (a reward model's LoRA step folder: the result builds a reward model).
 
     Raises:
         FileNotFoundError: the folder holds no adapter.
@@ -110,7 +112,10 @@ def merge_adapter_folder(
     merged = merged_state_dict({**full, **{k: v.float() for k, v in adapter.items()}}, config)
     base = Path(str(config.get("base_model_name_or_path", ""))).name
     logger.info("Merged the adapter of %s (%d layers, trained on %s)", folder, len(modules), base or "?")
-    return {k: merged[k].to(state[k].dtype) if k in targets else merged[k] for k in state}
+    out = {k: merged[k].to(state[k].dtype) if k in targets else merged[k] for k in state}
+    if SCORE_KEY in adapter:  # PEFT's modules_to_save of a SEQ_CLS adapter: the trained head itself
+        out[SCORE_KEY] = adapter[SCORE_KEY]
+    return out
 
 
 def build_float_model(

@@ -24,6 +24,7 @@ from ftune.checkpointing.readers import read_json
 from ftune.config import instantiate
 from ftune.config.model_source import is_checkpoint_model
 from ftune.models import SAME_ARCHITECTURE, family_from_hf_config, model_from_hf_config, text_model_config
+from ftune.modules.score_head import SCORE_KEY, add_score_head
 from ftune.runtime.device import default_dtype
 from ftune.runtime.rank import is_rank_zero
 
@@ -152,11 +153,15 @@ def build_model(
 
     Returns:
         The loaded model on `device` (in train mode, as every new module; inference calls `.eval()`).
+        A `state` with a score head (`score.weight`: a reward model's checkpoint) builds a reward model
+        (`ftune.modules.score_head.add_score_head`: no LM head).
 
     Raises:
         ValueError: the checkpoint does not fit the model (names the tensors and shapes), or the
             architecture is unknown (see `meta_model`).
     """
     net = meta_model(checkpoint_dir, model, dtype=dtype)
+    if SCORE_KEY in state:
+        add_score_head(net)
     load_into(net, cast_floating(state, dtype))
     return net.to(device)

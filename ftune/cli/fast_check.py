@@ -223,6 +223,8 @@ def check_data_files(cfg) -> None:
         if lines is not None:
             rows = [(f"{path}:{number}", record) for number, record in lines]
             data_files.check_preference_rows(rows, columns, str(node["source"]))
+            if isinstance(margin := node.get("margin_column"), str):  # a reward model's margins
+                data_files.check_margin_rows(rows, margin, str(node["source"]))
 
 
 def fast_check(cfg: Config, recipe: Path, more: Callable[[Config], list[str]] | None = None) -> None:

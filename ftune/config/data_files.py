@@ -274,6 +274,28 @@ def preference_record_problem(record: Any, columns: Mapping[str, str]) -> str | 
     return None
 
 
+def check_margin_rows(rows: list[tuple[str, Any]], column: str, source: str) -> None:
+    """Refuse a reward margin (``preference_dataset(margin_column=...)``) that is not a finite number.
+
+    Args:
+        rows: (where, record) pairs: ``file:line`` for a local file, ``row <n>`` otherwise.
+        column: the margin column.
+        source: the dataset's source, for the message.
+
+    Raises:
+        ValueError: naming the first bad row, its value and the fix.
+    """
+    for where, record in rows:
+        value = record.get(column) if isinstance(record, dict) else None
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if number is None or number != number or abs(number) == float("inf"):
+            raise ValueError(
+                f"dataset.margin_column: {where} of {source} has {column}={value!r}; a reward margin must be a "
+                "finite number (the pair's required r_chosen - r_rejected). Fix the row, or set "
+                "dataset.margin_column=null to train without margins."
+            )
+
+
 def check_preference_rows(
     rows: Iterable[tuple[str, Any]], columns: Mapping[str, str], source: str
 ) -> list[str]:

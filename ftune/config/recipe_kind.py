@@ -1,7 +1,7 @@
 """What kind of run a recipe, a config and a step folder belong to, told apart without torch.
 
 A run's *objective* is what it trains on: "supervised" examples (the SFT and QAT recipes),
-"preference" pairs (DPO), a teacher's "distillation" (KD) or, for "online RL" (GRPO), the rewards
+"preference" pairs (DPO), the same pairs for a "reward model" (a scalar score), a teacher's "distillation" (KD) or, for "online RL" (GRPO), the rewards
 of completions it samples from prompts; the registry says which recipe has which. `ftune run` uses these checks before the recipe starts, so a DPO config given to the SFT
 recipe, or a DPO run pointed at an SFT step folder, is named as such in well under a second
 instead of failing after the model loads (``KeyError: tokens``, torch's optimizer message) or,
@@ -41,7 +41,11 @@ _DATA_KINDS = {
     "demo_prompt_dataset": "prompts",
 }
 # The data each objective trains on, how a dataset of each kind is described, and what to use instead.
-_WANTS = {"preference": "preference", "online RL": "prompts"}  # every other objective: "supervised"
+_WANTS = {
+    "preference": "preference",
+    "reward model": "preference",
+    "online RL": "prompts",
+}  # every other objective: "supervised"
 _GIVES = {
     "supervised": "supervised examples",
     "preference": "preference pairs (chosen, rejected)",
@@ -51,6 +55,7 @@ _TRAINS = {
     "supervised": "trains on supervised examples",
     "distillation": "trains on supervised examples (with a teacher)",
     "preference": "trains on preference pairs",
+    "reward model": "trains a reward model (a scalar score) on preference pairs",
     "online RL": "samples completions of prompts and trains on their rewards (online RL)",
 }
 _RUN = {
@@ -66,7 +71,8 @@ _USE = {
 
 
 def objective_of(recipe_name: str) -> str | None:
-    """ "preference", "distillation", "online RL" or "supervised" for a shipped training recipe; None otherwise."""
+    """ "preference", "reward model", "distillation", "online RL" or "supervised" for a shipped training recipe;
+    None otherwise."""
     recipe = registry.RECIPES.get(recipe_name)
     if recipe is None or not set(recipe.methods) & set(registry.TRAINING_METHODS):
         return None
@@ -74,6 +80,8 @@ def objective_of(recipe_name: str) -> str | None:
         return "preference"
     if any("grpo" in m for m in recipe.methods):
         return "online RL"
+    if any(m.endswith("_rm") for m in recipe.methods):
+        return "reward model"
     if any(m.startswith("kd") for m in recipe.methods):
         return "distillation"
     return "supervised"

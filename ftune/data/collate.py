@@ -253,18 +253,23 @@ def padded_collate_preference(
     """Collate preference pairs: chosen rows first, then rejected rows, right-padded together.
 
     Args:
-        batch: items with "chosen_tokens", "chosen_labels", "rejected_tokens", "rejected_labels".
+        batch: items with "chosen_tokens", "chosen_labels", "rejected_tokens", "rejected_labels", and
+            optionally "margin" (a float: a reward model's required margin; all items or none).
         pad_id: token id for padded positions.
         ignore_idx: label for padded positions.
         pad_to_multiple_of: round the padded length up to a multiple of this.
 
     Returns:
         {"tokens": [2b, s] long, "labels": [2b, s] long}: rows [0, b) are the chosen answers and
-        rows [b, 2b) the rejected answers of the same pairs, in the same order.
+        rows [b, 2b) the rejected answers of the same pairs, in the same order; with margins, also
+        {"margin": [b] fp32}.
     """
     rows = [{"tokens": item["chosen_tokens"], "labels": item["chosen_labels"]} for item in batch]
     rows += [{"tokens": item["rejected_tokens"], "labels": item["rejected_labels"]} for item in batch]
-    return padded_collate_sft(rows, pad_id, ignore_idx, pad_to_multiple_of)
+    out = padded_collate_sft(rows, pad_id, ignore_idx, pad_to_multiple_of)
+    if batch and "margin" in batch[0]:
+        out["margin"] = torch.tensor([float(item["margin"]) for item in batch], dtype=torch.float32)
+    return out
 
 
 def padding_free_collate_preference(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:

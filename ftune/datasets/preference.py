@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ftune.config.data_files import check_preference_rows, identical_pairs_warning, json_records
+from ftune.config.data_files import (
+    check_margin_rows,
+    check_preference_rows,
+    identical_pairs_warning,
+    json_records,
+)
 from ftune.data.messages import Message
 from ftune.data.transforms import ChosenRejectedToMessages
 from ftune.datasets.sft import check_columns, labels_from_mask
@@ -29,6 +34,7 @@ class PreferenceDataset(torch.utils.data.Dataset):
         tokenizer: the model's tokenizer.
         message_transform: record -> {"chosen": list[Message], "rejected": list[Message]}.
         max_seq_len: when set, both sides are truncated to this length.
+        margin_column: the column of each pair's required reward margin (a reward model's loss), or None.
 
     Collate with `ftune.data.padded_collate_preference`.
     """
@@ -40,11 +46,13 @@ class PreferenceDataset(torch.utils.data.Dataset):
         message_transform: Callable[[Mapping[str, Any]], dict[str, list[Message]]],
         *,
         max_seq_len: int | None = None,
+        margin_column: str | None = None,
     ) -> None:
         self.records = records
         self.tokenizer = tokenizer
         self.message_transform = message_transform
         self.max_seq_len = max_seq_len
+        self.margin_column = margin_column
 
     def __len__(self) -> int:
         return len(self.records)
@@ -57,6 +65,8 @@ class PreferenceDataset(torch.utils.data.Dataset):
             labels = labels_from_mask(tokens, mask)
             end = self.max_seq_len
             item[f"{side}_tokens"], item[f"{side}_labels"] = list(tokens)[:end], labels[:end]
+        if self.margin_column is not None:
+            item["margin"] = float(self.records[index][self.margin_column])
         return item
 
 
@@ -72,6 +82,7 @@ def preference_dataset(
     new_system_prompt: str | None = None,
     max_seq_len: int | None = None,
     packed: bool = False,
+    margin_column: str | None = None,
 ) -> PreferenceDataset:
     """Pairs of answers to one prompt, for preference training (no packing).
 
@@ -90,13 +101,16 @@ def preference_dataset(
         max_seq_len: truncate both sides to this length.
         packed: must be false: preference pairs are not packed (the key exists so that
             ``dataset.packed=true`` gets this message rather than an unknown-argument error).
+        margin_column: a column of numbers, each pair's required reward margin ``m`` in a reward
+            model's loss ``-log σ(r_c - r_r - m)`` (TRL's RewardTrainer reads a column named
+            "margin"); None: no margin. Other recipes ignore it.
 
     Returns:
         A `PreferenceDataset`.
 
     Raises:
-        ValueError: if ``packed`` is true, or a record lacks an answer or the prompt, or has one
-            empty (file:line for a local .json/.jsonl file, else the row number). Records whose
+        ValueError: if ``packed`` is true, a margin is not a number, or a record lacks an answer or
+            the prompt, or has one empty (file:line for a local .json/.jsonl file, else the row number). Records whose
             chosen answer equals the rejected one are counted in a warning.
     """
     if packed:
@@ -121,7 +135,15 @@ def preference_dataset(
         values = {c: records[c] for c in present}  # one Arrow -> Python conversion per column
         rows = [(f"row {i + 1}", {c: values[c][i] for c in present}) for i in range(len(records))]
         _check_rows(rows, transform.columns, source)
-    return PreferenceDataset(records, tokenizer, transform, max_seq_len=max_seq_len)
+    if margin_column is not None:
+        check_columns(records, [margin_column], "preference_dataset(margin_column)", source)
+        margins = records[margin_column]
+        check_margin_rows(
+            [(f"row {i + 1}", {margin_column: v}) for i, v in enumerate(margins)], margin_column, source
+        )
+    return PreferenceDataset(
+        records, tokenizer, transform, max_seq_len=max_seq_len, margin_column=margin_column
+    )
 
 
 def _check_rows(rows: list[tuple[str, Any]], columns: Mapping[str, str], source: str) -> None:

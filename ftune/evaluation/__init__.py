@@ -1,4 +1,5 @@
-"""Evaluation metrics: harness-style perplexity (word, byte, bits per byte) and exact-match accuracy."""
+"""Evaluation metrics: harness-style perplexity (word, byte, bits per byte), exact-match accuracy, and a
+trained reward model's scores (a reward of online RL)."""
 
 from ftune.evaluation.exact_match import ExactMatchResult, exact_match, normalize_whitespace, prompt_tokens
 from ftune.evaluation.perplexity import (
@@ -10,12 +11,14 @@ from ftune.evaluation.perplexity import (
     rolling_token_logprobs,
     rolling_windows,
 )
+from ftune.evaluation.reward_model import RewardModel
 from ftune.settings import EvalSettings
 
 __all__ = [
     "EvalSettings",
     "ExactMatchResult",
     "PerplexityResult",
+    "RewardModel",
     "Window",
     "count_bytes",
     "count_words",

@@ -16,7 +16,9 @@ _OFFLOAD = gpu_only(
     "moves saved activations from GPU to CPU memory; a CPU run has nothing to offload to "
     "and refuses it (the test machines have no GPU)"
 )
+_NOT_RM = na("trains a language model: train a reward model with reward_model_single_device / _distributed")
 SFT_COMMON = {
+    "reward_model": _NOT_RM,
     "grad_accumulation": YES,
     "grad_clipping": YES,
     "compile": YES,
@@ -83,6 +85,7 @@ DPO_UNCHECKED = (
     "the DPO runs in the test suite are kept to the features DPO changes or must not break"
 )
 DPO_COMMON = {
+    "reward_model": _NOT_RM,
     "knowledge_distillation": na(
         "preference tuning has no teacher: distil with the knowledge_distillation recipes"
     ),
@@ -139,6 +142,7 @@ GRPO_UNCHECKED = (
     "the GRPO runs in the test suite are kept to the features GRPO changes or must not break"
 )
 GRPO_COMMON = {
+    "reward_model": _NOT_RM,
     "knowledge_distillation": na("online RL has no teacher: distil with the knowledge_distillation recipes"),
     "grad_accumulation": YES,
     "grad_clipping": YES,
@@ -170,6 +174,54 @@ GRPO_LORA_DIST = {
     "qlora": na(
         "QLoRA under FSDP2 is checked in lora_finetune_distributed only, so the launcher refuses it "
         "here; run QLoRA GRPO with lora_grpo_single_device"
+    ),
+}
+# Reward models (the reward_model recipes): full, or LoRA with a peft section. What a reward-model run
+# is checked for is ✓; what runs but is not checked on one is `unchecked`; what cannot apply is n/a.
+RM_UNCHECKED = (
+    "runs in the reward_model recipes (the same lines as the SFT recipes), but is not checked on a "
+    "reward-model run: those runs in the test suite are kept to the features a reward model changes or "
+    "must not break"
+)
+RM_COMMON = {
+    "reward_model": YES,
+    "knowledge_distillation": na(
+        "a reward model has no teacher: distil with the knowledge_distillation recipes"
+    ),
+    "grad_accumulation": YES,
+    "grad_clipping": YES,
+    "compile": unchecked(f"{RM_UNCHECKED} (the decoder layers and RewardLoss compile)"),
+    "activation_checkpointing": YES,
+    "activation_offloading": _OFFLOAD,
+    "chunked_loss": na(
+        "a reward model projects one hidden state a row to one score: there are no vocabulary logits to chunk"
+    ),
+    "low_precision_optimizers": unchecked(RM_UNCHECKED),
+    "custom_collate": unchecked(
+        f"{RM_UNCHECKED}; a collate_fn must keep padded_collate_preference's layout (chosen rows, then rejected)"
+    ),
+    "packing": na("pairs are scored as whole rows, each at its last token; dataset.packed=true is refused"),
+    "padding_free": na("pairs are scored as whole rows: chosen rows, then rejected (right-padded)"),
+    "validation": YES,  # training.validate over loss_on: val_loss, val_accuracy, val_margin, val_*_reward
+    "step_checkpointing": YES,
+    "resume": YES,
+    "metric_logging": YES,
+    "profiler": unchecked(RM_UNCHECKED),
+    "qat": na("no QAT reward-model recipe"),
+    "learned_ranges": na("no QAT reward-model recipe"),
+    "mixture_of_experts": unchecked(
+        f"{RM_UNCHECKED} (reward_loss adds the balancing loss, as every loss helper)"
+    ),
+    "lora": YES,  # the _lora_rm configs: adapters and the score head (peft's modules_to_save) train
+    "qlora": unchecked(RM_UNCHECKED),
+    "dora": unchecked(RM_UNCHECKED),
+}
+RM_SINGLE = {"optimizer_in_backward": unchecked(RM_UNCHECKED)}
+RM_DIST = {
+    **NO_OPT_BWD_DIST,
+    "qlora": na(
+        "QLoRA under FSDP2 is checked in lora_finetune_distributed only, so the launcher refuses it here; run "
+        "a QLoRA reward model with reward_model_single_device"
     ),
 }
 # The recipes that do not train: a cell for each feature they offer, none for the training features.

@@ -24,6 +24,8 @@ METHODS: tuple[str, ...] = (
     "full_dpo",
     "lora_orpo",
     "lora_kto",
+    "full_rm",
+    "lora_rm",
     "lora_grpo",
     "full_grpo",
     "kd",

@@ -35,5 +35,6 @@ FEATURES: dict[str, str] = {
     "kv_cache": "KV-cache decoding",
     "chat_template": "the model's own chat template",
     "knowledge_distillation": "(1 - kd_ratio) CE + kd_ratio KL(teacher || student), chunked, frozen teacher",
+    "reward_model": "a scalar head on the last real token, Bradley-Terry loss; saved as a sequence classifier",
     "mixture_of_experts": "MoE models (Qwen3-MoE, Mixtral): the balancing loss of the policy's forward, once",
 }

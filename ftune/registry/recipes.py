@@ -31,6 +31,9 @@ from ftune.registry.cells import (
     QAT,
     QAT_LORA,
     QUANTIZE,
+    RM_COMMON,
+    RM_DIST,
+    RM_SINGLE,
     SFT_COMMON,
     SINGLE,
 )
@@ -139,6 +142,26 @@ _RECIPES = [
         ("full_dpo",),
         {**DPO_COMMON, **NOT_LORA, **DIST, **NO_OPT_BWD_DIST},
         tags=frozenset({"full", "dpo", "dist", "ref"}),
+    ),
+    Recipe(
+        "reward_model_single_device",
+        "Reward model (a scalar head on the last real token, Bradley-Terry loss with TRL's options) on one "
+        "device; full, or LoRA with a peft section. Saves load as transformers' ForSequenceClassification.",
+        False,
+        "smollm2/135M_demo_lora_rm",
+        ("full_rm", "lora_rm"),
+        {**RM_COMMON, **SINGLE, **RM_SINGLE},
+        tags=frozenset({"rm"}),  # the reward model replaces the supervised # [sft] and # [full] lines
+    ),
+    Recipe(
+        "reward_model_distributed",
+        "Reward model sharded with FSDP2 over torchrun processes; full, or LoRA with a peft section.",
+        True,
+        "smollm2/135M_demo_lora_rm",
+        ("full_rm", "lora_rm"),
+        {**RM_COMMON, **DIST, **RM_DIST},
+        tags=frozenset({"rm", "dist"}),
+        same_losses_as="reward_model_single_device",
     ),
     Recipe(
         "lora_grpo_single_device",
@@ -255,7 +278,7 @@ TAGS: dict[str, str] = _tag_references()
 
 # The one order of a combined tag's parts (# [grpo+full+dist], never # [full+grpo]): the method kind,
 # then the frozen reference it runs (ref: DPO's and GRPO's), then full or LoRA, then FSDP2.
-TAG_ORDER = ("sft", "dpo", "grpo", "kd", "qat", "ref", "full", "lora", "dist")
+TAG_ORDER = ("sft", "dpo", "grpo", "kd", "rm", "qat", "ref", "full", "lora", "dist")
 
 
 def recipe_for_config(config: str) -> Recipe | None:

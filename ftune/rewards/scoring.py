@@ -80,6 +80,10 @@ def score_rewards(
         time_limit_s: the seconds one reward may take on one completion (None: no limit); a call
             still running then is stopped (`ftune.config.time_limit`).
 
+    A reward with a ``score_batch(prompts, completions, samples) -> list[float]`` method (a reward model,
+    ``ftune.evaluation.RewardModel``) is called once for all the completions, under ``time_limit_s`` times
+    their number.
+
     Returns:
         ``(total, per_reward)``: the weighted sums, and each reward's values, in completion order.
 
@@ -98,8 +102,13 @@ def score_rewards(
         )
     per: dict[str, list[float]] = {name: [] for name in rewards}
     n = len(completions)
+    batched = {name for name, reward in rewards.items() if callable(getattr(reward, "score_batch", None))}
+    for name in batched:
+        per[name] = _score_batch(name, rewards[name], prompts, completions, samples, time_limit_s)
     for i, (prompt, completion, sample) in enumerate(zip(prompts, completions, samples)):
         for name, reward in rewards.items():
+            if name in batched:
+                continue
             where = (
                 f"reward {name!r} on completion {i + 1} of {n} (prompt {_short(prompt)}, completion "
                 f"{_short(completion)})"
@@ -133,6 +142,45 @@ def score_rewards(
             per[name].append(float(value))
     total = [sum(weights[name] * per[name][i] for name in rewards) for i in range(len(completions))]
     return total, per
+
+
+def _score_batch(
+    name: str,
+    reward: Any,
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    samples: Sequence[Mapping[str, Any]],
+    time_limit_s: float | None,
+) -> list[float]:
+    """A batched reward's values (one ``score_batch`` call for every completion: a reward model's forwards),
+    under the time limit of all its completions together, checked as the per-completion rewards are."""
+    n = len(completions)
+    where = f"reward {name!r} ({type(reward).__name__}.score_batch of {n} completions)"
+    limit = None if time_limit_s is None else time_limit_s * max(n, 1)
+    try:
+        values = call_with_time_limit(
+            reward.score_batch, prompts, completions, samples, seconds=limit, message=lambda: where
+        )
+    except TimeLimitError:
+        raise RewardError(
+            f"{where} ran longer than rewards.time_limit_s={time_limit_s:g} s a completion and was stopped. "
+            "Raise rewards.time_limit_s (null: no limit), or give the reward a faster device."
+        ) from None
+    except Exception as e:  # noqa: BLE001 - any failure of a component is reported the same way
+        raise RewardError(f"{where} raised {type(e).__name__}: {e} (--debug shows the traceback).") from e
+    values = list(values) if isinstance(values, (list, tuple)) else values
+    if not isinstance(values, list) or len(values) != n:
+        raise RewardError(
+            f"{where} returned {_cut(repr(values), 60)}; a batched reward returns a list of {n} numbers, one a "
+            "completion. Fix the reward."
+        )
+    for i, value in enumerate(values):
+        if not is_number(value) or not math.isfinite(value):
+            raise RewardError(
+                f"{where} gave completion {i + 1} of {n} (completion {_short(completions[i])}) the value "
+                f"{_cut(repr(value), 60)}; a reward must be a finite number. Fix the reward."
+            )
+    return [float(v) for v in values]
 
 
 def reward_stats(

@@ -18,6 +18,7 @@ from ftune.settings.training import (
     LoRASettings,
     QATLoRASettings,
     QATSettings,
+    RewardModelSettings,
     check_optimizer_in_backward,
 )
 
@@ -34,6 +35,7 @@ __all__ = [
     "QATLoRASettings",
     "QATSettings",
     "QuantizeSettings",
+    "RewardModelSettings",
     "check_optimizer_in_backward",
     "dist_timeout_problems",
 ]

@@ -250,6 +250,14 @@ class KDSettings(FullSettings):
     )
 
 
+@dataclass
+class RewardModelSettings(FullSettings):
+    """Reward models (reward_model_single_device / _distributed): the decoder with a scalar score head,
+    every weight trained, or LoRA adapters (and the head) when the optional `peft` section is present."""
+
+    COMPONENTS: ClassVar[dict[str, bool]] = {**FullSettings.COMPONENTS, "peft": False}
+
+
 class QATLoRASettings(QATSettings):
     """QAT + LoRA: LoRA adapters over a fake-quantized frozen base (the `quantizer` and `peft` sections)."""
 

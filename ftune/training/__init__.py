@@ -26,6 +26,7 @@ from ftune.checkpointing.model_build import build_model
 from ftune.data.collate import build_collate, build_preference_collate
 from ftune.data.loader import validation_loader
 from ftune.data.prompt_batch import PromptBatch, build_prompt_collate
+from ftune.modules.score_head import add_score_head
 from ftune.peft.apply import trainable_params
 from ftune.runtime.device import get_device
 from ftune.runtime.distributed import destroy_distributed, init_distributed
@@ -38,6 +39,7 @@ from ftune.settings import (
     LoRASettings,
     QATLoRASettings,
     QATSettings,
+    RewardModelSettings,
 )
 from ftune.training.features.activation_checkpointing import apply_activation_checkpointing
 from ftune.training.features.activation_offloading import apply_activation_offloading
@@ -53,6 +55,7 @@ from ftune.training.methods.kto_loss import KTOLoss
 from ftune.training.methods.peft_setup import apply_peft
 from ftune.training.methods.preference_loss import preference_loss
 from ftune.training.methods.reference import ReferenceModel
+from ftune.training.methods.reward_loss import RewardLoss, reward_loss, reward_scores
 from ftune.training.methods.rollout_batch import (
     RolloutBatch,
     Sampling,
@@ -96,12 +99,13 @@ __all__ = [
     "load_teacher", "check_same_vocab", "teacher_hidden", "distill_loss",
     "Sampling", "PromptBatch", "build_prompt_collate", "RolloutLoader", "RolloutBatch",
     "sample_rollout", "score_rollout", "rollout_batch", "grpo_loss",
+    "add_score_head", "reward_loss", "reward_scores",
     # What configs name as components (_component_: ftune.training.X), and the settings recipes read.
-    "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss", "KTOLoss",
+    "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss", "KTOLoss", "RewardLoss",
     "cosine_with_warmup", "linear_with_warmup", "constant_with_warmup", "AdamWBf16State",
     "MetricLogger", "DiskLogger", "StdoutLogger", "TensorBoardLogger", "WandBLogger",
     "FullSettings", "LoRASettings", "QATSettings", "QATLoRASettings", "KDSettings", "GRPOSettings",
-    "LoRAGRPOSettings",
+    "LoRAGRPOSettings", "RewardModelSettings",
     # The types a recipe's code meets, and helpers benchmarks and copies of recipes read.
     "MicroBatch", "Loss", "Metric", "StepStats", "NonFiniteError", "PairLogps", "on_device",
     "batch_loss", "group_advantages", "zero_variance_share", "per_sequence", "optimizer_state_bytes",

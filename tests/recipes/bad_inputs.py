@@ -395,6 +395,6 @@ SETUPS = {
     "pref_no_prompt": lambda tmp, ckpt: _write(tmp / "val.jsonl", '{"chosen": "a", "rejected": "b"}\n'),
     "lora_step_folder": _lora_step_folder,
 }
-exec(Path(__file__).with_name("bad_inputs_outputs.py").read_text())  # issue 37's output cases: CASES, SETUPS
-exec(Path(__file__).with_name("bad_inputs_records.py").read_text())  # issue 37 items 2, 4, 5: CASES, SETUPS
-exec(Path(__file__).with_name("bad_inputs_images.py").read_text())  # issue 40 item 2: CASES, SETUPS
+# More CASES and SETUPS: issue 37's outputs and records, issue 40's images, issue 41's reward models.
+for _part in ("outputs", "records", "images", "rewards"):
+    exec(Path(__file__).with_name(f"bad_inputs_{_part}.py").read_text())

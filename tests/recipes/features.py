@@ -27,6 +27,7 @@ from features_methods import (
     qat_lora_base,
     qat_off,
 )
+from features_rewards import reward_model
 from run_logs import _assert_same_weights, _column, _weights, losses, read_log  # noqa: F401 - read_log: re-exported
 from spies import (
     LargestVocabTensor,
@@ -250,13 +251,21 @@ def profiler(run, tmp_path):
     assert any(e.get("name") == "aten::mm" for e in events)  # the training step's matmuls are in it
 
 
+# A reward model's score head trains and is saved with its adapters (PEFT's modules_to_save).
+REWARD_HEAD = "score.weight"
+
+
 def lora(run, tmp_path):
     with models_run() as models:
         _, out = run("max_steps=2", output_dir=tmp_path / "l")
-    trainable = [n for n, p in models[-1].named_parameters() if p.requires_grad]
+    head = REWARD_HEAD in dict(models[-1].named_parameters())
+    trainable = [n for n, p in models[-1].named_parameters() if p.requires_grad and n != REWARD_HEAD]
     assert trainable and all(".lora_" in f".{n}" for n in trainable), f"trainable: {trainable[:4]}"
+    assert not head or models[-1].score.weight.requires_grad, "a reward model's head is frozen"
     saved = _weights(out / "step_2")
-    assert saved and all("lora_" in k for k in saved), f"saved: {sorted(saved)[:4]}"  # adapter only
+    adapter = [k for k in saved if not k.endswith(REWARD_HEAD)]
+    assert adapter and all("lora_" in k for k in adapter), f"saved: {sorted(saved)[:4]}"  # adapter only
+    assert head == any(k.endswith(REWARD_HEAD) for k in saved), f"saved: {sorted(saved)[:4]}"
     trained = [k for k, v in saved.items() if "lora_b" in k.lower() and v.abs().sum() > 0]
     assert trained, "every saved B matrix is still zero: the adapters did not train"
 
@@ -338,5 +347,6 @@ CHECKS = {
         qlora,
         dora,
         mixture_of_experts,
+        reward_model,
     )
 }

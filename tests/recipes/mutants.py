@@ -24,6 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from features import CHECKS
+from mutants_rewards import reward_mutants
 
 import ftune.checkpointing._checkpointer
 import ftune.data.collate
@@ -361,6 +362,8 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
         ),
     ),
 }
+
+MUTANTS.update(reward_mutants(Mutant))
 
 # The one table: feature -> (its check, its mutants).
 TABLE: dict[str, tuple[Callable[..., None], tuple[Mutant, ...]]] = {

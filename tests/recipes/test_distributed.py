@@ -265,7 +265,12 @@ def test_saved_checkpoint_equals_single_device(recipe, launched, run_recipe, tmp
             assert [got[step][k] for k in keys] == pytest.approx(
                 [want[step][k] for k in keys], rel=1e-5, abs=2e-6
             )
-    name = "adapter_model.safetensors" if "lora" in recipe else "model.safetensors"
+    if "rm" in registry.RECIPES[recipe].tags:  # a reward model's figures: over the pairs of every rank
+        for key in ("accuracy", "margin", "min_reward", "mean_reward", "max_reward"):
+            got, want = [r[key] for r in dist_logs], [r[key] for r in logs if "loss" in r]
+            assert got == pytest.approx(want, rel=1e-5, abs=2e-6), key
+    adapter = (out / "step_4" / "adapter_model.safetensors").is_file()  # a LoRA run (a peft section)
+    name = "adapter_model.safetensors" if adapter else "model.safetensors"
     a, b = load_file(str(out / "step_4" / name)), load_file(str(workdir / "losses" / "step_4" / name))
     assert a.keys() == b.keys()
     for k in a:

@@ -12,6 +12,7 @@ from torch import nn
 from ftune.checkpointing.model_build import cast_floating
 from ftune.checkpointing.qat_ranges import is_range_key
 from ftune.config import instantiate
+from ftune.modules.score_head import ScoreHead
 
 
 def apply_peft(
@@ -19,7 +20,9 @@ def apply_peft(
 ) -> dict[str, Any]:
     """Swap adapters into a loaded model (the config's ``peft`` section), then load saved adapter weights.
 
-    The swap happens after the base weights are real, so QLoRA can quantize them to NF4.
+    The swap happens after the base weights are real, so QLoRA can quantize them to NF4. A reward
+    model's score head (``ftune.training.add_score_head``, before this call) trains with the adapters,
+    as PEFT's ``modules_to_save`` of a SEQ_CLS adapter: it is new, so freezing it would train nothing useful.
 
     Args:
         node: the config's ``peft`` section, e.g. ``{_component_: ftune.peft.apply_lora, rank: 8, ...}``.
@@ -40,6 +43,8 @@ def apply_peft(
             "and no checkpoint would keep them. Set quantizer.learn_ranges=false for QAT + LoRA."
         )
     instantiate(node, model, _path="peft")
+    if isinstance(score := getattr(model, "score", None), ScoreHead):
+        score.requires_grad_(True)
     if adapter is not None:
         result = model.load_state_dict(cast_floating(adapter, dtype), strict=False)
         expected = {k for k in model.state_dict() if ".lora_" in k or k.endswith(".magnitude")}

@@ -24,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from ftune.checkpointing.dcp import full_state_dict
 from ftune.config.recipe_kind import KIND_KEY, RECIPE_KEY, a_kind, objective_of, saved_objective
+from ftune.modules.score_head import ScoreHead
 from ftune.runtime.rank import get_rank, is_rank_zero, world_size
 from ftune.runtime.seed import get_rng_state, set_rng_state
 from ftune.training.features.fsdp import is_sharded
@@ -254,6 +255,9 @@ def save_checkpoint(
     state = snapshot(step, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader)
     weights = model_state(model)
     if is_rank_zero():
-        checkpointer.save(step, weights, recipe_state=state, adapter_config=adapter_config)
+        extra = {}
+        if isinstance(score := getattr(model, "score", None), ScoreHead):  # a reward model's config
+            extra["pad_token_id"] = score.pad_id
+        checkpointer.save(step, weights, recipe_state=state, adapter_config=adapter_config, **extra)
     if world_size() > 1:
         dist.barrier()

@@ -4,6 +4,7 @@
     Metric.ratio(part, whole)      # a ratio of two sums (clipped tokens / tokens)
     Metric.std(values)             # the sample std of every value added (sum, sum of squares, count)
     Metric.max(values)             # the largest value added
+    Metric.min(values)             # the smallest value added
 
 A loss helper returns its loss as a :class:`Loss` and its figures as metrics (``Loss.metrics``); ``StepLoss`` and ``validate`` add
 them (``+``), sum them over ranks (:func:`reduce_metrics`) and read each one's value at the end. So no
@@ -20,7 +21,8 @@ import torch
 
 from ftune.training.features.fsdp import all_reduce_max, all_reduce_sum
 
-Kind = Literal["mean", "std", "max"]
+Kind = Literal["mean", "std", "max", "min"]
+EXTREMES = ("max", "min")
 
 
 class Loss(NamedTuple):
@@ -44,8 +46,9 @@ class Metric:
 
     Attributes:
         kind: "mean" (``total / count``), "std" (the sample std, from ``total``, ``squares`` and
-            ``count``) or "max" (``total`` is the largest value; ``count`` how many were seen).
-        total: the sum of the values (the maximum for "max"), a detached fp32 scalar.
+            ``count``), "max" or "min" (``total`` is the largest or smallest value; ``count`` how many
+            were seen).
+        total: the sum of the values (the extreme for "max" and "min"), a detached fp32 scalar.
         count: how many values (or the whole a ratio is of), a detached fp32 scalar.
         squares: the sum of the squared values ("std" only).
     """
@@ -76,17 +79,25 @@ class Metric:
         values = values.detach().float()
         return cls("max", values.max(), torch.tensor(float(values.numel()), device=values.device))
 
+    @classmethod
+    def min(cls, values: torch.Tensor) -> Metric:
+        values = values.detach().float()
+        return cls("min", values.min(), torch.tensor(float(values.numel()), device=values.device))
+
     def __add__(self, other: Metric) -> Metric:
         if other.kind != self.kind:
             raise ValueError(f"Metric: cannot add a {other.kind!r} metric to a {self.kind!r} one.")
-        total = torch.maximum(self.total, other.total) if self.kind == "max" else self.total + other.total
+        if self.kind in EXTREMES:
+            total = (torch.maximum if self.kind == "max" else torch.minimum)(self.total, other.total)
+        else:
+            total = self.total + other.total
         squares = None if self.squares is None else self.squares + other.squares
         return Metric(self.kind, total, self.count + other.count, squares)
 
     def value(self) -> float:
-        """The figure: the mean, the sample std (0 with fewer than two values) or the maximum."""
+        """The figure: the mean, the sample std (0 with fewer than two values), the maximum or the minimum."""
         count = float(self.count)
-        if self.kind == "max":
+        if self.kind in EXTREMES:
             return float(self.total)
         if self.kind == "mean":
             return float(self.total) / count if count else 0.0
@@ -103,11 +114,11 @@ def add_metrics(into: dict[str, Metric], metrics: dict[str, Metric]) -> None:
 
 
 def reduce_metrics(metrics: dict[str, Metric], device: torch.device) -> dict[str, float]:
-    """Each metric summed over every rank (maxima: the largest), then its value: one sync for the sums, one
-    for the maxima."""
+    """Each metric summed over every rank (maxima: the largest, minima: the smallest), then its value: one
+    sync for the sums, one for the extremes."""
     keys = sorted(metrics)
-    summed = [k for k in keys if metrics[k].kind != "max"]
-    largest = [k for k in keys if metrics[k].kind == "max"]
+    summed = [k for k in keys if metrics[k].kind not in EXTREMES]
+    largest = [k for k in keys if metrics[k].kind in EXTREMES]
     out: dict[str, float] = {}
     if summed:
         rows = [(metrics[k].total, metrics[k].count, _squares(metrics[k])) for k in summed]
@@ -117,8 +128,12 @@ def reduce_metrics(metrics: dict[str, Metric], device: torch.device) -> dict[str
             kind = metrics[key].kind
             out[key] = Metric(kind, torch.tensor(total), torch.tensor(count), torch.tensor(squares)).value()
     if largest:
-        top = all_reduce_max(torch.stack([metrics[k].total.to(device, torch.float64) for k in largest]))
-        out.update(zip(largest, top.tolist()))
+        # A minimum is the negated maximum of the negated values: one all-reduce for both kinds.
+        sign = {k: -1.0 if metrics[k].kind == "min" else 1.0 for k in largest}
+        top = all_reduce_max(
+            torch.stack([sign[k] * metrics[k].total.to(device, torch.float64) for k in largest])
+        )
+        out.update((k, sign[k] * v) for k, v in zip(largest, top.tolist()))
     return {k: out[k] for k in keys}
 
 

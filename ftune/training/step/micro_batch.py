@@ -31,6 +31,9 @@ class MicroBatch:
         row_kinds: ``[b]`` long, what each row is for a loss whose rows differ in kind (a KTO batch:
             desirable and undesirable completions, then mismatched rows; ``ftune.data.padded_collate_kto``),
             else None.
+        margins: ``[pairs]`` fp32, each pair's required reward margin (a reward model's Bradley-Terry
+            loss with a dataset's margin column: ``ftune.datasets.preference_dataset(margin_column=...)``),
+            else None.
     """
 
     tokens: torch.Tensor
@@ -38,6 +41,7 @@ class MicroBatch:
     input_pos: torch.Tensor | None
     document_ids: torch.Tensor | None
     row_kinds: torch.Tensor | None = None
+    margins: torch.Tensor | None = None
 
     @property
     def mask(self) -> torch.Tensor | None:
@@ -67,6 +71,7 @@ def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> MicroBatc
         moved.get("input_pos"),
         document_ids,
         moved.get("row_kinds"),
+        moved.get("margin"),
     )
 
 
