@@ -101,11 +101,12 @@ def test_peft_loads_the_lora_adapters_with_equal_logits(saved, tmp_path: Path) -
     ckpt = HFCheckpointer(folder, tmp_path / "out", image_text=True)
     model = build_model(None, ckpt.load().model, device="cpu", dtype=torch.float32, checkpoint_dir=folder)
     settings = {"rank": 2, "alpha": 4.0, "dropout": 0.0, "use_dora": False}
-    # q_proj/v_proj are in the decoder and the SigLIP encoder; linear layers of the projector too.
-    swapped = apply_lora(model, targets=["q_proj", "v_proj"], **settings)
-    assert any(s.startswith("vision_encoder.") for s in swapped) and any(
-        s.startswith("decoder.") for s in swapped
-    )
+    # Adapters in every part that has linear layers (Gemma 3's projector has none).
+    targets = {"decoder": ["q_proj", "v_proj"], "vision_encoder": ["q_proj", "fc1"]}
+    if kind == "smolvlm":
+        targets["projector"] = ["proj"]
+    swapped = apply_lora(model, targets=targets, **settings)
+    assert {s.split(".")[0] for s in swapped} == set(targets)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_b" in name:
