@@ -4,8 +4,7 @@ fine-tune; the parts left out are frozen, and a text model has no parts."""
 import pytest
 import torch
 
-from ftune.models.smollm2 import smollm2
-from ftune.models.smolvlm import smolvlm
+from ftune.models.smolvlm import smolvlm_tiny
 from ftune.modules.vision import ImageTextModel
 from ftune.peft import LoRALinear, apply_lora, train_parts, trainable_params
 from ftune.peft.apply import target_problem
@@ -15,26 +14,7 @@ LORA = dict(rank=2, alpha=4.0)
 
 def tiny_vlm() -> ImageTextModel:
     torch.manual_seed(0)
-    decoder = smollm2(
-        vocab_size=64,
-        num_layers=2,
-        num_heads=2,
-        num_kv_heads=1,
-        embed_dim=32,
-        intermediate_dim=48,
-        max_seq_len=64,
-    )
-    return smolvlm(
-        decoder=decoder,
-        image_size=16,
-        patch_size=4,
-        vision_embed_dim=16,
-        vision_num_layers=2,
-        vision_num_heads=2,
-        vision_intermediate_dim=24,
-        scale_factor=2,
-        image_token_id=63,
-    )
+    return smolvlm_tiny()
 
 
 def _trainable(model: torch.nn.Module) -> set[str]:
