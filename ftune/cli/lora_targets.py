@@ -43,7 +43,8 @@ def lora_target_problems(cfg: Any) -> list[str]:
     if component is not None and not str(component).startswith("ftune."):
         return []  # validate runs no code of a package the user trusts; apply_lora checks at run time
     try:
-        model = meta_model(folder, node, dtype=torch.float32)
+        image_text = bool(checkpointer.get("image_text")) if hasattr(checkpointer, "get") else False
+        model = meta_model(folder, node, dtype=torch.float32, image_text=image_text)
     except (ValueError, OSError, ImportError, TypeError):
         return []
     if not isinstance(model, torch.nn.Module):

@@ -18,9 +18,12 @@ from ftune_tiny_vlm import (
     tiny_idefics3,
     tiny_llama_text_config,
 )
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from ftune.checkpointing import HFCheckpointer, build_model, load_hf
+from ftune.cli.lora_targets import lora_target_problems
+from ftune.config.loading import Config
 from ftune.modules.vision import ImageTextModel
 from ftune.peft import apply_lora
 
@@ -151,3 +154,23 @@ def test_a_text_model_section_on_a_whole_read_is_an_error(saved) -> None:
         ValueError, match="the model section builds a TransformerDecoder. Name the image-text"
     ):
         build_model(model, state, device="cpu", dtype=torch.float32)
+
+
+def test_validate_checks_per_part_targets_on_the_whole_model(saved) -> None:
+    # `ftune validate` builds the model config.json describes on the meta device, whole when the
+    # checkpointer says image_text=true, and checks per-part targets as apply_lora does.
+    kind, _, folder = saved
+
+    def problems(targets: dict) -> list[str]:
+        node = OmegaConf.create(
+            {
+                "checkpointer": {"checkpoint_dir": str(folder), "image_text": True},
+                "peft": {"_component_": "ftune.peft.apply_lora", "targets": targets},
+            }
+        )
+        return lora_target_problems(Config(node, source="cfg.yaml"))
+
+    assert problems({"decoder": ["q_proj"], "vision_encoder": ["fc1"]}) == []
+    (problem,) = problems({"decoder": ["q_proj"], "vision_encoder": ["qproj"]})
+    assert "targets ['qproj'] match no nn.Linear in SiglipVisionEncoder" in problem
+    assert "Fix peft.targets.vision_encoder" in problem
