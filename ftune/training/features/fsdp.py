@@ -21,9 +21,9 @@ from torch.distributed.fsdp import (
     register_fsdp_forward_method,
 )
 
-from ftune.modules.vision import ImageTextModel
 from ftune.peft.nf4 import is_nf4
 from ftune.runtime.rank import world_size
+from ftune.training.features.layers import block_layers
 
 
 def is_sharded(model: nn.Module) -> bool:
@@ -86,19 +86,12 @@ def shard_model(
     on_cpu = next(model.parameters()).device.type == "cpu"
     if cpu_offload and not on_cpu:  # on a CPU-only run the parameters are on the CPU already
         kwargs["offload_policy"] = CPUOffloadPolicy()
-    for layer in _blocks(model):
+    for layer in block_layers(model, feature="shard_model"):
         fully_shard(layer, reshard_after_forward=reshard_after_forward, **kwargs)
     fully_shard(model, reshard_after_forward=False, **kwargs)
     # The recipes run `model.hidden(...)` (the loss projects in chunks), not `model(...)`.
     register_fsdp_forward_method(model, "hidden")
     return model
-
-
-def _blocks(model: nn.Module) -> list[nn.Module]:
-    """The modules sharded as units of their own: the decoder layers, and the vision encoder's."""
-    if isinstance(model, ImageTextModel):
-        return [*model.vision_encoder.layers, *model.decoder.layers]
-    return list(model.layers)
 
 
 def _check_nf4_shardable(model: nn.Module, ranks: int, param_dtype: torch.dtype | None) -> None:
