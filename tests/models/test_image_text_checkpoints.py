@@ -101,7 +101,7 @@ def test_transformers_loads_the_saved_step_with_equal_logits(saved, tmp_path: Pa
 
 def test_peft_loads_the_lora_adapters_with_equal_logits(saved, tmp_path: Path) -> None:
     kind, hf, folder = saved
-    ckpt = HFCheckpointer(folder, tmp_path / "out", image_text=True)
+    ckpt = HFCheckpointer(folder, tmp_path / "out", image_text=True, save_adapter_weights_only=False)
     model = build_model(None, ckpt.load().model, device="cpu", dtype=torch.float32, checkpoint_dir=folder)
     settings = {"rank": 2, "alpha": 4.0, "dropout": 0.0, "use_dora": False}
     # Adapters in every part that has linear layers (Gemma 3's projector has none).
@@ -122,6 +122,8 @@ def test_peft_loads_the_lora_adapters_with_equal_logits(saved, tmp_path: Path) -
     theirs = _logits(adapted, tokens, images, kind)
     assert max_diff(ours, theirs) <= 1e-4
     assert max_diff(theirs, _logits(hf, tokens, images, kind)) > 1e-3  # the adapters change the logits
+    merged = type(hf).from_pretrained(step / "merged").float().eval()  # the whole model, adapters folded in
+    assert max_diff(ours, _logits(merged, tokens, images, kind)) <= 1e-4
     resumed = HFCheckpointer(folder, tmp_path / "out", image_text=True, resume_from_checkpoint="auto").load()
     adapter = {k: v for k, v in model.state_dict().items() if "lora_" in k}
     assert resumed.adapter.keys() == adapter.keys()
