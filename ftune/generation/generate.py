@@ -159,6 +159,11 @@ def decode_rows(
     stops = set(stop_tokens)
     slots = torch.arange(total, device=device)
     if not callable(getattr(model, "repeat_caches", None)):
+        if pixel_values is not None and group_size > 1:  # the images are the groups' prompts' only
+            raise ValueError(
+                f"decode_rows: {type(model).__name__} cannot copy its caches, so each of a group's rows would "
+                "be prefilled with its own images, but pixel_values hold each group's prompt's once."
+            )
         group_size = 1  # a model that cannot copy its caches prefills every row
     distinct = ids[::group_size]  # the prompts the prefill computes
     if group_size > 1 and (

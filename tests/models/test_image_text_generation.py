@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from ftune.checkpointing import load_hf
 from ftune.generation import generate, generate_batch
+from ftune.generation.rollout import rollout
 
 transformers = pytest.importorskip("transformers")
 
@@ -80,3 +81,34 @@ def test_pixel_values_for_a_text_model_are_refused(pair) -> None:
     _, _, model = pair
     with pytest.raises(ValueError, match="pixel_values were given, but TransformerDecoder takes no images"):
         generate(model.decoder, [1, 2, 3], max_new_tokens=2, pixel_values=pixels(1, SIZE, seed=0))
+
+
+def test_rollout_groups_share_one_prefill_with_the_prompts_images(pair) -> None:
+    # GRPO's rollout: G rows of each prompt from one prefill of that prompt with its images; greedy,
+    # every row of a group is that prompt's generation alone.
+    kind, _, model = pair
+    prompts = [
+        layout([[("text", 2), ("image", 1), ("text", 3), ("image", 1), ("text", 2)]], TOKENS[kind], seed=7)[
+            0
+        ],
+        layout([[("text", 6), ("image", 1), ("text", 5)]], TOKENS[kind], seed=8)[0],
+    ]
+    images = pixels(3, SIZE, seed=9)
+    out = rollout(
+        model,
+        [p.tolist() for p in prompts],
+        group_size=2,
+        max_new_tokens=NEW,
+        temperature=0.0,
+        top_k=None,
+        top_p=None,
+        stop_ids=[],
+        pad_id=0,
+        generator=None,
+        pixel_values=images,
+    )
+    alone = [
+        generate(model, prompts[0], max_new_tokens=NEW, pixel_values=images[:2]),
+        generate(model, prompts[1], max_new_tokens=NEW, pixel_values=images[2:]),
+    ]
+    assert out.completion_ids.tolist() == [alone[0], alone[0], alone[1], alone[1]]
