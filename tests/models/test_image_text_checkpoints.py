@@ -1,5 +1,5 @@
-"""Image-text checkpoints read whole (`HFCheckpointer(image_text=True)`): a tiny Gemma 3 and a tiny
-SmolVLM (Idefics3) written by transformers' save_pretrained load into an `ImageTextModel` with
+"""Image-text checkpoints read whole (`HFCheckpointer(image_text=True)`): a tiny Gemma 3, a tiny
+SmolVLM (Idefics3) and a tiny LLaVA (SmolLM2 + SigLIP) written by transformers' save_pretrained load into an `ImageTextModel` with
 transformers' logits; ftune's step folders load back into transformers with equal logits, and its
 LoRA adapters (text decoder, projector and vision encoder) into peft on transformers' model."""
 
@@ -17,6 +17,7 @@ from ftune_tiny_vlm import (
     tiny_gemma3_vlm,
     tiny_idefics3,
     tiny_llama_text_config,
+    tiny_llava,
 )
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
@@ -37,8 +38,10 @@ ROWS = [
     [("text", 9), ("image", 1), ("text", 33)],
     [("text", 5), ("image", 1), ("text", 4), ("image", 1), ("text", 15)],
 ]
-BUILDERS = {"gemma3": tiny_gemma3_vlm, "smolvlm": tiny_idefics3}
-FAMILIES = {"gemma3": "gemma3_vision", "smolvlm": "smolvlm"}
+BUILDERS = {"gemma3": tiny_gemma3_vlm, "smolvlm": tiny_idefics3, "llava": tiny_llava}
+FAMILIES = {"gemma3": "gemma3_vision", "smolvlm": "smolvlm", "llava": "llava_smollm2"}
+TOKENS = {"gemma3": 16, "smolvlm": 16, "llava": 64}  # image tokens an image
+PROJECTOR = {"smolvlm": ["proj"], "llava": ["linear_1", "linear_2"]}  # Gemma 3's has no linear layer
 
 
 def _logits(hf: torch.nn.Module, tokens: torch.Tensor, images: torch.Tensor, kind: str) -> torch.Tensor:
@@ -67,8 +70,10 @@ def saved(request, tmp_path_factory) -> tuple[str, torch.nn.Module, Path]:
     return kind, hf, folder
 
 
-def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    return layout(ROWS, 16, seed=1), pixels(3, SIZE, seed=2)
+def _inputs(kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """ROWS (row 0's last text longer by one image's extra tokens, so that the rows are equally long)."""
+    rows = [[*ROWS[0][:2], ("text", 33 + TOKENS[kind] - 16)], ROWS[1]]
+    return layout(rows, TOKENS[kind], seed=1), pixels(3, SIZE, seed=2)
 
 
 def test_loads_whole_with_transformers_logits(saved) -> None:
@@ -76,7 +81,7 @@ def test_loads_whole_with_transformers_logits(saved) -> None:
     model = load_hf(folder, image_text=True).eval()
     assert isinstance(model, ImageTextModel)
     assert HFCheckpointer(folder, image_text=True).load().family == FAMILIES[kind]
-    tokens, images = _inputs()
+    tokens, images = _inputs(kind)
     with torch.no_grad():
         got = model(tokens, images)
     assert max_diff(got, _logits(hf, tokens, images, kind)) <= 1e-4
@@ -93,7 +98,7 @@ def test_transformers_loads_the_saved_step_with_equal_logits(saved, tmp_path: Pa
     assert json.loads((step / "config.json").read_text()) == json.loads((folder / "config.json").read_text())
     assert load_file(step / "model.safetensors").keys() == load_file(folder / "model.safetensors").keys()
     back = type(hf).from_pretrained(step).float().eval()
-    tokens, images = _inputs()
+    tokens, images = _inputs(kind)
     with torch.no_grad():
         ours = model.eval()(tokens, images)
     assert max_diff(ours, _logits(back, tokens, images, kind)) <= 1e-4
@@ -106,8 +111,8 @@ def test_peft_loads_the_lora_adapters_with_equal_logits(saved, tmp_path: Path) -
     settings = {"rank": 2, "alpha": 4.0, "dropout": 0.0, "use_dora": False}
     # Adapters in every part that has linear layers (Gemma 3's projector has none).
     targets = {"decoder": ["q_proj", "v_proj"], "vision_encoder": ["q_proj", "fc1"]}
-    if kind == "smolvlm":
-        targets["projector"] = ["proj"]
+    if kind in PROJECTOR:
+        targets["projector"] = PROJECTOR[kind]
     swapped = apply_lora(model, targets=targets, **settings)
     assert {s.split(".")[0] for s in swapped} == set(targets)
     with torch.no_grad():
@@ -116,7 +121,7 @@ def test_peft_loads_the_lora_adapters_with_equal_logits(saved, tmp_path: Path) -
                 p.normal_(0.0, 0.1)
     step = ckpt.save(1, model.state_dict(), adapter_config=settings)
     adapted = peft.PeftModel.from_pretrained(BUILDERS[kind](seed=0), step).eval()
-    tokens, images = _inputs()
+    tokens, images = _inputs(kind)
     with torch.no_grad():
         ours = model.eval()(tokens, images)
     theirs = _logits(adapted, tokens, images, kind)
