@@ -66,7 +66,13 @@ class Checkpointer(abc.ABC):
             merged full model, in the input format, in `step_<N>/merged/`).
         hf_repo_id: the hub repo the checkpoint comes from; when `checkpoint_dir` is missing, the
             error gives the exact `ftune download` command.
+        image_text: read and write an image-text checkpoint whole (vision encoder, projector and
+            text decoder, for a model section naming an image-text builder such as
+            `ftune.models.gemma3.gemma3_vision_4b`); False reads a text model, and of a Gemma 3
+            image-text checkpoint its text decoder only (saying what it leaves out). HF folders only.
     """
+
+    _reads_image_text = False  # the formats that can hold an image-text model whole (HF)
 
     def __init__(
         self,
@@ -78,7 +84,15 @@ class Checkpointer(abc.ABC):
         keep_last_n_checkpoints: int | None = None,
         save_adapter_weights_only: bool = True,
         hf_repo_id: str | None = None,
+        image_text: bool = False,
     ) -> None:
+        if image_text and not self._reads_image_text:
+            raise ValueError(
+                f"image_text=true: {type(self).__name__} reads text models only. Load an image-text "
+                "checkpoint with ftune.checkpointing.HFCheckpointer (its Hugging Face folder), or set "
+                "checkpointer.image_text=false."
+            )
+        self.image_text = image_text
         self.checkpoint_dir = Path(checkpoint_dir).expanduser()
         self.output_dir = Path(output_dir).expanduser() if output_dir is not None else None
         if self.output_dir is not None:  # before anything is read or written

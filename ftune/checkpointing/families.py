@@ -11,7 +11,7 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from ftune.models import CONVERTERS, Converter
+from ftune.models import CONVERTERS, IMAGE_TEXT_CONVERTERS, Converter, converter_of
 from ftune.models import family_from_hf_config as _family_from_hf_config
 
 
@@ -21,13 +21,15 @@ def known_families() -> list[str]:
 
 
 def check_family(family: str) -> str:
-    """Return `family` if `ftune.models.CONVERTERS` has it.
+    """Return `family` if `ftune.models.converter_of` knows it (a text family of `CONVERTERS`, or an
+    image-text one: "gemma3_vision", "smolvlm", "llava_<text family>").
 
     Raises:
         KeyError: unknown family, with a did-you-mean and the accepted names.
     """
     families = known_families()
-    if family not in families:
+    if converter_of(family) is None:
+        families += [*sorted(IMAGE_TEXT_CONVERTERS), "llava_<text family>"]
         close = difflib.get_close_matches(family, families, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise KeyError(
@@ -37,8 +39,8 @@ def check_family(family: str) -> str:
 
 
 def converter(family: str) -> Converter:
-    """`ftune.models.CONVERTERS[family]`, with a readable error for unknown families."""
-    return CONVERTERS[check_family(family)]
+    """The converter of `family` (`ftune.models.converter_of`), with a readable error for unknown families."""
+    return converter_of(check_family(family))
 
 
 def family_from_hf_config(config: dict[str, Any], *, config_path: Path | None = None) -> str:

@@ -12,8 +12,11 @@ A reward model (a state with `score.weight`, `ftune.modules.score_head`) is writ
 sequence classifier of its family (`LlamaForSequenceClassification`: `score.weight`, no `lm_head`,
 one label, the pad id its scores were read with), and such a folder reads back as a reward model.
 
-Image-text checkpoints (Gemma 3 4B/12B/27B, `ftune.models.IMAGE_TEXT`): ftune reads their text
-decoder, skips the vision tower and projector (one log line says how many tensors and
+Image-text checkpoints (Gemma 3 4B/12B/27B, SmolVLM, LLaVA): with `image_text=True` ftune reads
+them whole into an `ftune.modules.vision.ImageTextModel` (names from `ftune.models.converter_of` of
+`image_text_family`) and writes them back in the layout transformers' save_pretrained writes, with
+the input's config.json. Without it, of a Gemma 3 one (`ftune.models.IMAGE_TEXT`) ftune reads the
+text decoder, skips the vision tower and projector (one log line says how many tensors and
 parameters), and writes step folders of the text-only causal LM (Gemma3ForCausalLM: config.json
 from `text_config`), in the input's shard files minus those that held only vision tensors.
 """
@@ -35,9 +38,16 @@ from ftune.checkpointing.hf_config_check import check_against_weights
 from ftune.checkpointing.loaded import StateDict
 from ftune.checkpointing.model_build import build_model
 from ftune.checkpointing.readers import read_json, read_weights, require_file
-from ftune.models import image_text_kind, text_model_config
+from ftune.models import (
+    image_text_family,
+    image_text_kind,
+    image_text_text_config,
+    is_image_text_model_config,
+    text_model_config,
+)
 from ftune.modules.score_head import SCORE_KEY
 from ftune.modules.transformer import TransformerDecoder
+from ftune.modules.vision import ImageTextModel
 
 logger = logging.getLogger(__name__)
 
@@ -145,11 +155,13 @@ class HFCheckpointer(Checkpointer):
     """
 
     _announced_text_only = False  # the one line saying what an image-text input's step folders hold
+    _reads_image_text = True
 
     def _input_image_text(self) -> Any:
-        """`image_text_kind` of checkpoint_dir's config.json (None without one)."""
+        """`image_text_kind` of checkpoint_dir's config.json (None without one, or when the
+        checkpoint is read whole: `image_text=True`)."""
         path = self.checkpoint_dir / CONFIG_FILE
-        return image_text_kind(read_json(path)) if path.is_file() else None
+        return image_text_kind(read_json(path)) if path.is_file() and not self.image_text else None
 
     def _announce_output(self) -> None:
         if self._announced_text_only or (kind := self._input_image_text()) is None:
@@ -169,7 +181,23 @@ class HFCheckpointer(Checkpointer):
                 f"{str(path)!r} is missing, so the model family is unknown. Copy the model's config.json "
                 "into the folder, or pass model_type=<family> to HFCheckpointer."
             )
-        return family_from_hf_config(read_json(path), config_path=path)
+        config = read_json(path)
+        whole = is_image_text_model_config(config)
+        if self.image_text and not whole:
+            raise ValueError(
+                f"checkpointer.image_text=true, but {str(path)!r} describes a text model "
+                f"(model_type {config.get('model_type')!r}), not an image-text one (gemma3, idefics3, smolvlm, "
+                "llava). Set checkpointer.image_text=false, or point checkpoint_dir at an image-text checkpoint."
+            )
+        if self.image_text:
+            return image_text_family(config)
+        if whole and image_text_kind(config) is None:
+            raise ValueError(
+                f"{str(path)!r} describes an image-text model (model_type {config.get('model_type')!r}), which "
+                "ftune reads whole only: set checkpointer.image_text=true and name its image-text builder in "
+                "the model section (or leave the model section out to size it from config.json)."
+            )
+        return family_from_hf_config(config, config_path=path)
 
     def _read_model(self, folder: Path, family: str) -> StateDict:
         # Files on disk never alias, so the converter cannot see that a stored lm_head.weight is a
@@ -177,6 +205,9 @@ class HFCheckpointer(Checkpointer):
         config = folder / CONFIG_FILE
         raw = read_json(config) if config.is_file() else None
         weights = read_hf_weights(folder)
+        if self.image_text:  # the whole model; its text_config sizes the decoder (checked when built)
+            tied = image_text_text_config(raw).get("tie_word_embeddings") if raw is not None else None
+            return converter(family).hf_to_ftune(weights, tie_word_embeddings=tied)
         score = weights.pop(SCORE_KEY, None)  # a sequence classifier's head: the same name in ftune
         kind = image_text_kind(raw) if raw is not None else None
         if kind is not None:
@@ -266,7 +297,7 @@ class HFCheckpointer(Checkpointer):
                 "%s has no config.json: transformers will not load %s", self.checkpoint_dir, folder
             )
             return
-        config = text_model_config(read_json(src))
+        config = read_json(src) if self.image_text else text_model_config(read_json(src))
         # The config's dtype tells transformers (dtype="auto") what the weights are: keep it true.
         dtype = _dtype_name(hf_state)
         for key in ("dtype", "torch_dtype"):
@@ -301,8 +332,12 @@ def sequence_classifier_config(config: dict[str, Any], pad_token_id: int | None)
 
 
 def load_hf(
-    checkpoint_dir: str | os.PathLike, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
-) -> TransformerDecoder:
+    checkpoint_dir: str | os.PathLike,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    *,
+    image_text: bool = False,
+) -> TransformerDecoder | ImageTextModel:
     """One call from an HF checkpoint folder to a model: `HFCheckpointer(folder).load()` + `build_model`.
 
     The model is built on the meta device from config.json and the (memory-mapped) weights are
@@ -314,6 +349,7 @@ def load_hf(
             pytorch_model*.bin).
         dtype: parameter dtype.
         device: where the parameters live.
+        image_text: load an image-text checkpoint whole, as an `ImageTextModel` (see `Checkpointer`).
 
     Returns:
         The loaded model, in train mode.
@@ -323,5 +359,5 @@ def load_hf(
         ValueError: an unsupported architecture, or weights that do not fit config.json.
         KeyError: an unknown tensor name in the checkpoint.
     """
-    loaded = HFCheckpointer(checkpoint_dir).load()  # read-only: no output_dir
+    loaded = HFCheckpointer(checkpoint_dir, image_text=image_text).load()  # read-only: no output_dir
     return build_model(None, loaded.model, device=device, dtype=dtype, checkpoint_dir=checkpoint_dir)

@@ -23,12 +23,21 @@ from ftune.checkpointing.model_fit import load_into
 from ftune.checkpointing.readers import read_json
 from ftune.config import instantiate
 from ftune.config.model_source import is_checkpoint_model
-from ftune.models import SAME_ARCHITECTURE, family_from_hf_config, model_from_hf_config, text_model_config
+from ftune.models import (
+    SAME_ARCHITECTURE,
+    family_from_hf_config,
+    image_text_model_from_hf_config,
+    image_text_text_config,
+    model_from_hf_config,
+    text_model_config,
+)
 from ftune.modules.score_head import SCORE_KEY, add_score_head
+from ftune.modules.vision import ImageTextModel
 from ftune.runtime.device import default_dtype
 from ftune.runtime.rank import is_rank_zero
 
 HF_CONFIG_FILE = "config.json"
+VISION_PREFIX = "vision_encoder."  # an ImageTextModel's state: what an image-text checkpoint read whole holds
 
 
 def cast_floating(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -51,7 +60,11 @@ def read_hf_config(folder: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def meta_model(
-    checkpoint_dir: str | os.PathLike | None, model: Any = None, *, dtype: torch.dtype
+    checkpoint_dir: str | os.PathLike | None,
+    model: Any = None,
+    *,
+    dtype: torch.dtype,
+    image_text: bool = False,
 ) -> nn.Module:
     """The model architecture on the meta device (no memory), ready for `load_into`.
 
@@ -61,6 +74,8 @@ def meta_model(
         model: the config's `model` section (a `_component_` builder), or None (or the
             `model_from_checkpoint` component a training config without one reads as).
         dtype: parameter dtype.
+        image_text: without a model section, build the whole image-text model config.json describes
+            (`ftune.models.image_text_model_from_hf_config`), not its text decoder.
 
     Raises:
         ValueError: no `model` section and no config.json in `checkpoint_dir`, or a config.json
@@ -72,13 +87,49 @@ def meta_model(
     if model is not None and not is_checkpoint_model(model):
         with default_dtype(dtype), torch.device("meta"):
             net = instantiate(model, _path="model")
-        if checkpoint_dir is not None and (config := read_hf_config(checkpoint_dir)) is not None:
-            check_against_model(config, Path(checkpoint_dir) / HF_CONFIG_FILE, net)
+        if checkpoint_dir is not None and (config := _raw_config(checkpoint_dir)) is not None:
+            if isinstance(net, ImageTextModel):  # the decoder against text_config
+                check_against_model(
+                    image_text_text_config(config), Path(checkpoint_dir) / HF_CONFIG_FILE, net.decoder
+                )
+            else:
+                check_against_model(text_model_config(config), Path(checkpoint_dir) / HF_CONFIG_FILE, net)
         return net
+    if image_text:
+        config = _raw_config(checkpoint_dir) if checkpoint_dir is not None else None
+        if config is None:
+            raise ValueError(
+                f"checkpoint folder {str(checkpoint_dir)!r} has no {HF_CONFIG_FILE}, so the image-text model is "
+                "unknown. Add a model section (e.g. model._component_=ftune.models.gemma3.gemma3_vision_4b)."
+            )
+        return image_text_model_from_hf_config(config, dtype=dtype, device="meta")[2]
     family, net = _from_config_json(checkpoint_dir, dtype=dtype, device="meta")
     if model is None and is_rank_zero():  # a training run's start-up line says it (`sized_line`)
         print(f"ftune: model: {sized_line(checkpoint_dir)}.", file=sys.stderr, flush=True)
     return net
+
+
+def _raw_config(folder: str | os.PathLike) -> dict[str, Any] | None:
+    path = Path(folder) / HF_CONFIG_FILE
+    return read_json(path) if path.is_file() else None
+
+
+def _check_parts(net: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """An image-text model needs an image-text checkpoint read whole, and a text model a text one."""
+    whole = any(k.startswith(VISION_PREFIX) for k in state)
+    if isinstance(net, ImageTextModel) and not whole:
+        raise ValueError(
+            "the model section builds an image-text model (vision encoder, projector, text decoder), but the "
+            "checkpointer read a text model (no vision_encoder.* tensors). For an image-text checkpoint set "
+            "checkpointer.image_text=true; for a text checkpoint name a text builder in the model section."
+        )
+    if whole and not isinstance(net, ImageTextModel):
+        raise ValueError(
+            f"the checkpointer read an image-text model whole (checkpointer.image_text=true), but the model "
+            f"section builds a {type(net).__name__}. Name the image-text builder in the model section (e.g. "
+            "ftune.models.gemma3.gemma3_vision_4b) or leave it out, or set checkpointer.image_text=false to "
+            "train the text decoder only (Gemma 3)."
+        )
 
 
 def _from_config_json(
@@ -160,7 +211,9 @@ def build_model(
         ValueError: the checkpoint does not fit the model (names the tensors and shapes), or the
             architecture is unknown (see `meta_model`).
     """
-    net = meta_model(checkpoint_dir, model, dtype=dtype)
+    image_text = any(k.startswith(VISION_PREFIX) for k in state)
+    net = meta_model(checkpoint_dir, model, dtype=dtype, image_text=image_text)
+    _check_parts(net, state)
     if SCORE_KEY in state:
         add_score_head(net)
     load_into(net, cast_floating(state, dtype))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from omegaconf import ListConfig
 
 from ftune.checkpointing import meta_model
 from ftune.peft.apply import target_problem
@@ -24,7 +25,12 @@ def lora_target_problems(cfg: Any) -> list[str]:
     """
     peft = cfg.node.get("peft")
     targets = peft.get("targets") if peft is not None and hasattr(peft, "get") else None
-    if targets is None or isinstance(targets, str) or not all(isinstance(t, str) for t in targets):
+    per_part = hasattr(targets, "items")  # an image-text model's {part: names}
+    if per_part:
+        if not all(isinstance(v, ListConfig | list) for v in targets.values()):
+            return []
+        targets = {k: list(v) for k, v in targets.items()}
+    elif targets is None or isinstance(targets, str) or not all(isinstance(t, str) for t in targets):
         return []  # the signature check and apply_lora's own check report these
     checkpointer = cfg.node.get("checkpointer")
     folder = (
@@ -37,10 +43,11 @@ def lora_target_problems(cfg: Any) -> list[str]:
     if component is not None and not str(component).startswith("ftune."):
         return []  # validate runs no code of a package the user trusts; apply_lora checks at run time
     try:
-        model = meta_model(folder, node, dtype=torch.float32)
+        image_text = bool(checkpointer.get("image_text")) if hasattr(checkpointer, "get") else False
+        model = meta_model(folder, node, dtype=torch.float32, image_text=image_text)
     except (ValueError, OSError, ImportError, TypeError):
         return []
     if not isinstance(model, torch.nn.Module):
         return []
-    problem = target_problem(model, list(targets))
+    problem = target_problem(model, targets if per_part else list(targets))
     return [] if problem is None else [f"peft.targets: {problem} ({cfg.where('peft.targets')})"]

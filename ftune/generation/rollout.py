@@ -143,6 +143,7 @@ def rollout(
     pad_id: int,
     generator: torch.Generator | Sequence[torch.Generator] | None,
     stop_when: Callable[[int, list[int]], bool] | None = None,
+    pixel_values: torch.Tensor | None = None,
 ) -> Rollout:
     """Sample `group_size` completions of every prompt in one batched generation.
 
@@ -163,6 +164,8 @@ def rollout(
             draws from torch's global RNG.
         stop_when: called as stop_when(row, new_tokens) after each token of a running row (row i
             belongs to prompt i // group_size); True ends that row, e.g. at a stop string.
+        pixel_values: for an image-text model, the images of every prompt in prompt order, each
+            prompt's once (its G rows share its prefill); see `generate_batch`.
 
     Returns:
         A `Rollout` with N = len(prompts) * group_size rows, grouped by prompt in prompt order.
@@ -229,6 +232,7 @@ def rollout(
         stop_when=ends_row,
         on_step=keep_logps,
         group_size=group_size,  # each prompt prefilled once for its G rows
+        pixel_values=pixel_values,
     )
     lengths = torch.tensor([len(c) for c in new], dtype=torch.long, device=device)  # (N,)
     width = int(lengths.max())

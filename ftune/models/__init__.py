@@ -45,7 +45,12 @@ from ftune.models._hf_config import (
     model_from_hf_config,
     text_model_config,
 )
-from ftune.models._image_text_config import image_text_model_from_hf_config, is_image_text_model_config
+from ftune.models._image_text_config import (
+    image_text_family,
+    image_text_model_from_hf_config,
+    image_text_text_config,
+    is_image_text_model_config,
+)
 
 FAMILIES: tuple[str, ...] = (
     "llama2",
@@ -120,6 +125,18 @@ def image_text_converter(family: str, text_family: str) -> Converter:
     return IMAGE_TEXT_CONVERTERS[family]
 
 
+def converter_of(family: str) -> Converter | None:
+    """The converter of a text family (`CONVERTERS`) or of an image-text one as checkpointers record
+    it (`image_text_family`: "gemma3_vision", "smolvlm", "llava_<text family>"); None for any other
+    name."""
+    if family in CONVERTERS:
+        return CONVERTERS[family]
+    if family in IMAGE_TEXT_CONVERTERS:
+        return IMAGE_TEXT_CONVERTERS[family]
+    text = family.removeprefix("llava_")
+    return llava.llava_converter(CONVERTERS[text]) if text != family and text in CONVERTERS else None
+
+
 __all__ = [
     "COMPONENT_BUILDERS",
     "CONVERTERS",
@@ -130,10 +147,13 @@ __all__ = [
     "SUPPORTED_ARCHITECTURES",
     "Converter",
     "builder_kwargs",
+    "converter_of",
     "family_from_hf_config",
     "image_text_converter",
+    "image_text_family",
     "image_text_kind",
     "image_text_model_from_hf_config",
+    "image_text_text_config",
     "is_image_text_model_config",
     "model_from_hf_config",
     "text_model_config",

@@ -24,6 +24,10 @@ class Converter:
         meta_ignored: Meta key patterns skipped on purpose when reading.
         fused_modules: HF module pattern -> the ftune module patterns it fuses, in row order (Phi-3's
             `qkv_proj`); adapters of those parts take PEFT's layout of `ftune.peft.fused_adapters`.
+        ftune_to_peft: `(sd) -> sd`, ftune keys -> the names of the transformers model's modules,
+            where they differ from what save_pretrained writes (Gemma 3's image-text model writes
+            `language_model.model.*` but its module is `model.language_model.*`); PEFT names adapters
+            by the modules. None = `ftune_to_hf`.
     """
 
     family: str
@@ -34,6 +38,7 @@ class Converter:
     hf_ignored: frozenset[str] = frozenset()
     meta_ignored: frozenset[str] = frozenset()
     fused_modules: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ftune_to_peft: Callable[..., StateDict] | None = None
 
     @property
     def supports_meta(self) -> bool:

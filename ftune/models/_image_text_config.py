@@ -12,7 +12,12 @@ from typing import Any
 
 import torch
 
-from ftune.models._hf_config import _default_dtype, model_from_hf_config
+from ftune.models._hf_config import (
+    _default_dtype,
+    family_from_hf_config,
+    model_from_hf_config,
+    text_model_config,
+)
 from ftune.models.gemma3._vision import IMAGE_TOKEN_ID as GEMMA3_IMAGE_TOKEN_ID
 from ftune.models.gemma3._vision import TOKENS_PER_IMAGE as GEMMA3_TOKENS_PER_IMAGE
 from ftune.models.gemma3._vision import gemma3_image_text
@@ -83,6 +88,42 @@ def _text_config(config: dict[str, Any], tie_default: bool) -> dict[str, Any]:
     return text
 
 
+def _check_model_type(config: dict[str, Any]) -> str:
+    model_type = config.get("model_type")
+    if model_type not in IMAGE_TEXT_MODEL_TYPES:
+        raise ValueError(
+            f"Unsupported image-text config.json model_type={model_type!r}: ftune builds "
+            f"{', '.join(sorted(IMAGE_TEXT_MODEL_TYPES))} (Gemma 3, SmolVLM as Idefics3 or SmolVLM, LLaVA)."
+        )
+    return IMAGE_TEXT_MODEL_TYPES[model_type][0]
+
+
+def image_text_text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config.json of an image-text model's text decoder, tied as the whole model ties (what ftune
+    builds its `decoder` from).
+
+    Raises:
+        ValueError: a model_type of no image-text family.
+    """
+    family = _check_model_type(config)
+    if family == "gemma3_vision":
+        return text_model_config(config)
+    return _text_config(config, tie_default=family == "llava")
+
+
+def image_text_family(config: dict[str, Any]) -> str:
+    """The image-text family of an HF config.json, as the checkpointer records it: "gemma3_vision",
+    "smolvlm" or "llava_<text family>" (a key `ftune.models.converter_of` takes).
+
+    Raises:
+        ValueError: a model_type of no image-text family, or a LLaVA text_config of no ftune family.
+    """
+    family = _check_model_type(config)
+    if family != "llava":
+        return family
+    return f"llava_{family_from_hf_config(image_text_text_config(config))}"
+
+
 def _check_llava(config: dict[str, Any]) -> None:
     vision_type = (config.get("vision_config") or {}).get("model_type")
     strategy = config.get("vision_feature_select_strategy", "default")
@@ -123,13 +164,8 @@ def image_text_model_from_hf_config(
     Raises:
         ValueError: another model_type, or an option ftune does not implement.
     """
-    model_type = config.get("model_type")
-    if model_type not in IMAGE_TEXT_MODEL_TYPES:
-        raise ValueError(
-            f"Unsupported image-text config.json model_type={model_type!r}: ftune builds "
-            f"{', '.join(sorted(IMAGE_TEXT_MODEL_TYPES))} (Gemma 3, SmolVLM as Idefics3 or SmolVLM, LLaVA)."
-        )
-    family, defaults = IMAGE_TEXT_MODEL_TYPES[model_type]
+    _check_model_type(config)
+    family, defaults = IMAGE_TEXT_MODEL_TYPES[config["model_type"]]
     vision = _vision_kwargs(config, defaults)
     if family == "llava":
         _check_llava(config)

@@ -52,12 +52,15 @@ class ImageTextKeys:
         vision: HF prefixes of the vision tower (whose keys may continue with `vision_model.`).
         projector: HF prefixes of the projector.
         projector_table: HF name under the projector prefix -> ftune name under `projector.`.
+        modules: the layout of the transformers model's module names, when it is not the written one
+            (what PEFT names adapters by); None = the written layout.
     """
 
     text: tuple[tuple[str, str], ...]
     vision: tuple[str, ...]
     projector: tuple[str, ...]
     projector_table: dict[str, str]
+    modules: "ImageTextKeys | None" = None
 
 
 def _strip(key: str, prefixes: tuple[str, ...]) -> str | None:
@@ -174,4 +177,7 @@ def image_text_converter(family: str, *, keys: ImageTextKeys, text: Converter) -
         hf_to_ftune=partial(image_text_hf_to_ftune, family=family, keys=keys, text_to_ftune=text.hf_to_ftune),
         ftune_to_hf=partial(image_text_ftune_to_hf, family=family, keys=keys, text_to_hf=text.ftune_to_hf),
         hf_ignored=text.hf_ignored,
+        ftune_to_peft=partial(
+            image_text_ftune_to_hf, family=family, keys=keys.modules or keys, text_to_hf=text.ftune_to_hf
+        ),
     )

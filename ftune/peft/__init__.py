@@ -6,11 +6,13 @@ from ftune.peft.apply import LORA_TARGETS, apply_lora, trainable_params
 from ftune.peft.disable import adapters_disabled
 from ftune.peft.dora import DoRALinear
 from ftune.peft.lora import LoRALinear
+from ftune.peft.parts import PARTS, train_parts
 from ftune.peft.peft_format import from_peft, peft_adapter_config, to_peft
 
 __all__ = [
     "ADAPTER_SUFFIXES",
     "LORA_TARGETS",
+    "PARTS",
     "DoRALinear",
     "LoRALinear",
     "adapter_layers",
@@ -22,4 +24,5 @@ __all__ = [
     "peft_adapter_config",
     "to_peft",
     "trainable_params",
+    "train_parts",
 ]

@@ -1,7 +1,7 @@
 """Swap a model's linear layers for LoRA / DoRA / QLoRA layers, and freeze everything else."""
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from torch import nn
 
@@ -10,6 +10,7 @@ from ftune.peft.dora import DoRALinear
 from ftune.peft.lora import LoRALinear
 from ftune.peft.moe_lora import EXPERT_WEIGHTS, apply_expert_lora, expert_adapter_params
 from ftune.peft.nf4 import check_nf4_shape
+from ftune.peft.parts import PARTS, is_image_text, missing_parts_message, per_part
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 def apply_lora(
     model: nn.Module,
     *,
-    targets: Collection[str],
+    targets: Collection[str] | Mapping[str, Collection[str]],
     rank: int,
     alpha: float,
     dropout: float = 0.0,
@@ -38,7 +39,9 @@ def apply_lora(
     Args:
         model: the model to adapt (modified in place).
         targets: attribute names of the linears to adapt, e.g. ["q_proj", "v_proj"]; ftune decoders
-            name them q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, output.
+            name them q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, output. An
+            image-text model takes them per part (`ftune.peft.parts`), e.g. {"decoder": ["q_proj",
+            "v_proj"], "vision_encoder": ["q_proj"]}; the parts left out stay frozen.
         rank: LoRA rank r.
         alpha: LoRA alpha; updates are scaled by alpha / rank.
         dropout: dropout on the adapter input, in [0, 1).
@@ -50,8 +53,23 @@ def apply_lora(
         The module paths of the swapped layers, e.g. ["layers.0.attn.q_proj", ...].
 
     Raises:
-        ValueError: if `targets` is empty or a string, or if a target matches no nn.Linear.
+        ValueError: if `targets` is empty or a string, or if a target matches no nn.Linear; for an
+            image-text model, plain-list targets or unknown parts; per-part targets on a text model.
     """
+    options = dict(rank=rank, alpha=alpha, dropout=dropout, use_dora=use_dora, quantize_base=quantize_base)
+    if isinstance(targets, Mapping):
+        by_part = per_part(model, targets)
+        if problem := target_problem(model, by_part):  # every part checked before any is changed
+            raise ValueError(problem)
+        for part in PARTS:
+            getattr(model, part).requires_grad_(False)
+        return [
+            f"{p}.{fqn}"
+            for p, names in by_part.items()
+            for fqn in apply_lora(getattr(model, p), targets=names, **options)
+        ]
+    if is_image_text(model):
+        raise ValueError(missing_parts_message(model, targets))
     if isinstance(targets, str) or not targets:
         raise ValueError(
             f"apply_lora: targets must be a non-empty list of linear names, got {targets!r}. "
@@ -132,12 +150,24 @@ def _adapter_params(layer: LoRALinear) -> list[nn.Parameter]:
     return params
 
 
-def target_problem(model: nn.Module, targets: Collection[str]) -> str | None:
+def target_problem(model: nn.Module, targets: Collection[str] | Mapping[str, Collection[str]]) -> str | None:
     """Which of `targets` name no module `apply_lora` can adapt in `model` (an nn.Linear by attribute
     name, or "experts" for a mixture-of-experts layer), as the error message; None when all do.
+    Per-part targets (an image-text model's) are checked in each part.
 
     Needs only the module tree: `ftune validate` calls it on the model built on the meta device.
     """
+    if isinstance(targets, Mapping):
+        try:
+            by_part = per_part(model, targets)
+        except ValueError as e:
+            return str(e)
+        for part, names in by_part.items():
+            if problem := target_problem(getattr(model, part), names):
+                return f"{problem.removesuffix(' Fix peft.targets in the config.')} (part {part}) Fix peft.targets.{part}."
+        return None
+    if is_image_text(model):
+        return missing_parts_message(model, targets)
     linears = {
         name
         for _, parent in model.named_modules()

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ftune.models import CONVERTERS
+from ftune.models import CONVERTERS, IMAGE_TEXT_CONVERTERS, converter_of
 from ftune.peft.fused_adapters import fuse_adapters, fused_module_of, split_adapters
 from ftune.peft.moe_lora import (
     EXPERT_WEIGHTS,
@@ -44,12 +44,14 @@ _FROM_PEFT_SUFFIXES = {v: k for k, v in _SUFFIXES.items()}
 
 
 def _converter(family: str):
-    if family not in CONVERTERS:
+    conv = converter_of(family)
+    if conv is None:
         raise KeyError(
-            f"No HF converter for model family {family!r}; known families: {sorted(CONVERTERS)}. "
-            "Pass the family of the base checkpoint (Loaded.family)."
+            f"No HF converter for model family {family!r}; known families: {sorted(CONVERTERS)}, image-text "
+            f"{sorted(IMAGE_TEXT_CONVERTERS)} and llava_<text family>. Pass the family of the base "
+            "checkpoint (Loaded.family)."
         )
-    return CONVERTERS[family]
+    return conv
 
 
 def _split(key: str, suffixes: dict[str, str], fmt: str) -> tuple[str, str]:
@@ -95,7 +97,7 @@ def to_peft(
     out.update(to_peft_experts(experts))
     for key, tensor in adapter_sd.items():
         module, suffix = _split(key, _SUFFIXES, "ftune")
-        hf_module = _rename_module(module, conv.ftune_to_hf, tensor, key)
+        hf_module = _rename_module(module, conv.ftune_to_peft or conv.ftune_to_hf, tensor, key)
         out[f"{PEFT_PREFIX}{hf_module}.{_SUFFIXES[suffix]}"] = tensor
     return out
 

@@ -27,7 +27,7 @@ def test_tables_list_every_builder_and_config():
     script = _script()
     for family in script.FAMILIES:
         text = (script.PAGES / f"{family}.md").read_text()
-        for builder in script.builders(family):
+        for builder in [*script.builders(family), *script.builders(family, prefix="vision_")]:
             assert f"`{builder}`" in text
         for name in (n for n in script.registry.CONFIGS if n.startswith(family + "/")):
             assert f"`{name}`" in text

@@ -1,4 +1,4 @@
-"""Bad-input cases of issue 40 item 2: images in the data.
+"""Bad-input cases of issue 40: images in the data (item 2), image-text checkpoints (item 1).
 
 Run by bad_inputs.py inside its own namespace (`_c`, `CASES`, `SETUPS`, `_write`, `LORA` come from
 there), so the catalogue stays one list.
@@ -12,6 +12,7 @@ from PIL import Image as _Image
 # fmt: off
 _IMAGES = ('~dataset', 'dataset._component_=ftune.datasets.multimodal_chat_dataset', 'dataset.source={tmp}/images.jsonl', 'dataset.image_transform=gemma3')
 CASES += [  # noqa: F821
+    _c('ckpt-image-text-on-text-folder', 'checkpoints', (*LORA, 'checkpointer.image_text=true'), 'describes a text model', 'config.json', "model_type 'llama'", 'Set checkpointer.image_text=false'),  # noqa: F821
     _c('image-missing', 'data', (*LORA, *_IMAGES), 'cannot be read', 'images.jsonl:2: messages[0].content[0].image', "image file '{tmp}/gone.png' does not exist", 'fix the path or add the file', 'image_missing'),  # noqa: F821
 ]
 # fmt: on

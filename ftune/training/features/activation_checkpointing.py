@@ -15,6 +15,8 @@ from typing import Any
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ftune.training.features.layers import block_layers
+
 logger = logging.getLogger(__name__)
 
 
@@ -37,7 +39,8 @@ def apply_activation_checkpointing(model: nn.Module) -> int:
     Apply it before ``compile_model`` and before FSDP sharding.
 
     Args:
-        model: a decoder with a ``layers`` ``nn.ModuleList``.
+        model: a decoder with a ``layers`` ``nn.ModuleList``, or an image-text model (its vision
+            encoder's layers and its decoder's).
 
     Returns:
         The number of layers newly checkpointed.
@@ -45,12 +48,7 @@ def apply_activation_checkpointing(model: nn.Module) -> int:
     Raises:
         ValueError: if the model has no ``layers`` ``nn.ModuleList``.
     """
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList):
-        raise ValueError(
-            f"apply_activation_checkpointing needs a model with a `layers` nn.ModuleList (ftune's "
-            f"TransformerDecoder); {type(model).__name__}.layers is {type(layers).__name__}."
-        )
+    layers = block_layers(model, feature="apply_activation_checkpointing")
     count = 0
     for layer in layers:
         if _is_checkpointed(layer):

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ftune.training.features.layers import block_layers
+
 logger = logging.getLogger(__name__)
 
 MIN_BYTES = 1 << 20  # 1 MiB: smaller saved tensors stay on the GPU
@@ -108,12 +110,7 @@ def apply_activation_offloading(model: nn.Module, device: torch.device, *, min_b
             "offload to. Set activation_offloading=false (on CPU, activation_checkpointing=true is the lever "
             "for activation memory), or run on a GPU with device=cuda."
         )
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList):
-        raise ValueError(
-            f"apply_activation_offloading needs a model with a `layers` nn.ModuleList (ftune's "
-            f"TransformerDecoder); {type(model).__name__}.layers is {type(layers).__name__}."
-        )
+    layers = block_layers(model, feature="apply_activation_offloading")
     stream = torch.cuda.Stream(device)
     count = 0
     for layer in layers:

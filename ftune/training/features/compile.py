@@ -9,6 +9,8 @@ import logging
 import torch
 from torch import nn
 
+from ftune.training.features.layers import block_layers
+
 logger = logging.getLogger(__name__)
 
 
@@ -19,18 +21,14 @@ def compile_model(model: nn.Module, *, dynamic: bool | None = None) -> None:
     before FSDP sharding.
 
     Args:
-        model: a decoder with a ``layers`` ``nn.ModuleList``.
+        model: a decoder with a ``layers`` ``nn.ModuleList``, or an image-text model (its vision
+            encoder's layers and its decoder's).
         dynamic: passed to ``torch.compile``; None lets it decide after a shape change.
 
     Raises:
         ValueError: if the model has no ``layers`` ``nn.ModuleList``.
     """
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList):
-        raise ValueError(
-            f"compile_model needs a model with a `layers` nn.ModuleList (ftune's TransformerDecoder); "
-            f"{type(model).__name__}.layers is {type(layers).__name__}."
-        )
+    layers = block_layers(model, feature="compile_model")
     for layer in layers:
         layer.compile(dynamic=dynamic)
     logger.info("Compiled %d decoder layers with torch.compile", len(layers))

@@ -1,4 +1,5 @@
-"""FSDP2 sharding of a decoder: each layer its own unit, then the root.
+"""FSDP2 sharding of a decoder: each layer its own unit, then the root. An image-text model's
+vision encoder layers are units too (the projector, the embeddings and norms belong to the root).
 
 The step's loss is normalised by the token count of the whole global batch (all ranks, all
 micro-batches), so each rank's gradient is its share of the global mean and the ranks'
@@ -22,6 +23,7 @@ from torch.distributed.fsdp import (
 
 from ftune.peft.nf4 import is_nf4
 from ftune.runtime.rank import world_size
+from ftune.training.features.layers import block_layers
 
 
 def is_sharded(model: nn.Module) -> bool:
@@ -37,7 +39,12 @@ def shard_model(
     param_dtype: torch.dtype | None = None,
     reduce_dtype: torch.dtype | None = None,
 ) -> nn.Module:
-    """Shard `model` in place with FSDP2: every decoder layer, then the root.
+    """Shard `model` in place with FSDP2: every decoder layer (and an image-text model's every
+    vision encoder layer), then the root.
+
+    With an image-text model every rank must run the same units in each forward: a rank whose
+    micro-batch has no image skips the vision encoder's all-gathers while the others wait for them,
+    so micro-batches must have images on every rank or on none.
 
     QLoRA: an NF4 base weight (torchao's NF4Tensor) shards like a dense one, by rows: each rank keeps
     its rows' 4-bit codes, block scales and scale-group factors, and FSDP2 gathers those (not dense
@@ -46,7 +53,7 @@ def shard_model(
     one leaves NF4 weights out of FSDP2 (nothing to shard).
 
     Args:
-        model: a TransformerDecoder (anything with `.layers`), on its device, adapters and fake
+        model: a TransformerDecoder (anything with `.layers`) or an `ImageTextModel`, on its device, adapters and fake
             quantization already applied, activation checkpointing already wrapped.
         reshard_after_forward: free each layer's gathered parameters after its forward (less
             memory, one more all-gather in backward). The root keeps its own gathered (the loss
@@ -79,7 +86,7 @@ def shard_model(
     on_cpu = next(model.parameters()).device.type == "cpu"
     if cpu_offload and not on_cpu:  # on a CPU-only run the parameters are on the CPU already
         kwargs["offload_policy"] = CPUOffloadPolicy()
-    for layer in model.layers:
+    for layer in block_layers(model, feature="shard_model"):
         fully_shard(layer, reshard_after_forward=reshard_after_forward, **kwargs)
     fully_shard(model, reshard_after_forward=False, **kwargs)
     # The recipes run `model.hidden(...)` (the loss projects in chunks), not `model(...)`.
