@@ -17,11 +17,11 @@ CASES += [  # noqa: F821
 ]
 # fmt: on
 
-_PAIR = '{"prompt": "q", "chosen": "a", "rejected": "b", "margin": %s}\n'
+_MARGIN_PAIR = '{"prompt": "q", "chosen": "a", "rejected": "b", "margin": %s}\n'
 SETUPS.update(  # noqa: F821
     {
         "rm_margin_text": lambda tmp, ckpt: _write(
-            tmp / "pairs.jsonl", _PAIR % "1.0" + _PAIR % '"big"' + _PAIR % "0.5" * 6
+            tmp / "pairs.jsonl", _MARGIN_PAIR % "1.0" + _MARGIN_PAIR % '"big"' + _MARGIN_PAIR % "0.5" * 6
         )
     }  # noqa: F821
 )
