@@ -44,6 +44,12 @@ from ftune.training.features.activation_offloading import apply_activation_offlo
 from ftune.training.features.compile import compile_loss, compile_model
 from ftune.training.features.fsdp import shard_model
 from ftune.training.features.low_precision_optim import AdamWBf16State, optimizer_state_bytes
+from ftune.training.methods.agent_rollout import (
+    Agent,
+    sample_trajectories,
+    score_trajectories,
+    with_trajectory_metrics,
+)
 from ftune.training.methods.distill_loss import distill_loss, teacher_hidden
 from ftune.training.methods.dpo_loss import DPOLoss, PairLogps
 from ftune.training.methods.grpo_loss import GRPOLoss, grpo_loss, per_sequence
@@ -96,6 +102,7 @@ __all__ = [
     "load_teacher", "check_same_vocab", "teacher_hidden", "distill_loss",
     "Sampling", "PromptBatch", "build_prompt_collate", "RolloutLoader", "RolloutBatch",
     "sample_rollout", "score_rollout", "rollout_batch", "grpo_loss",
+    "Agent", "sample_trajectories", "score_trajectories", "with_trajectory_metrics",
     # What configs name as components (_component_: ftune.training.X), and the settings recipes read.
     "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss", "KTOLoss",
     "cosine_with_warmup", "linear_with_warmup", "constant_with_warmup", "AdamWBf16State",

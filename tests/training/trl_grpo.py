@@ -114,9 +114,11 @@ def trl_loss(
     accum=1,
     num_items=None,
     ratio_kl=False,
+    tool_mask=None,
 ):
     """TRL's ``GRPOTrainer._compute_loss`` on one micro-batch: (loss, logged metrics). ``ratio_kl`` is
-    ``GRPOConfig.use_bias_correction_kl`` (TRL's default True; False is the plain k3)."""
+    ``GRPOConfig.use_bias_correction_kl`` (TRL's default True; False is the plain k3). ``tool_mask`` is
+    TRL's multi-turn mask (0 at tool-result tokens of a completion, 1 elsewhere)."""
     fn = _trl_grpo_method("_compute_loss")
     fn.decorator_list = []
     scope = _trl_scope()
@@ -167,6 +169,8 @@ def trl_loss(
     }
     if beta:
         inputs["ref_per_token_logps"] = ref
+    if tool_mask is not None:
+        inputs["tool_mask"] = tool_mask
     loss = scope["_compute_loss"](stand_in, None, inputs)
     return loss, {k: v[-1] for k, v in stand_in._metrics["train"].items()}
 
