@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the ftune beside it
 
 from ftune import registry  # noqa: E402 - pure Python, no torch
-from scripts.config_grpo import GRPO, grpo_data, grpo_loss, grpo_settings  # noqa: E402
+from scripts.config_grpo import GRPO, agent_config, grpo_data, grpo_loss, grpo_settings  # noqa: E402
 from scripts.config_models import MODELS, QAT_MODELS, Model  # noqa: E402
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -357,6 +357,7 @@ def expected() -> dict[Path, str]:
             files[CONFIGS / f"{name}.yaml"] = config(m, "lora_dpo", demo_pairs=True)
             for method in ORPO_KTO:
                 files[CONFIGS / f"{m.name}_{method}.yaml"] = config(m, method)
+            files[CONFIGS / f"{m.name}_lora_grpo_agent.yaml"] = agent_config(config(m, "lora_grpo"))
         if any(student == m.name for _, student in KD_PAIRS):
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)

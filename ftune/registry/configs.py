@@ -25,6 +25,7 @@ METHODS: tuple[str, ...] = (
     "lora_orpo",
     "lora_kto",
     "lora_grpo",
+    "lora_grpo_agent",
     "full_grpo",
     "kd",
     "kd_lora",

@@ -151,6 +151,18 @@ _RECIPES = [
         tags=frozenset({"lora", "grpo", "ref"}),  # online RL replaces the supervised # [sft] lines
     ),
     Recipe(
+        "lora_grpo_agent_single_device",
+        "LoRA agent GRPO: G multi-turn conversations per record with an environment (tools), grown on the KV "
+        "cache; only the model's tokens are trained.",
+        False,
+        "smollm2/135M_lora_grpo_agent",
+        ("lora_grpo_agent",),
+        {**GRPO_COMMON, **GRPO_LORA, **SINGLE},
+        tags=frozenset(
+            {"lora", "grpo", "ref", "agent"}
+        ),  # [agent]: the multi-turn rollout in place of GRPO's
+    ),
+    Recipe(
         "full_grpo_single_device",
         "Full GRPO (online RL) on one device; the reference is a frozen copy of the starting weights.",
         False,
@@ -255,7 +267,7 @@ TAGS: dict[str, str] = _tag_references()
 
 # The one order of a combined tag's parts (# [grpo+full+dist], never # [full+grpo]): the method kind,
 # then the frozen reference it runs (ref: DPO's and GRPO's), then full or LoRA, then FSDP2.
-TAG_ORDER = ("sft", "dpo", "grpo", "kd", "qat", "ref", "full", "lora", "dist")
+TAG_ORDER = ("sft", "dpo", "grpo", "agent", "kd", "qat", "ref", "full", "lora", "dist")
 
 
 def recipe_for_config(config: str) -> Recipe | None:

@@ -31,6 +31,7 @@ from ftune.runtime.device import get_device
 from ftune.runtime.distributed import destroy_distributed, init_distributed
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.settings import (
+    AgentGRPOSettings,
     FullSettings,
     GRPOSettings,
     KDSettings,
@@ -48,7 +49,6 @@ from ftune.training.methods.agent_rollout import (
     Agent,
     sample_trajectories,
     score_trajectories,
-    with_trajectory_metrics,
 )
 from ftune.training.methods.distill_loss import distill_loss, teacher_hidden
 from ftune.training.methods.dpo_loss import DPOLoss, PairLogps
@@ -102,13 +102,13 @@ __all__ = [
     "load_teacher", "check_same_vocab", "teacher_hidden", "distill_loss",
     "Sampling", "PromptBatch", "build_prompt_collate", "RolloutLoader", "RolloutBatch",
     "sample_rollout", "score_rollout", "rollout_batch", "grpo_loss",
-    "Agent", "sample_trajectories", "score_trajectories", "with_trajectory_metrics",
+    "Agent", "sample_trajectories", "score_trajectories",
     # What configs name as components (_component_: ftune.training.X), and the settings recipes read.
     "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss", "KTOLoss",
     "cosine_with_warmup", "linear_with_warmup", "constant_with_warmup", "AdamWBf16State",
     "MetricLogger", "DiskLogger", "StdoutLogger", "TensorBoardLogger", "WandBLogger",
     "FullSettings", "LoRASettings", "QATSettings", "QATLoRASettings", "KDSettings", "GRPOSettings",
-    "LoRAGRPOSettings",
+    "LoRAGRPOSettings", "AgentGRPOSettings",
     # The types a recipe's code meets, and helpers benchmarks and copies of recipes read.
     "MicroBatch", "Loss", "Metric", "StepStats", "NonFiniteError", "PairLogps", "on_device",
     "batch_loss", "group_advantages", "zero_variance_share", "per_sequence", "optimizer_state_bytes",

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assets"))
 trust_packages(["recipe_test_components", "mutants"])
 
 from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
-from tiny_grpo import GRPO_TINY  # noqa: E402
+from tiny_grpo import AGENT_TINY, GRPO_TINY  # noqa: E402
 from tiny_preference import tiny_kto_overrides, tiny_preference_overrides  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,6 +59,8 @@ def overrides_for(config: str, checkpoint: Path, data_dir: Path, output_dir: Pat
         return tiny_kto_overrides(checkpoint, data_dir, output_dir)
     if registry.method_of(config) in ("lora_dpo", "full_dpo", "lora_orpo") and "_demo_" not in config:
         return tiny_preference_overrides(checkpoint, data_dir, output_dir)
+    if registry.method_of(config) == "lora_grpo_agent":  # the GRPO overrides, a scripted environment
+        return [*tiny_overrides(checkpoint, data_dir, output_dir), *GRPO_TINY, *AGENT_TINY]
     if registry.method_of(config) in ("lora_grpo", "full_grpo"):  # the demo prompts, a varied reward
         return [*tiny_overrides(checkpoint, data_dir, output_dir), *GRPO_TINY]
     return tiny_overrides(checkpoint, data_dir, output_dir)

@@ -28,10 +28,9 @@ from torch import nn
 from ftune.agents import Environment, Turn
 from ftune.data.prompt_batch import PromptBatch
 from ftune.generation.chat_tokens import ChatTokens
-from ftune.generation.multi_turn import STOPS, Trajectories, TurnLimits, multi_turn_rollout
+from ftune.generation.multi_turn import Trajectories, TurnLimits, multi_turn_rollout
 from ftune.rewards import RewardSet
-from ftune.training.methods.rollout_batch import RolloutBatch, Sampling, Scores, gathered, row_generators
-from ftune.training.step.metric import Metric
+from ftune.training.methods.rollout_batch import Sampling, Scores, gathered, row_generators
 
 #: The name the environment's summed reward is logged under (``rewards/environment/mean``).
 ENVIRONMENT_REWARD = "environment"
@@ -54,8 +53,10 @@ class Agent:
     limits: TurnLimits
 
     @classmethod
-    def of(cls, environment: Any, tokenizer: Any, parse: Callable[[str], Turn], settings: Any) -> Agent:
-        """From an agent recipe's environment, tokenizer, tool-call parser and settings.
+    def of(cls, environment: Any, tokenizer: Any, tool_format: Any, settings: Any) -> Agent:
+        """From an agent recipe's environment, tokenizer, tool-call format and settings.
+
+        ``tool_format`` is an object with ``parse(text) -> Turn`` (a family's format) or that function.
 
         Raises:
             ValueError: the environment is not an ``ftune.agents.Environment`` (``tools`` and ``start``).
@@ -65,6 +66,12 @@ class Agent:
                 f"environment: got a {type(environment).__module__}.{type(environment).__name__}, which has no "
                 "`tools` list and `start(record)` method; set environment._component_ to an "
                 "ftune.agents.Environment (e.g. a tool environment over typed functions)."
+            )
+        parse = getattr(tool_format, "parse", tool_format)
+        if not callable(parse):
+            raise ValueError(
+                f"tool_format: got a {type(tool_format).__name__}, neither a tool-call format with parse(text) "
+                "nor a function of the turn's text; set tool_format._component_ to the family's format."
             )
         limits = TurnLimits(
             max_turns=settings.max_turns,
@@ -123,20 +130,3 @@ def score_trajectories(rewards: RewardSet, prompts: PromptBatch, trajectories: T
     )
     env = [r.env_reward for r in rows]
     return Scores([t + e for t, e in zip(total, env)], {**per, ENVIRONMENT_REWARD: env}, answers)
-
-
-def with_trajectory_metrics(batch: RolloutBatch, trajectories: Trajectories) -> RolloutBatch:
-    """The batch with the conversations' figures added: turns, model tokens, and the share of each stop reason."""
-    device = batch.tokens.device
-    rows = trajectories.rows
-    turns = torch.tensor([float(r.turns) for r in rows], device=device)
-    model_tokens = torch.tensor([float(sum(r.sampled)) for r in rows], device=device)
-    figures = {
-        "trajectories/turns": Metric.mean(turns),
-        "trajectories/model_tokens": Metric.mean(model_tokens),
-    }
-    for stop in STOPS:
-        figures[f"trajectories/stop/{stop}"] = Metric.mean(
-            torch.tensor([float(r.stop == stop) for r in rows], device=device)
-        )
-    return dataclasses.replace(batch, metrics={**batch.metrics, **figures})

@@ -25,6 +25,7 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
 from ftune.data.prompt_batch import PromptBatch
+from ftune.generation.multi_turn import STOPS, Trajectories
 from ftune.generation.rollout import Rollout, rollout
 from ftune.rewards import RewardSet
 from ftune.training.methods.grpo_rewards import group_advantages, reward_metrics
@@ -241,8 +242,21 @@ def _policy_logps(policy: nn.Module, loss_fn: Any, batch: MicroBatch, temperatur
         return loss_fn.token_logps(policy.head, hidden / temperature, batch.labels)
 
 
+def _trajectory_metrics(rollout: Trajectories, device: torch.device) -> dict[str, Metric]:
+    """A multi-turn rollout's figures: turns, model tokens and the share of each stop reason."""
+    rows = rollout.rows
+
+    def mean(values: list[float]) -> Metric:
+        return Metric.mean(torch.tensor(values, dtype=torch.float32, device=device))
+
+    out = {"trajectories/turns": mean([r.turns for r in rows])}
+    out["trajectories/model_tokens"] = mean([sum(r.sampled) for r in rows])
+    out.update({f"trajectories/stop/{s}": mean([float(r.stop == s) for r in rows]) for s in STOPS})
+    return out
+
+
 def rollout_batch(
-    rollout: Rollout,
+    rollout: Rollout | Trajectories,
     scores: Scores,
     loss_fn: Any,
     *,
@@ -255,7 +269,9 @@ def rollout_batch(
     """The micro-batch a GRPO ``loss_on`` reads: advantages, old and reference log-probabilities, sums to log.
 
     Args:
-        rollout, scores: from :func:`sample_rollout` and :func:`score_rollout`.
+        rollout, scores: from :func:`sample_rollout` and :func:`score_rollout` (or a multi-turn
+            rollout's, ``training.sample_trajectories`` and ``score_trajectories``: its trajectories'
+            figures are logged too).
         loss_fn: the recipe's :class:`ftune.training.GRPOLoss` (it projects in chunks).
         policy: the policy, for the old log-probabilities when ``keep_old_logps``.
         reference: a ``ftune.training.ReferenceModel`` (run only when the loss has a KL term).
@@ -287,6 +303,8 @@ def rollout_batch(
         "completions/max_length": Metric.max(lengths),
         "completions/clipped_ratio": Metric.mean((~rollout.finished).float().to(device)),
     }
+    if isinstance(rollout, Trajectories):
+        metrics.update(_trajectory_metrics(rollout, device))
     return RolloutBatch(
         batch.tokens,
         batch.labels,
