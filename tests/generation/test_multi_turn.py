@@ -3,17 +3,26 @@
 import pytest
 import torch
 from agent_world import END, PAD, RECORDS, CalculatorEnvironment, CharTokenizer, parse
-from conftest import build_tiny
 
 from ftune.generation.chat_tokens import ChatTokens, ConversationError
 from ftune.generation.multi_turn import Trajectories, Trajectory, TurnLimits, multi_turn_rollout
+from ftune.models.llama3 import llama3
 
 LIMITS = TurnLimits(max_turns=3, max_turn_tokens=12, max_trajectory_tokens=120)
 
 
 def talkative(seed: int = 1) -> torch.nn.Module:
     """A tiny random model that ends its turns (<end>) often enough for conversations of several turns."""
-    model = build_tiny(seed, max_seq_len=256)
+    torch.manual_seed(seed)  # the generation tests' tiny llama3 (conftest.build_tiny), a longer context
+    model = llama3(
+        vocab_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        embed_dim=32,
+        intermediate_dim=64,
+        max_seq_len=256,
+    ).eval()
     with torch.no_grad():
         model.output.weight[END] *= 6.0
     return model
