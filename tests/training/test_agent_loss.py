@@ -11,12 +11,13 @@ hidden states; the losses and the gradients they give the model's weights must a
 
 import pytest
 import torch
-from trl_grpo import trl_loss
+from trl_grpo import trl_is_ratio, trl_loss
 
 from ftune.generation.multi_turn import Trajectories, Trajectory
 from ftune.models.llama3 import llama3
 from ftune.training import GRPOLoss, RolloutBatch, grpo_loss, on_device
 from ftune.training.methods.logps import target_logps
+from ftune.training.methods.off_policy import importance_weights
 
 BUDGET = 14  # max_trajectory_tokens: TRL's max_completion_length, dr_grpo's constant
 
@@ -64,7 +65,10 @@ def _grads(model) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
 @pytest.mark.parametrize("kl_estimator", ["k3", "k3_ratio"])
-def test_loss_over_turns_equals_trls_with_its_tool_mask(loss_type, kl_estimator):
+@pytest.mark.parametrize("stale", [False, True], ids=["current", "stale"])
+def test_loss_over_turns_equals_trls_with_its_tool_mask(loss_type, kl_estimator, stale):
+    """Stale: the rollout was sampled by an older policy, weighted by TRL's truncated importance sampling
+    (token_truncate, C = 3) on both sides, TRL's weights from its own lines."""
     model, traj = _model(), _trajectories()
     raw = traj.training_batch()
     batch = on_device({"tokens": raw["tokens"], "labels": raw["labels"]}, torch.device("cpu"))
@@ -81,9 +85,14 @@ def test_loss_over_turns_equals_trls_with_its_tool_mask(loss_type, kl_estimator)
         current = loss_fn.token_logps(model.head, model.hidden(batch.tokens), batch.labels)
     old, ref = _noisy(current, 2, trained), _noisy(current, 3, trained)  # ratios ~[0.67, 1.5]: both clips
     advantages = torch.tensor([0.9, -0.9, -0.4, 0.4])
+    spread = torch.rand(old.shape, generator=torch.Generator().manual_seed(4))
+    sampling = (old + (spread - 0.7) * 3.0) * trained  # the stale sampler's: weights 0.4 to 8, some capped
+    weights = importance_weights(old, sampling, trained, cap=3.0) if stale else None
+    if stale:
+        assert (weights[trained] == 3.0).any() and (weights[trained] < 1).any()
     agent = RolloutBatch(
         batch.tokens, batch.labels, None, None,
-        advantages=advantages, old_logps=old, ref_logps=ref, temperature=1.0, metrics={},
+        advantages=advantages, old_logps=old, ref_logps=ref, temperature=1.0, metrics={}, is_weights=weights,
     )  # fmt: skip
     ours = grpo_loss(loss_fn, model, model.hidden(batch.tokens), agent)
     (ours.sum / ours.count).backward()
@@ -97,13 +106,7 @@ def test_loss_over_turns_equals_trls_with_its_tool_mask(loss_type, kl_estimator)
     every = on_device({"tokens": raw["tokens"], "labels": every}, torch.device("cpu")).labels
     all_logps = target_logps(model.head, model.hidden(batch.tokens), every, num_chunks=8)
     zeros = torch.zeros(len(traj.rows), width)
-    logps, old_t, ref_t, completion_mask, tool_mask = (
-        zeros.clone(),
-        zeros.clone(),
-        zeros.clone(),
-        zeros.long(),
-        zeros.long(),
-    )
+    old_t, ref_t, sampling_t, completion_mask, tool_mask = (zeros.clone() for _ in range(5))
     logps = [None] * len(traj.rows)
     for i, r in enumerate(traj.rows):
         span = slice(
@@ -111,13 +114,15 @@ def test_loss_over_turns_equals_trls_with_its_tool_mask(loss_type, kl_estimator)
         )  # shifted positions of the completion
         n = len(r.tokens)
         logps[i] = torch.nn.functional.pad(all_logps[i, span], (0, width - n))
-        old_t[i, :n], ref_t[i, :n] = old[i, span], ref[i, span]
+        old_t[i, :n], ref_t[i, :n], sampling_t[i, :n] = old[i, span], ref[i, span], sampling[i, span]
         completion_mask[i, :n] = 1
-        tool_mask[i, :n] = torch.tensor(r.sampled, dtype=torch.long)
+        tool_mask[i, :n] = torch.tensor(r.sampled, dtype=torch.float32)
+    completion_mask, tool_mask = completion_mask.long(), tool_mask.long()
+    is_ratio = trl_is_ratio(old_t, sampling_t, completion_mask, tool_mask, cap=3.0) if stale else None
     theirs, _ = trl_loss(
         loss_type, beta=0.04, eps=0.2, eps_high=0.28, max_len=BUDGET, logps=torch.stack(logps), old=old_t,
         ref=ref_t, adv=advantages, mask=completion_mask, tool_mask=tool_mask,
-        num_items=(completion_mask * tool_mask).sum(), ratio_kl=kl_estimator == "k3_ratio",
+        num_items=(completion_mask * tool_mask).sum(), ratio_kl=kl_estimator == "k3_ratio", is_ratio=is_ratio,
     )  # fmt: skip
     theirs.backward()
     torch.testing.assert_close(ours.sum / ours.count, theirs.detach(), rtol=1e-6, atol=1e-7)

@@ -189,6 +189,8 @@ class RolloutBatch(MicroBatch):
         ref_logps: ``[b, s]`` the reference's, or None when the loss has no KL term.
         temperature: the temperature log-probabilities are taken at.
         metrics: figures logged with the step, each with its own count (rewards, completion lengths).
+        is_weights: ``[b, s]`` the truncated importance weights of a rollout sampled by an older
+            policy (``training.GRPOLoss``'s module docstring), or None: sampled by the current one.
     """
 
     advantages: torch.Tensor
@@ -196,6 +198,7 @@ class RolloutBatch(MicroBatch):
     ref_logps: torch.Tensor | None
     temperature: float
     metrics: dict[str, Metric]
+    is_weights: torch.Tensor | None = None
 
     def state(self) -> dict[str, Any]:
         """Plain tensors and numbers (a checkpoint of a rollout that later steps reuse)."""
@@ -208,6 +211,7 @@ class RolloutBatch(MicroBatch):
             "ref_logps": self.ref_logps,
             "temperature": self.temperature,
             "metrics": {k: vars(m) for k, m in self.metrics.items()},
+            "is_weights": self.is_weights,
         }
 
     @classmethod
@@ -229,6 +233,7 @@ class RolloutBatch(MicroBatch):
             temperature=float(state["temperature"]),
             # A rollout saved before metrics carried their own counts logs nothing more (figures only).
             metrics={k: _metric(m, move) for k, m in state["metrics"].items() if isinstance(m, dict)},
+            is_weights=move(state.get("is_weights")),  # a rollout saved before off-policy correction: None
         )
 
 
