@@ -64,12 +64,18 @@ def main(cfg: config.Config) -> None:
     tool_format = config.instantiate(cfg.tool_format)  # [agent] reads a turn's tool calls
     agent = training.Agent.of(environment, tokenizer, tool_format, s)  # [agent] with the chat template
 
+    sample = training.TrajectorySampler(sampling, agent)  # [agent] turns on the KV cache; a worker's too
+
     def rollout_on(prompts: training.PromptBatch, epoch: int) -> training.RolloutBatch:  # [grpo]
         """G completions of each prompt, scored: one micro-batch."""  # [grpo]
-        rollout = training.sample_trajectories(model, prompts, sampling, agent, epoch=epoch)  # [agent] turns
-        scores = training.score_trajectories(rewards, prompts, rollout)  # [agent] environment + rewards
-        return training.rollout_batch(  # [grpo] advantages, old and reference log-probabilities
-            rollout,
+        rollout = sample(model, prompts, epoch=epoch)  # [agent] in this process, by the current policy
+        return finish_on(prompts, epoch, training.Sampled(rollout, stale=False))  # [agent]
+
+    def finish_on(prompts, epoch, sampled: training.Sampled) -> training.RolloutBatch:  # [agent]
+        """A rollout sampled here or by the worker, scored: one micro-batch."""  # [agent]
+        scores = training.score_trajectories(rewards, prompts, sampled.rollout)  # [agent] env + rewards
+        return training.rollout_batch(  # [agent] advantages, old and reference log-probabilities, IS weights
+            sampled.rollout,
             scores,
             loss_fn,
             policy=model,
@@ -77,6 +83,7 @@ def main(cfg: config.Config) -> None:
             device=device,
             scale_rewards=s.scale_rewards,
             keep_old_logps=s.num_iterations > 1,
+            importance_cap=s.importance_sampling_cap if sampled.stale else None,
         )
 
     def loss_on(batch: training.MicroBatch) -> training.Loss:
@@ -84,8 +91,16 @@ def main(cfg: config.Config) -> None:
         hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
         return training.grpo_loss(loss_fn, model, hidden, batch)  # [grpo] clipped ratio + KL
 
-    loader = training.RolloutLoader(  # [grpo] prompts in, scored rollouts out (num_iterations times)
-        loader, rollout_on, grad_accum_steps=s.grad_accum_steps, num_iterations=s.num_iterations
+    loader = training.rollouts_beside_training(  # [agent] in the step, or by a worker (max_off_policy_steps)
+        loader,
+        rollout_on,
+        finish_on,
+        sample,
+        model=model,
+        grad_accum_steps=s.grad_accum_steps,
+        num_iterations=s.num_iterations,
+        max_off_policy_steps=s.max_off_policy_steps,
+        refresh_every=s.refresh_every,
     )
     val_loader = training.RolloutLoader.for_validation(val_loader, rollout_on)  # [grpo] same draws
 
@@ -149,6 +164,7 @@ def main(cfg: config.Config) -> None:
                 if training.every(step, s.save_every_n_steps):
                     save(step)
     save(step)
+    loader.close()  # [agent] stops the rollout worker process, if any
     report.close()
     stop.exit_if_stopped(step, s.output_dir)
 

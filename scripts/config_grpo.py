@@ -80,7 +80,10 @@ def agent_config(lora_grpo: str) -> str:
         "max_new_tokens: 16  # not read by the agent recipe: the three budgets below bound the turns\n"
         "max_turns: 4  # model turns per conversation\n"
         "max_turn_tokens: 48  # tokens of one model turn\n"
-        "max_trajectory_tokens: 192  # tokens after the prompt, the model's and the tools' (dr_grpo's constant)\n",
+        "max_trajectory_tokens: 192  # tokens after the prompt, the model's and the tools' (dr_grpo's constant)\n"
+        "max_off_policy_steps: null  # null: sample in the step; k >= 0: a worker process samples up to k steps ahead\n"
+        "refresh_every: 1  # steps between two refreshes of the worker's copy of the policy\n"
+        "importance_sampling_cap: 3.0  # C of the truncated importance weights of stale rollouts (TRL's default)\n",
     )
     return text.replace(
         "  weights: {correct: 1.0}\n",

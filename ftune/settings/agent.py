@@ -43,8 +43,37 @@ class AgentGRPOSettings(LoRAGRPOSettings):
         None, "tokens after the prompt, model and environment alike (>= 1; required; dr_grpo's constant)"
     )
 
+    max_off_policy_steps: int | None = setting(
+        None,
+        "sample rollouts in a worker process up to this many steps ahead of training (0: beside training "
+        "but on-policy; null: in the step, in this process)",
+    )
+    refresh_every: int = setting(1, "steps between two refreshes of the worker's copy of the policy (>= 1)")
+    importance_sampling_cap: float = setting(
+        3.0,
+        "C of the truncated importance weights min(exp(log pi_old - log pi_sampler), C) of stale rollouts",
+    )
+
     def problems(self) -> list[str]:
         out = super().problems()
+        if self.max_off_policy_steps is not None and self.max_off_policy_steps < 0:
+            out.append(
+                f"max_off_policy_steps: must be >= 0 or null (rollouts in the step), got {self.max_off_policy_steps!r}."
+            )
+        if self.refresh_every < 1:
+            out.append(
+                f"refresh_every: must be >= 1 (steps between weight refreshes), got {self.refresh_every!r}."
+            )
+        if not self.importance_sampling_cap > 0:
+            out.append(
+                f"importance_sampling_cap: must be > 0 (TRL uses 3.0), got {self.importance_sampling_cap!r}."
+            )
+        if self.max_off_policy_steps is not None and self.num_iterations != 1:
+            out.append(
+                f"num_iterations: must be 1 with max_off_policy_steps set (a rollout reused over steps and one "
+                f"sampled beside training are two kinds of staleness), got {self.num_iterations}; set "
+                "num_iterations=1 or max_off_policy_steps=null."
+            )
         for key, what in _BUDGETS.items():
             value = getattr(self, key)
             if value is None or value < 1:

@@ -47,6 +47,7 @@ from ftune.training.features.fsdp import shard_model
 from ftune.training.features.low_precision_optim import AdamWBf16State, optimizer_state_bytes
 from ftune.training.methods.agent_rollout import (
     Agent,
+    TrajectorySampler,
     sample_trajectories,
     score_trajectories,
 )
@@ -56,6 +57,8 @@ from ftune.training.methods.grpo_loss import GRPOLoss, grpo_loss, per_sequence
 from ftune.training.methods.grpo_rewards import group_advantages, zero_variance_share
 from ftune.training.methods.kd_loss import KDLoss
 from ftune.training.methods.kto_loss import KTOLoss
+from ftune.training.methods.off_policy import importance_weights
+from ftune.training.methods.off_policy_loader import OffPolicyLoader, Sampled, rollouts_beside_training
 from ftune.training.methods.peft_setup import apply_peft
 from ftune.training.methods.preference_loss import preference_loss
 from ftune.training.methods.reference import ReferenceModel
@@ -67,6 +70,7 @@ from ftune.training.methods.rollout_batch import (
     score_rollout,
 )
 from ftune.training.methods.rollout_loader import RolloutLoader
+from ftune.training.methods.rollout_worker import ProcessSampler, RolloutSampler
 from ftune.training.methods.teacher import check_same_vocab, load_teacher
 from ftune.training.run.cadence import every, every_after, total_steps
 from ftune.training.run.dtype_advice import resolve_dtype
@@ -102,7 +106,8 @@ __all__ = [
     "load_teacher", "check_same_vocab", "teacher_hidden", "distill_loss",
     "Sampling", "PromptBatch", "build_prompt_collate", "RolloutLoader", "RolloutBatch",
     "sample_rollout", "score_rollout", "rollout_batch", "grpo_loss",
-    "Agent", "sample_trajectories", "score_trajectories",
+    "Agent", "TrajectorySampler", "sample_trajectories", "score_trajectories", "Sampled",
+    "rollouts_beside_training", "OffPolicyLoader", "ProcessSampler", "RolloutSampler", "importance_weights",
     # What configs name as components (_component_: ftune.training.X), and the settings recipes read.
     "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss", "KTOLoss",
     "cosine_with_warmup", "linear_with_warmup", "constant_with_warmup", "AdamWBf16State",

@@ -115,6 +115,21 @@ def sample_trajectories(
         model.train(was_training)
 
 
+@dataclasses.dataclass(frozen=True)
+class TrajectorySampler:
+    """:func:`sample_trajectories` with its sampling and agent bound: ``sampler(model, prompts, epoch=...)``.
+
+    Picklable (when the environment and the tool-call format are), so the worker process of rollouts
+    beside training (``training.ProcessSampler``) runs the same function as the step does.
+    """
+
+    sampling: Sampling
+    agent: Agent
+
+    def __call__(self, model: nn.Module, prompts: PromptBatch, *, epoch: int) -> Trajectories:
+        return sample_trajectories(model, prompts, self.sampling, self.agent, epoch=epoch)
+
+
 def score_trajectories(rewards: RewardSet, prompts: PromptBatch, trajectories: Trajectories) -> Scores:
     """Each trajectory's total reward: its environment rewards summed plus the rule rewards on its final answer.
 

@@ -47,3 +47,9 @@ def importance_weights(
         )
     diff = (old_logps.detach().float() - sampling_logps.float()) * mask.float()
     return torch.exp(diff).clamp(max=cap)
+
+
+def shift_logps(logps: torch.Tensor) -> torch.Tensor:
+    """Sampled log-probabilities at their tokens' positions ``[b, s]`` moved to the positions that predict
+    them (as ``ftune.training.on_device`` shifts labels): ``out[:, t] = logps[:, t + 1]``, 0 last."""
+    return torch.cat([logps[:, 1:], torch.zeros_like(logps[:, :1])], dim=1)

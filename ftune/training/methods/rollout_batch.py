@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,8 @@ from ftune.generation.multi_turn import STOPS, Trajectories
 from ftune.generation.rollout import Rollout, rollout
 from ftune.rewards import RewardSet
 from ftune.training.methods.grpo_rewards import group_advantages, reward_metrics
+from ftune.training.methods.off_policy import importance_weights, shift_logps
+from ftune.training.step.loss import IGNORE_INDEX
 from ftune.training.step.metric import Metric
 from ftune.training.step.micro_batch import MicroBatch, on_device
 
@@ -61,7 +64,9 @@ class Sampling:
             pad_id=tokenizer.pad_id,
             seed=settings.seed,
             stop_strings=tuple(settings.stop_strings),
-            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+            decode=partial(
+                tokenizer.decode, skip_special_tokens=True
+            ),  # picklable: a worker process samples too
         )
 
     def stop_when(self) -> Callable[[int, list[int]], bool] | None:
@@ -270,6 +275,7 @@ def rollout_batch(
     device: torch.device,
     scale_rewards: bool,
     keep_old_logps: bool,
+    importance_cap: float | None = None,
 ) -> RolloutBatch:
     """The micro-batch a GRPO ``loss_on`` reads: advantages, old and reference log-probabilities, sums to log.
 
@@ -284,6 +290,9 @@ def rollout_batch(
         scale_rewards: divide advantages by the group's std (False: Dr. GRPO).
         keep_old_logps: the rollout serves several steps (``num_iterations > 1``): keep the
             sampling policy's log-probabilities for the clipped ratio.
+        importance_cap: set when an older policy sampled the rollout (rollouts beside training): the
+            current policy's log-probabilities are kept as the old ones and each token is weighted by
+            ``min(exp(old - sampled), importance_cap)`` (``ftune.training.methods.off_policy``).
     """
     if not callable(getattr(loss_fn, "token_logps", None)) or not hasattr(loss_fn, "needs_reference"):
         raise ValueError(
@@ -296,7 +305,8 @@ def rollout_batch(
     g = rollout.group_size
     advantages = group_advantages(total, g, scale_rewards=scale_rewards)
     temperature = rollout.logp_temperature
-    old = _policy_logps(policy, loss_fn, batch, temperature) if keep_old_logps else None
+    stale = importance_cap is not None
+    old = _policy_logps(policy, loss_fn, batch, temperature) if keep_old_logps or stale else None
     ref = reference.token_logps(loss_fn, batch, temperature)
     per_reward = {
         k: torch.tensor(v, dtype=torch.float32, device=device) for k, v in scores.per_reward.items()
@@ -310,6 +320,13 @@ def rollout_batch(
     }
     if isinstance(rollout, Trajectories):
         metrics.update(_trajectory_metrics(rollout, device))
+    weights = None
+    if stale:
+        sampled = shift_logps(parts["old_logps"].to(device))  # aligned with the shifted labels
+        trained = batch.labels != IGNORE_INDEX
+        weights = importance_weights(old, sampled, trained, cap=importance_cap)
+        metrics["sampling/importance_weight/mean"] = Metric.mean(weights[trained])
+        metrics["sampling/importance_weight/max"] = Metric.max(weights[trained])
     return RolloutBatch(
         batch.tokens,
         batch.labels,
@@ -320,4 +337,5 @@ def rollout_batch(
         ref_logps=ref,
         temperature=temperature,
         metrics=metrics,
+        is_weights=weights,
     )
