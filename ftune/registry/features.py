@@ -36,4 +36,7 @@ FEATURES: dict[str, str] = {
     "chat_template": "the model's own chat template",
     "knowledge_distillation": "(1 - kd_ratio) CE + kd_ratio KL(teacher || student), chunked, frozen teacher",
     "mixture_of_experts": "MoE models (Qwen3-MoE, Mixtral): the balancing loss of the policy's forward, once",
+    "multi_turn": "conversations with an environment on the KV cache; only the model's tokens trained",
+    "off_policy_correction": "rollouts sampled beside training by a worker, stale by a bounded number of steps, "
+    "with truncated importance weights",
 }

@@ -11,6 +11,7 @@ Pure Python, no torch.
 from __future__ import annotations
 
 from ftune.registry.cells import (
+    AGENT,
     DIST,
     DIST_CHECK,
     DPO_COMMON,
@@ -157,7 +158,7 @@ _RECIPES = [
         False,
         "smollm2/135M_lora_grpo_agent",
         ("lora_grpo_agent",),
-        {**GRPO_COMMON, **GRPO_LORA, **SINGLE},
+        {**GRPO_COMMON, **GRPO_LORA, **SINGLE, **AGENT},
         tags=frozenset(
             {"lora", "grpo", "ref", "agent"}
         ),  # [agent]: the multi-turn rollout in place of GRPO's

@@ -18,6 +18,7 @@ import shutil
 
 import pytest
 import torch
+from features_agent import multi_turn, off_policy_correction
 from features_methods import (
     VOCAB,
     knowledge_distillation,
@@ -338,5 +339,7 @@ CHECKS = {
         qlora,
         dora,
         mixture_of_experts,
+        multi_turn,
+        off_policy_correction,
     )
 }

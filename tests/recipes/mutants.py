@@ -24,6 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from features import CHECKS
+from mutants_agent import agent_mutants
 
 import ftune.checkpointing._checkpointer
 import ftune.data.packing
@@ -362,6 +363,8 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
         ),
     ),
 }
+
+MUTANTS.update(agent_mutants(Mutant, _wrap))  # tests/recipes/mutants_agent.py
 
 # The one table: feature -> (its check, its mutants).
 TABLE: dict[str, tuple[Callable[..., None], tuple[Mutant, ...]]] = {

@@ -2,10 +2,6 @@
 environment (tests/assets/recipe_test_components.py), conversations of several turns, environment tokens
 never trained."""
 
-import shutil
-
-import pytest
-from safetensors.torch import load_file, save_file
 from test_grpo import col
 
 import ftune.generation.multi_turn as multi_turn
@@ -13,19 +9,7 @@ import ftune.generation.multi_turn as multi_turn
 AGENT, CONFIG = "lora_grpo_agent_single_device", "smollm2/135M_lora_grpo_agent"
 
 
-@pytest.fixture(scope="module")
-def talkative(tiny_checkpoint, tmp_path_factory):
-    """The tiny checkpoint with <|im_end|> (id 2) made likely: a random model then ends its turns."""
-    folder = tmp_path_factory.mktemp("talkative")
-    for f in tiny_checkpoint.iterdir():
-        shutil.copy(f, folder / f.name)
-    weights = load_file(folder / "model.safetensors")
-    weights["model.embed_tokens.weight"][2] *= 12.0
-    save_file(weights, str(folder / "model.safetensors"))
-    return [f"tokenizer.path={folder}", f"checkpointer.checkpoint_dir={folder}"]
-
-
-def test_two_steps_of_multi_turn_grpo(run_recipe, talkative, tmp_path, monkeypatch):
+def test_two_steps_of_multi_turn_grpo(run_recipe, tmp_path, monkeypatch):
     batches = []
     real = multi_turn.Trajectories.training_batch
 
@@ -34,7 +18,7 @@ def test_two_steps_of_multi_turn_grpo(run_recipe, talkative, tmp_path, monkeypat
         return batches[-1][1]
 
     monkeypatch.setattr(multi_turn.Trajectories, "training_batch", spy)
-    logs, out = run_recipe(AGENT, CONFIG, "max_steps=2", *talkative, output_dir=tmp_path / "r")
+    logs, out = run_recipe(AGENT, CONFIG, "max_steps=2", output_dir=tmp_path / "r")
     assert len(col(logs, "loss")) == 2
     assert col(logs, "trajectories/turns")[0] > 1.0  # conversations went past their first turn
     assert all(0.0 <= r <= 0.5 + 1.0 for r in col(logs, "rewards/environment/mean"))
