@@ -17,11 +17,14 @@ record. Then, turn after turn, for all rows still running together:
    decoding did not feed yet) are prefilled onto each continuing row's cache in one batched forward.
    The history is never prefilled again.
 
-Rows that finish at different turns stay in the batch: the cache holds all N rows for the whole rollout,
-and a row with nothing to do (done, or waiting for the others' turns) is fed a pad token written to a
-scratch cache slot past the budget (slot ``longest prompt + max_trajectory_tokens``) that no real position
-ever attends to. Only running rows draw tokens, each from its own generator: a row's trajectory does not
-depend on which rows share its batch or when they finish.
+Rows that finish at different turns: a conversation that has ended leaves the batch (its cache row is
+dropped before the next prefill, ``keep_cache_rows``), and a row still running but with nothing to do in
+a forward (its turn ended before the others') is fed a pad token written to a scratch cache slot past the
+budget (slot ``longest prompt + max_trajectory_tokens``) that no real position ever attends to. A
+record's G conversations start from one prompt: it is prefilled once and its cache row copied. Only
+running rows draw tokens, each from its own generator: a row's trajectory does not depend on which rows
+share its batch or when they finish (tests/generation/test_multi_turn.py checks it against each record
+run alone, and the greedy path against recomputing the whole history without a cache).
 
 Log-probabilities follow ``ftune.generation.rollout``'s convention (``log_softmax(logits / T)`` at the
 sampled token; greedy decoding at T = 1) and are recorded at sampling, for model tokens only.
@@ -143,30 +146,62 @@ class TurnLimits:
 
 
 class _Cache:
-    """The N rows' positions on one KV cache with a scratch slot (see the module docstring)."""
+    """The running rows on one KV cache with a scratch slot (see the module docstring).
 
-    def __init__(self, model: nn.Module, rows: int, length: int, pad_id: int, device: torch.device) -> None:
-        self.model, self.rows, self.pad_id, self.device = model, rows, pad_id, device
+    Cache row ``slot[i]`` holds trajectory i; :meth:`keep` drops the rows of ended trajectories (when
+    the model can: ``keep_cache_rows``), so they cost nothing in the turns that follow.
+    """
+
+    def __init__(self, model: nn.Module, length: int, pad_id: int, device: torch.device) -> None:
+        self.model, self.pad_id, self.device = model, pad_id, device
         self.scratch = length  # never attended to by a real position (< length)
         self.slots = torch.arange(length + 1, device=device)
-        self.pos = [0] * rows  # each row's next free slot
+        self.pos: dict[int, int] = {}  # each trajectory's next free position
+        self.slot: dict[int, int] = {}  # each trajectory's cache row
+
+    def prefill(self, prompts: list[list[int]], group_size: int) -> dict[int, torch.Tensor]:
+        """Set the cache up and prefill every prompt; a group whose G prompts are equal is prefilled once
+        and its cache row copied G times (when the model can: ``repeat_caches``)."""
+        rows = len(prompts)
+        distinct = prompts[::group_size]
+        grouped = group_size > 1 and callable(getattr(self.model, "repeat_caches", None))
+        grouped = grouped and all(prompts[i] == distinct[i // group_size] for i in range(rows))
+        firsts = list(range(0, rows, group_size)) if grouped else list(range(rows))
+        self.model.setup_caches(len(firsts), self.scratch + 1)
+        self.slot, self.pos = {i: k for k, i in enumerate(firsts)}, {i: 0 for i in firsts}
+        last = self.feed({i: prompts[i] for i in firsts})
+        if grouped:
+            self.model.repeat_caches(rows)
+            self.slot, self.pos = {i: i for i in range(rows)}, {i: len(prompts[i]) for i in range(rows)}
+            last = {i: last[i - i % group_size] for i in range(rows)}
+        return last
+
+    def keep(self, rows: list[int]) -> None:
+        """Drop every cache row but those of `rows` (trajectories still running)."""
+        if len(rows) == len(self.slot) or not callable(getattr(self.model, "keep_cache_rows", None)):
+            return
+        self.model.keep_cache_rows(torch.tensor([self.slot[i] for i in rows], device=self.device))
+        self.slot = {i: k for k, i in enumerate(rows)}
+        self.pos = {i: self.pos[i] for i in rows}
 
     def feed(self, pieces: Mapping[int, Sequence[int]]) -> dict[int, torch.Tensor]:
-        """Write each row's ids at its next slots in one forward; return each fed row's last logits."""
-        width = max(len(p) for p in pieces.values())
-        tokens = torch.full((self.rows, width), self.pad_id, dtype=torch.long, device=self.device)
-        positions = torch.full((self.rows, width), self.scratch, dtype=torch.long, device=self.device)
+        """Write each trajectory's ids at its next positions in one forward; return each one's last logits."""
+        n, width = len(self.slot), max(len(p) for p in pieces.values())
+        tokens = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
+        positions = torch.full((n, width), self.scratch, dtype=torch.long, device=self.device)
         for i, ids in pieces.items():
-            tokens[i, : len(ids)] = torch.tensor(list(ids), dtype=torch.long, device=self.device)
-            positions[i, : len(ids)] = torch.arange(self.pos[i], self.pos[i] + len(ids), device=self.device)
-        mask = self.slots[None, None, :] <= positions[:, :, None]  # (N, s, length + 1)
-        hidden = self.model.hidden(tokens, input_pos=positions, mask=mask)  # (N, s, dim)
-        rows = sorted(pieces)
-        last = torch.tensor([len(pieces[i]) - 1 for i in rows], device=self.device)
-        logits = self.model.project(hidden[torch.tensor(rows, device=self.device), last])  # (n, vocab)
-        for i in rows:
+            row, start = self.slot[i], self.pos[i]
+            tokens[row, : len(ids)] = torch.tensor(list(ids), dtype=torch.long, device=self.device)
+            positions[row, : len(ids)] = torch.arange(start, start + len(ids), device=self.device)
+        mask = self.slots[None, None, :] <= positions[:, :, None]  # (n, s, length + 1)
+        hidden = self.model.hidden(tokens, input_pos=positions, mask=mask)  # (n, s, dim)
+        fed = sorted(pieces)
+        rows = torch.tensor([self.slot[i] for i in fed], device=self.device)
+        last = torch.tensor([len(pieces[i]) - 1 for i in fed], device=self.device)
+        logits = self.model.project(hidden[rows, last])  # (fed, vocab)
+        for i in fed:
             self.pos[i] += len(pieces[i])
-        return dict(zip(rows, logits))
+        return dict(zip(fed, logits))
 
 
 def _check_generators(generators: object, rows: int, device: torch.device) -> list[torch.Generator | None]:
@@ -249,10 +284,9 @@ def multi_turn_rollout(
     logp_t = temperature if temperature > 0 else 1.0
     sampling = (temperature, top_k, top_p, logp_t)
     stops = set(stop_ids)
-    cache = _Cache(model, len(rows), longest + limits.max_trajectory_tokens, pad_id, device)
-    model.setup_caches(len(rows), cache.scratch + 1)
+    cache = _Cache(model, longest + limits.max_trajectory_tokens, pad_id, device)
     try:
-        last = cache.feed({i: r.prompt for i, r in enumerate(rows)})
+        last = cache.prefill([r.prompt for r in rows], group_size)
         running = list(range(len(rows)))
         while running:
             turns = _decode_turn(cache, last, running, rows, gens, limits, sampling, stops)
@@ -266,6 +300,7 @@ def multi_turn_rollout(
                     rows[i].logps += [0.0] * len(suffix)
             running = sorted(answers)
             if answers:
+                cache.keep(running)  # ended conversations leave the batch
                 last.update(cache.feed(answers))
     finally:
         model.delete_caches()

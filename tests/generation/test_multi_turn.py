@@ -4,6 +4,7 @@ import pytest
 import torch
 from agent_world import END, PAD, RECORDS, CalculatorEnvironment, CharTokenizer, parse
 
+import ftune.generation.multi_turn as multi_turn
 from ftune.generation.chat_tokens import ChatTokens, ConversationError
 from ftune.generation.multi_turn import Trajectories, Trajectory, TurnLimits, multi_turn_rollout
 from ftune.models.llama3 import llama3
@@ -112,22 +113,26 @@ def test_a_sampled_trajectory_does_not_depend_on_the_rows_beside_it():
         torch.testing.assert_close(torch.tensor(alone.logps), torch.tensor(row.logps), rtol=0, atol=1e-5)
 
 
-def test_the_history_is_prefilled_once():
-    """Every position of a row is written to the cache once (its last sampled token never: nothing reads it)."""
+def test_the_history_is_prefilled_once(monkeypatch):
+    """Every token of a conversation is fed to the cache once (a record's prompt once for its G rows; the
+    last sampled token never: nothing reads it), and ended conversations leave the batch."""
+    fed, batch_rows = {}, []
+    real_feed, real_hidden = multi_turn._Cache.feed, None
+
+    def feed(self, pieces):
+        for i, ids in pieces.items():
+            fed.setdefault(i, []).extend(ids)
+        return real_feed(self, pieces)
+
+    monkeypatch.setattr(multi_turn._Cache, "feed", feed)
     model = talkative()
-    written = []
-    hidden = model.hidden
-
-    def spy(tokens, *, input_pos, mask):
-        written.append(input_pos.clone())
-        return hidden(tokens, input_pos=input_pos, mask=mask)
-
-    model.hidden = spy
+    real_hidden = model.hidden
+    model.hidden = lambda tokens, **kw: (batch_rows.append(tokens.shape[0]), real_hidden(tokens, **kw))[1]
     out = run(model)
-    scratch = max(len(r.prompt) for r in out.rows) + LIMITS.max_trajectory_tokens
     for i, row in enumerate(out.rows):
-        positions = torch.cat([p[i][p[i] != scratch] for p in written]).tolist()
-        assert sorted(positions) == list(range(len(row.prompt) + len(row.tokens) - 1)), f"row {i}"
+        history = fed.get(i, []) if i % 2 == 0 else fed[i - 1][: len(row.prompt)] + fed.get(i, [])
+        assert history == (row.prompt + row.tokens)[:-1], f"row {i}"
+    assert batch_rows[0] == 3 and max(batch_rows) == 6 and batch_rows[-1] < 6  # grouped prefill; rows leave
 
 
 def test_the_trajectory_budget_counts_environment_tokens():
