@@ -258,6 +258,7 @@ def grpo_loss(loss_fn: GRPOLoss, model: nn.Module, hidden: torch.Tensor, batch: 
     logps = loss_fn.token_logps(model.head, scaled, batch.labels)  # (b, s), 0 off the completions
     mask = batch.labels != IGNORE_INDEX
     old = batch.old_logps if batch.old_logps is not None else logps.detach()
-    losses = loss_fn(logps, old, batch.ref_logps, batch.advantages, mask, batch.is_weights)
+    stale = {} if batch.is_weights is None else {"is_weights": batch.is_weights}  # a stale rollout's weights
+    losses = loss_fn(logps, old, batch.ref_logps, batch.advantages, mask, **stale)
     loss = Loss(losses.sum, int(loss_fn.per(batch)), {**losses.metrics(), **batch.metrics})
     return with_aux_loss(model, batch, loss)
