@@ -5,6 +5,7 @@ exactly the synchronous run; with staleness 1, steps after the first train on ro
 sampled, with truncated importance weights; a run stopped and resumed equals the run without a stop.
 """
 
+import multiprocessing
 import shutil
 
 import torch
@@ -37,6 +38,7 @@ def test_staleness_zero_is_the_synchronous_run(run_recipe, tmp_path, monkeypatch
     worker, b = run_recipe(AGENT, CONFIG, "max_steps=3", "max_off_policy_steps=0", *MOVE,
                            output_dir=tmp_path / "b")  # fmt: skip
     assert stale == [False, False, False]
+    assert not multiprocessing.active_children(), "the rollout worker process outlived its run"
     for key in KEYS:
         assert col(worker, key) == col(sync, key), key
     assert col(sync, "loss") != [0.0, 0.0, 0.0] and col(sync, "grad_norm")[0] > 0
