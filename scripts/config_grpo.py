@@ -66,3 +66,40 @@ DEMO_REWARDS = (
     "    correct: {_component_: ftune.rewards.ExactMatch, field: answer}\n"
     "  weights: {correct: 1.0}\n"
 )
+
+
+def agent_config(lora_grpo: str) -> str:
+    """smollm2/135M_lora_grpo_agent: the LoRA GRPO config with the turn budgets, an environment (a calculator
+    tool over the demo task's questions) and the family's tool-call format."""
+    text = lora_grpo.replace(
+        "LoRA GRPO (online RL with rewards)", "LoRA agent GRPO (multi-turn, with a tool)"
+    )
+    text = text.replace(
+        "lora_grpo_single_device --config smollm2/135M_lora_grpo",
+        "lora_grpo_agent_single_device --config smollm2/135M_lora_grpo_agent",
+    )
+    text = "\n".join(line for line in text.splitlines() if "lora_grpo_distributed" not in line) + "\n"
+    text = text.replace("output/smollm2_135M_lora_grpo\n", "output/smollm2_135M_lora_grpo_agent\n")
+    text = text.replace(
+        "max_new_tokens: 16  # the most tokens of a completion\n",
+        "max_new_tokens: 16  # not read by the agent recipe: the three budgets below bound the turns\n"
+        "max_turns: 4  # model turns per conversation\n"
+        "max_turn_tokens: 48  # tokens of one model turn\n"
+        "max_trajectory_tokens: 192  # tokens after the prompt, the model's and the tools' (dr_grpo's constant)\n"
+        "max_off_policy_steps: null  # null: sample in the step; k >= 0: a worker process samples up to k steps ahead\n"
+        "refresh_every: 1  # steps between two refreshes of the worker's copy of the policy\n"
+        "importance_sampling_cap: 3.0  # C of the truncated importance weights of stale rollouts (TRL's default)\n",
+    )
+    return text.replace(
+        "  weights: {correct: 1.0}\n",
+        "  weights: {correct: 1.0}\n"
+        "environment:  # answers each model turn: a calculator tool, run in a sandbox\n"
+        "  _component_: ftune.agents.ToolEnvironment\n"
+        "  tools: [{_component_: ftune.agents.Calculator}]\n"
+        "  prompt_field: prompt\n"
+        "  max_turns: ${max_turns}\n"
+        "  max_output_chars: 500\n"
+        "tool_format:  # how the model writes a tool call (the family's chat-template format)\n"
+        "  _component_: ftune.agents.tool_formats.tool_format\n"
+        "  family: smollm2\n",
+    )

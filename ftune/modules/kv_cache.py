@@ -62,6 +62,13 @@ class KVCache(nn.Module):
             self.v_cache = self.v_cache.repeat_interleave(times, dim=0)
         self.batch_size = batch_size
 
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Keep only the cache rows `rows` (long indices, in their new order): rows whose sequences ended
+        stop costing compute in the batch's later steps (a multi-turn rollout's finished conversations)."""
+        self.k_cache = self.k_cache.index_select(0, rows)
+        self.v_cache = self.v_cache.index_select(0, rows)
+        self.batch_size = int(rows.numel())
+
     def update(
         self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -229,6 +229,11 @@ class TransformerDecoder(nn.Module):
         for layer in self.layers:
             layer.attn.kv_cache.repeat_rows(batch_size)
 
+    def keep_cache_rows(self, rows: torch.Tensor) -> None:
+        """Keep only the cache rows `rows` of every layer (see `KVCache.keep_rows`)."""
+        for layer in self.layers:
+            layer.attn.kv_cache.keep_rows(rows)
+
     def reset_caches(self) -> None:
         """Zero every KV cache (keeps them allocated)."""
         for layer in self.layers:

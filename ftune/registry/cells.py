@@ -38,6 +38,12 @@ SFT_COMMON = {
         "no teacher: distil with knowledge_distillation_single_device / _distributed"
     ),
     "mixture_of_experts": YES,
+    "multi_turn": na(
+        "supervised: conversations come from the data; agents train with lora_grpo_agent_single_device"
+    ),
+    "off_policy_correction": na(
+        "supervised: nothing is sampled; rollouts beside training: lora_grpo_agent_single_device"
+    ),
 }
 NOT_LORA = {
     "lora": na("full fine-tune: every weight trains"),
@@ -88,6 +94,10 @@ DPO_COMMON = {
     "reward_model": _NOT_RM,
     "knowledge_distillation": na(
         "preference tuning has no teacher: distil with the knowledge_distillation recipes"
+    ),
+    "multi_turn": na("preference pairs come from the data; agents train with lora_grpo_agent_single_device"),
+    "off_policy_correction": na(
+        "preference tuning samples nothing; rollouts beside training: lora_grpo_agent_single_device"
     ),
     "grad_accumulation": YES,
     "grad_clipping": YES,
@@ -144,6 +154,12 @@ GRPO_UNCHECKED = (
 GRPO_COMMON = {
     "reward_model": _NOT_RM,
     "knowledge_distillation": na("online RL has no teacher: distil with the knowledge_distillation recipes"),
+    "multi_turn": na(
+        "single-turn GRPO: one completion per prompt; conversations: lora_grpo_agent_single_device"
+    ),
+    "off_policy_correction": na(
+        "rollouts are sampled in the step, by the current policy; beside training: lora_grpo_agent_single_device"
+    ),
     "grad_accumulation": YES,
     "grad_clipping": YES,
     "compile": unchecked(GRPO_UNCHECKED),
@@ -169,6 +185,8 @@ GRPO_COMMON = {
     ),
 }
 GRPO_LORA = {"lora": YES, "qlora": unchecked(GRPO_UNCHECKED), "dora": unchecked(GRPO_UNCHECKED)}
+# The agent recipe: conversations with an environment, and rollouts beside training.
+AGENT = {"multi_turn": YES, "off_policy_correction": YES}
 GRPO_LORA_DIST = {
     **GRPO_LORA,
     "qlora": na(

@@ -27,6 +27,7 @@ METHODS: tuple[str, ...] = (
     "full_rm",
     "lora_rm",
     "lora_grpo",
+    "lora_grpo_agent",
     "full_grpo",
     "kd",
     "kd_lora",

@@ -37,4 +37,7 @@ FEATURES: dict[str, str] = {
     "knowledge_distillation": "(1 - kd_ratio) CE + kd_ratio KL(teacher || student), chunked, frozen teacher",
     "reward_model": "a scalar head on the last real token, Bradley-Terry loss; saved as a sequence classifier",
     "mixture_of_experts": "MoE models (Qwen3-MoE, Mixtral): the balancing loss of the policy's forward, once",
+    "multi_turn": "conversations with an environment on the KV cache; only the model's tokens trained",
+    "off_policy_correction": "rollouts sampled beside training by a worker, stale by a bounded number of steps, "
+    "with truncated importance weights",
 }

@@ -11,6 +11,7 @@ Pure Python, no torch.
 from __future__ import annotations
 
 from ftune.registry.cells import (
+    AGENT,
     DIST,
     DIST_CHECK,
     DPO_COMMON,
@@ -174,6 +175,18 @@ _RECIPES = [
         tags=frozenset({"lora", "grpo", "ref"}),  # online RL replaces the supervised # [sft] lines
     ),
     Recipe(
+        "lora_grpo_agent_single_device",
+        "LoRA agent GRPO: G multi-turn conversations per record with an environment (tools), grown on the KV "
+        "cache; only the model's tokens are trained.",
+        False,
+        "smollm2/135M_lora_grpo_agent",
+        ("lora_grpo_agent",),
+        {**GRPO_COMMON, **GRPO_LORA, **SINGLE, **AGENT},
+        tags=frozenset(
+            {"lora", "grpo", "ref", "agent"}
+        ),  # [agent]: the multi-turn rollout in place of GRPO's
+    ),
+    Recipe(
         "full_grpo_single_device",
         "Full GRPO (online RL) on one device; the reference is a frozen copy of the starting weights.",
         False,
@@ -278,7 +291,7 @@ TAGS: dict[str, str] = _tag_references()
 
 # The one order of a combined tag's parts (# [grpo+full+dist], never # [full+grpo]): the method kind,
 # then the frozen reference it runs (ref: DPO's and GRPO's), then full or LoRA, then FSDP2.
-TAG_ORDER = ("sft", "dpo", "grpo", "kd", "rm", "qat", "ref", "full", "lora", "dist")
+TAG_ORDER = ("sft", "dpo", "grpo", "agent", "kd", "rm", "qat", "ref", "full", "lora", "dist")
 
 
 def recipe_for_config(config: str) -> Recipe | None:

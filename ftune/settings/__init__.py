@@ -6,6 +6,7 @@ check a config's keys, types and ranges against them before the recipe starts. T
 (``Settings``, ``setting``, the checks) is ``ftune.config.settings``.
 """
 
+from ftune.settings.agent import AgentGRPOSettings
 from ftune.settings.dist import DistCheckSettings, dist_timeout_problems
 from ftune.settings.eval import EvalSettings
 from ftune.settings.generate import GenerateSettings
@@ -23,6 +24,7 @@ from ftune.settings.training import (
 )
 
 __all__ = [
+    "AgentGRPOSettings",
     "DistCheckSettings",
     "EvalSettings",
     "FullSettings",

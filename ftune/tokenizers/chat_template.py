@@ -79,8 +79,10 @@ def render_chat(
     add_generation_prompt: bool = False,
     special_tokens: Mapping[str, str] | None = None,
     origin: str = "the chat template",
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
-    """Render `messages` (dicts with "role" and "content") to text.
+    """Render `messages` (dicts with "role" and "content") to text; `tools` (JSON schemas, as
+    transformers' ``apply_chat_template(tools=...)`` gives them) go to the template's ``tools``.
 
     Raises:
         ValueError: the template rejected the conversation (`raise_exception`) or failed.
@@ -88,7 +90,7 @@ def render_chat(
     try:
         return template.render(
             messages=[dict(m) for m in messages],
-            tools=None,
+            tools=[dict(t) for t in tools] if tools else None,
             documents=None,
             add_generation_prompt=add_generation_prompt,
             **dict(special_tokens or {}),

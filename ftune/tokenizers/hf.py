@@ -229,8 +229,15 @@ class HFTokenizer(MessageTokenizer):
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 
-    def render(self, messages: list[Message], *, add_generation_prompt: bool = False) -> str:
-        """The chat template's rendering of `messages` (the text `apply_chat_template(tokenize=False)` gives).
+    def render(
+        self,
+        messages: list[Message],
+        *,
+        add_generation_prompt: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """The chat template's rendering of `messages` (the text `apply_chat_template(tokenize=False)` gives),
+        with the JSON schemas of `tools` in the template's ``tools`` (an agent's environment's).
 
         Raises:
             ValueError: the tokenizer has no chat template (or uses a prompt format instead).
@@ -249,6 +256,7 @@ class HFTokenizer(MessageTokenizer):
             add_generation_prompt=add_generation_prompt,
             special_tokens=self.template_tokens,
             origin=self._template_origin,
+            tools=tools,
         )
 
     def _limited(self, render: Any, messages: list[Message], *args: Any, **kwargs: Any) -> Any:

@@ -32,6 +32,7 @@ from ftune.runtime.device import get_device
 from ftune.runtime.distributed import destroy_distributed, init_distributed
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.settings import (
+    AgentGRPOSettings,
     FullSettings,
     GRPOSettings,
     KDSettings,
@@ -46,12 +47,20 @@ from ftune.training.features.activation_offloading import apply_activation_offlo
 from ftune.training.features.compile import compile_loss, compile_model
 from ftune.training.features.fsdp import shard_model
 from ftune.training.features.low_precision_optim import AdamWBf16State, optimizer_state_bytes
+from ftune.training.methods.agent_rollout import (
+    Agent,
+    TrajectorySampler,
+    sample_trajectories,
+    score_trajectories,
+)
 from ftune.training.methods.distill_loss import distill_loss, teacher_hidden
 from ftune.training.methods.dpo_loss import DPOLoss, PairLogps
 from ftune.training.methods.grpo_loss import GRPOLoss, grpo_loss, per_sequence
 from ftune.training.methods.grpo_rewards import group_advantages, zero_variance_share
 from ftune.training.methods.kd_loss import KDLoss
 from ftune.training.methods.kto_loss import KTOLoss
+from ftune.training.methods.off_policy import importance_weights
+from ftune.training.methods.off_policy_loader import OffPolicyLoader, Sampled, rollouts_beside_training
 from ftune.training.methods.peft_setup import apply_peft
 from ftune.training.methods.preference_loss import preference_loss
 from ftune.training.methods.reference import ReferenceModel
@@ -64,6 +73,7 @@ from ftune.training.methods.rollout_batch import (
     score_rollout,
 )
 from ftune.training.methods.rollout_loader import RolloutLoader
+from ftune.training.methods.rollout_worker import ProcessSampler, RolloutSampler
 from ftune.training.methods.teacher import check_same_vocab, load_teacher
 from ftune.training.run.cadence import every, every_after, total_steps
 from ftune.training.run.dtype_advice import resolve_dtype
@@ -100,12 +110,14 @@ __all__ = [
     "Sampling", "PromptBatch", "build_prompt_collate", "RolloutLoader", "RolloutBatch",
     "sample_rollout", "score_rollout", "rollout_batch", "grpo_loss",
     "add_score_head", "reward_loss", "reward_scores",
+    "Agent", "TrajectorySampler", "sample_trajectories", "score_trajectories", "Sampled",
+    "rollouts_beside_training", "OffPolicyLoader", "ProcessSampler", "RolloutSampler", "importance_weights",
     # What configs name as components (_component_: ftune.training.X), and the settings recipes read.
     "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss", "KTOLoss", "RewardLoss",
     "cosine_with_warmup", "linear_with_warmup", "constant_with_warmup", "AdamWBf16State",
     "MetricLogger", "DiskLogger", "StdoutLogger", "TensorBoardLogger", "WandBLogger",
     "FullSettings", "LoRASettings", "QATSettings", "QATLoRASettings", "KDSettings", "GRPOSettings",
-    "LoRAGRPOSettings", "RewardModelSettings",
+    "LoRAGRPOSettings", "AgentGRPOSettings", "RewardModelSettings",
     # The types a recipe's code meets, and helpers benchmarks and copies of recipes read.
     "MicroBatch", "Loss", "Metric", "StepStats", "NonFiniteError", "PairLogps", "on_device",
     "batch_loss", "group_advantages", "zero_variance_share", "per_sequence", "optimizer_state_bytes",

@@ -123,3 +123,19 @@ def kd_overrides(teacher: Path) -> list[str]:
         f"teacher_tokenizer.path={teacher}",
         f"teacher_checkpointer.checkpoint_dir={teacher}",
     ]
+
+
+def make_talkative_checkpoint(folder: Path, tiny: Path) -> Path:
+    """The tiny checkpoint with <|im_end|> (id 2) made likely, so that a random model ends its turns and an
+    agent's conversation goes on past its first turn (tests/assets/tiny_grpo.py's AGENT_TINY)."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in tiny.iterdir():
+        shutil.copy(f, folder / f.name)
+    weights = load_file(folder / "model.safetensors")
+    weights["model.embed_tokens.weight"][2] *= 12.0  # tied: the output row of <|im_end|> too
+    save_file(weights, str(folder / "model.safetensors"))
+    return folder

@@ -7,3 +7,15 @@ GRPO_TINY = [
     "rewards.rewards={varied: {_component_: recipe_test_components.char_code_reward, _partial_: true}}",
     "rewards.weights={varied: 1.0}",
 ]
+
+# The agent recipe's tiny runs: the scripted environment in place of the shipped tool environment, small budgets.
+AGENT_TINY = [
+    "~environment",
+    "environment._component_=recipe_test_components.ScriptedCalculator",
+    "tool_format._component_=recipe_test_components.plain_turn",
+    "tool_format._partial_=true",
+    "~tool_format.family",
+    "max_turns=3",
+    "max_turn_tokens=6",
+    "max_trajectory_tokens=40",
+]

@@ -14,8 +14,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assets"))
 # defined in tests/recipes/mutants.py, which the resolved-object trust check sees).
 trust_packages(["recipe_test_components", "mutants"])
 
-from tiny_checkpoint import TEACHER_SIZES, kd_overrides, make_tiny_checkpoint, tiny_overrides  # noqa: E402
-from tiny_grpo import GRPO_TINY  # noqa: E402
+from tiny_checkpoint import (  # noqa: E402
+    TEACHER_SIZES,
+    kd_overrides,
+    make_talkative_checkpoint,
+    make_tiny_checkpoint,
+    tiny_overrides,
+)
+from tiny_grpo import AGENT_TINY, GRPO_TINY  # noqa: E402
 from tiny_preference import tiny_kto_overrides, tiny_preference_overrides  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,6 +37,12 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
 def tiny_teacher(tmp_path_factory) -> Path:
     """The KD tests' teacher: wider than tiny_checkpoint, other weights, the same tokenizer."""
     return make_tiny_checkpoint(tmp_path_factory.mktemp("teacher") / "ckpt", seed=1, sizes=TEACHER_SIZES)
+
+
+@pytest.fixture(scope="session")
+def talkative_checkpoint(tiny_checkpoint, tmp_path_factory) -> Path:
+    """The agent tests' checkpoint: tiny_checkpoint whose random model ends its turns often."""
+    return make_talkative_checkpoint(tmp_path_factory.mktemp("talkative") / "ckpt", tiny_checkpoint)
 
 
 def is_kd(config: str) -> bool:
@@ -59,6 +71,8 @@ def overrides_for(config: str, checkpoint: Path, data_dir: Path, output_dir: Pat
         return tiny_kto_overrides(checkpoint, data_dir, output_dir)
     if registry.method_of(config) in ("lora_dpo", "full_dpo", "lora_orpo") and "_demo_" not in config:
         return tiny_preference_overrides(checkpoint, data_dir, output_dir)
+    if registry.method_of(config) == "lora_grpo_agent":  # the GRPO overrides, a scripted environment
+        return [*tiny_overrides(checkpoint, data_dir, output_dir), *GRPO_TINY, *AGENT_TINY]
     if registry.method_of(config) in ("lora_grpo", "full_grpo"):  # the demo prompts, a varied reward
         return [*tiny_overrides(checkpoint, data_dir, output_dir), *GRPO_TINY]
     return tiny_overrides(checkpoint, data_dir, output_dir)
@@ -68,14 +82,15 @@ def overrides_for(config: str, checkpoint: Path, data_dir: Path, output_dir: Pat
 def run_recipe(tiny_checkpoint, demo_dir, tmp_path, request):
     """Run a recipe in this process on the tiny checkpoint; returns (per-step metrics, output_dir).
 
-    A knowledge-distillation config also gets the tiny teacher (built on first use)."""
+    A knowledge-distillation config also gets the tiny teacher (built on first use), an agent config the
+    talkative checkpoint (its conversations take several turns)."""
 
     def run(recipe: str, config: str, *overrides: str, output_dir: Path | None = None):
         out = output_dir or tmp_path / "out"
         teacher = kd_overrides(request.getfixturevalue("tiny_teacher")) if is_kd(config) else []
-        cfg = load_config(
-            config, [*overrides_for(config, tiny_checkpoint, demo_dir, out), *teacher, *overrides]
-        )
+        agent = registry.method_of(config) == "lora_grpo_agent"
+        checkpoint = request.getfixturevalue("talkative_checkpoint") if agent else tiny_checkpoint
+        cfg = load_config(config, [*overrides_for(config, checkpoint, demo_dir, out), *teacher, *overrides])
         load_recipe(recipe).main(cfg)
         return read_log(out), out
 

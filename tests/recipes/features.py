@@ -18,6 +18,7 @@ import shutil
 
 import pytest
 import torch
+from features_agent import multi_turn, off_policy_correction
 from features_methods import (
     VOCAB,
     knowledge_distillation,
@@ -348,5 +349,7 @@ CHECKS = {
         dora,
         mixture_of_experts,
         reward_model,
+        multi_turn,
+        off_policy_correction,
     )
 }

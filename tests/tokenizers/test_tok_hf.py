@@ -215,3 +215,29 @@ def test_file_and_config_errors(tmp_path, hf_dir):
         HFTokenizer(hf_dir, chat_template="{% for m in messages %}")
     with pytest.raises(ValueError, match=r"Cannot decode ids \[300\]"):
         HFTokenizer(hf_dir).decode([300])
+
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}{{ '<|im_start|>system\\nTools: ' }}{% for t in tools %}{{ t['function']['name'] + ' ' }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + "
+    "m['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% endif %}"
+)
+
+
+def test_tools_reach_the_template_as_apply_chat_template_gives_them(hf_dir):
+    """An agent's tool schemas render as transformers renders them (``apply_chat_template(tools=...)``)."""
+    tools = [{"type": "function", "function": {"name": "calc", "description": "adds", "parameters": {}}}]
+    conversation = [Message("user", "1+1?")]
+    tok = HFTokenizer(hf_dir, chat_template=TOOLS_TEMPLATE)
+    reference = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
+    expected = reference.apply_chat_template(
+        as_dicts(conversation),
+        tools=tools,
+        chat_template=TOOLS_TEMPLATE,
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert tok.render(conversation, add_generation_prompt=True, tools=tools) == expected
+    assert expected.startswith("<|im_start|>system\nTools: calc ")
+    assert "Tools" not in tok.render(conversation)  # no tools: the template's `tools` is None

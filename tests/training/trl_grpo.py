@@ -8,6 +8,7 @@ accelerate). Used by test_grpo_loss.py and test_grpo_rewards.py.
 
 import ast
 import importlib.util
+import math
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -114,9 +115,13 @@ def trl_loss(
     accum=1,
     num_items=None,
     ratio_kl=False,
+    tool_mask=None,
+    is_ratio=None,
 ):
     """TRL's ``GRPOTrainer._compute_loss`` on one micro-batch: (loss, logged metrics). ``ratio_kl`` is
-    ``GRPOConfig.use_bias_correction_kl`` (TRL's default True; False is the plain k3)."""
+    ``GRPOConfig.use_bias_correction_kl`` (TRL's default True; False is the plain k3). ``tool_mask`` is
+    TRL's multi-turn mask (0 at tool-result tokens of a completion, 1 elsewhere); ``is_ratio`` the
+    truncated importance weights of ``vllm_importance_sampling_correction`` (its use_vllm path on)."""
     fn = _trl_grpo_method("_compute_loss")
     fn.decorator_list = []
     scope = _trl_scope()
@@ -147,7 +152,8 @@ def trl_loss(
         loss_type=loss_type,
         epsilon_low=eps,
         epsilon_high=eps_high,
-        use_vllm=False,
+        use_vllm=is_ratio is not None,
+        vllm_importance_sampling_correction=is_ratio is not None,
         model=SimpleNamespace(training=True),
         current_gradient_accumulation_steps=accum,
         max_completion_length=max_len,
@@ -167,8 +173,43 @@ def trl_loss(
     }
     if beta:
         inputs["ref_per_token_logps"] = ref
+    if tool_mask is not None:
+        inputs["tool_mask"] = tool_mask
+    if is_ratio is not None:
+        inputs["importance_sampling_ratio"] = is_ratio
     loss = scope["_compute_loss"](stand_in, None, inputs)
     return loss, {k: v[-1] for k, v in stand_in._metrics["train"].items()}
 
 
 # ---- inputs ----------------------------------------------------------------------------------------
+
+
+def trl_is_ratio(old, sampling, completion_mask, tool_mask, *, cap, mode="token_truncate"):
+    """TRL's ``vllm_importance_sampling_correction`` block of ``_generate_and_score_completions`` (the
+    ``if`` that computes ``vllm_importance_sampling_ratio``), run on the given log-probabilities."""
+    fn = _trl_grpo_method("_generate_and_score_completions")
+    block = next(
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, ast.If)
+        and "per_token_logps_diff" in ast.unparse(n)
+        and ast.unparse(n.test).startswith("self.use_vllm")
+    )
+    scope = _trl_scope()
+    scope.update(
+        math=math,
+        self=SimpleNamespace(
+            use_vllm=True,
+            vllm_importance_sampling_correction=True,
+            vllm_importance_sampling_mode=mode,
+            vllm_importance_sampling_clip_min=None,
+            vllm_importance_sampling_clip_max=cap,
+        ),
+        completion_mask=completion_mask,
+        tool_mask=tool_mask,
+        old_per_token_logps=old,
+        sampling_per_token_logps=sampling,
+    )
+    _, path = _trl_source("trainer/grpo_trainer.py")
+    exec(compile(ast.Module(body=[block], type_ignores=[]), path, "exec"), scope)  # noqa: S102 - TRL's source
+    return scope["vllm_importance_sampling_ratio"]

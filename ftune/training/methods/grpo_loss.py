@@ -15,6 +15,13 @@ and the aggregation over a step's completion tokens (``loss_type``), as TRL 1.16
 - ``dapo``: the token sum over the step divided by the step's completion tokens;
 - ``dr_grpo``: the token sum divided by sequences × ``max_completion_length`` (a constant).
 
+A rollout sampled by an older policy than the one the step starts from (generation beside training,
+``max_off_policy_steps`` > 0) carries truncated importance weights ``w = min(exp(log π_old - log
+π_sampler), C)`` per token, TRL 1.16's ``vllm_importance_sampling_correction`` (``token_truncate``):
+they multiply the policy term, ``loss_tok = -w·min(r·A, clip(r)·A) + β·kl_tok``, where ``π_old`` is
+the policy at the start of the step (the clipped ratio's denominator) and ``π_sampler`` the one that
+drew the tokens.
+
 ftune normalises a step by a count known before backward (``StepLoss(per=...)``), so the loss of
 a micro-batch is a SUM, and :meth:`GRPOLoss.per` its count: sequence means and sequences (grpo),
 token sum and tokens (dapo), token sum and sequences × max_completion_length (dr_grpo). Summed
@@ -182,6 +189,7 @@ class GRPOLoss(nn.Module):
         ref_logps: torch.Tensor | None,
         advantages: torch.Tensor,
         mask: torch.Tensor,
+        is_weights: torch.Tensor | None = None,
     ) -> GRPOLosses:
         """The micro-batch's loss sum, count and logged token sums.
 
@@ -192,6 +200,8 @@ class GRPOLoss(nn.Module):
             ref_logps: the reference model's ``[b, t]``; None exactly when beta is 0.
             advantages: ``[b]``, from ``group_advantages``.
             mask: ``[b, t]``, 1 (or True) at completion tokens, 0 at padding.
+            is_weights: ``[b, t]`` truncated importance weights of a stale rollout (see the module
+                docstring), detached; None: the rollout's sampler is the policy at the step's start.
 
         Returns:
             :class:`GRPOLosses`.
@@ -205,6 +215,8 @@ class GRPOLoss(nn.Module):
         clipped = torch.clamp(ratio, 1 - self.epsilon_low, 1 + self.epsilon_high)
         adv = advantages.to(logps.dtype)[:, None]
         per_token = -torch.min(ratio * adv, clipped * adv)
+        if is_weights is not None:
+            per_token = per_token * is_weights.to(per_token.dtype)
         kl_sum = logps.new_zeros(())
         if self.needs_reference:
             delta = ref_logps - logps
@@ -246,6 +258,7 @@ def grpo_loss(loss_fn: GRPOLoss, model: nn.Module, hidden: torch.Tensor, batch: 
     logps = loss_fn.token_logps(model.head, scaled, batch.labels)  # (b, s), 0 off the completions
     mask = batch.labels != IGNORE_INDEX
     old = batch.old_logps if batch.old_logps is not None else logps.detach()
-    losses = loss_fn(logps, old, batch.ref_logps, batch.advantages, mask)
+    stale = {} if batch.is_weights is None else {"is_weights": batch.is_weights}  # a stale rollout's weights
+    losses = loss_fn(logps, old, batch.ref_logps, batch.advantages, mask, **stale)
     loss = Loss(losses.sum, int(loss_fn.per(batch)), {**losses.metrics(), **batch.metrics})
     return with_aux_loss(model, batch, loss)

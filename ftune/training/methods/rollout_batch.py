@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -25,9 +26,12 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
 from ftune.data.prompt_batch import PromptBatch
+from ftune.generation.multi_turn import STOPS, Trajectories
 from ftune.generation.rollout import Rollout, rollout
 from ftune.rewards import RewardSet
 from ftune.training.methods.grpo_rewards import group_advantages, reward_metrics
+from ftune.training.methods.off_policy import importance_weights, shift_logps
+from ftune.training.step.loss import IGNORE_INDEX
 from ftune.training.step.metric import Metric
 from ftune.training.step.micro_batch import MicroBatch, on_device
 
@@ -60,7 +64,9 @@ class Sampling:
             pad_id=tokenizer.pad_id,
             seed=settings.seed,
             stop_strings=tuple(settings.stop_strings),
-            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+            decode=partial(
+                tokenizer.decode, skip_special_tokens=True
+            ),  # picklable: a worker process samples too
         )
 
     def stop_when(self) -> Callable[[int, list[int]], bool] | None:
@@ -188,6 +194,8 @@ class RolloutBatch(MicroBatch):
         ref_logps: ``[b, s]`` the reference's, or None when the loss has no KL term.
         temperature: the temperature log-probabilities are taken at.
         metrics: figures logged with the step, each with its own count (rewards, completion lengths).
+        is_weights: ``[b, s]`` the truncated importance weights of a rollout sampled by an older
+            policy (``training.GRPOLoss``'s module docstring), or None: sampled by the current one.
     """
 
     advantages: torch.Tensor
@@ -195,6 +203,7 @@ class RolloutBatch(MicroBatch):
     ref_logps: torch.Tensor | None
     temperature: float
     metrics: dict[str, Metric]
+    is_weights: torch.Tensor | None = None
 
     def state(self) -> dict[str, Any]:
         """Plain tensors and numbers (a checkpoint of a rollout that later steps reuse)."""
@@ -207,6 +216,7 @@ class RolloutBatch(MicroBatch):
             "ref_logps": self.ref_logps,
             "temperature": self.temperature,
             "metrics": {k: vars(m) for k, m in self.metrics.items()},
+            "is_weights": self.is_weights,
         }
 
     @classmethod
@@ -228,6 +238,7 @@ class RolloutBatch(MicroBatch):
             temperature=float(state["temperature"]),
             # A rollout saved before metrics carried their own counts logs nothing more (figures only).
             metrics={k: _metric(m, move) for k, m in state["metrics"].items() if isinstance(m, dict)},
+            is_weights=move(state.get("is_weights")),  # a rollout saved before off-policy correction: None
         )
 
 
@@ -241,8 +252,21 @@ def _policy_logps(policy: nn.Module, loss_fn: Any, batch: MicroBatch, temperatur
         return loss_fn.token_logps(policy.head, hidden / temperature, batch.labels)
 
 
+def _trajectory_metrics(rollout: Trajectories, device: torch.device) -> dict[str, Metric]:
+    """A multi-turn rollout's figures: turns, model tokens and the share of each stop reason."""
+    rows = rollout.rows
+
+    def mean(values: list[float]) -> Metric:
+        return Metric.mean(torch.tensor(values, dtype=torch.float32, device=device))
+
+    out = {"trajectories/turns": mean([r.turns for r in rows])}
+    out["trajectories/model_tokens"] = mean([sum(r.sampled) for r in rows])
+    out.update({f"trajectories/stop/{s}": mean([float(r.stop == s) for r in rows]) for s in STOPS})
+    return out
+
+
 def rollout_batch(
-    rollout: Rollout,
+    rollout: Rollout | Trajectories,
     scores: Scores,
     loss_fn: Any,
     *,
@@ -251,11 +275,14 @@ def rollout_batch(
     device: torch.device,
     scale_rewards: bool,
     keep_old_logps: bool,
+    importance_cap: float | None = None,
 ) -> RolloutBatch:
     """The micro-batch a GRPO ``loss_on`` reads: advantages, old and reference log-probabilities, sums to log.
 
     Args:
-        rollout, scores: from :func:`sample_rollout` and :func:`score_rollout`.
+        rollout, scores: from :func:`sample_rollout` and :func:`score_rollout` (or a multi-turn
+            rollout's, ``training.sample_trajectories`` and ``score_trajectories``: its trajectories'
+            figures are logged too).
         loss_fn: the recipe's :class:`ftune.training.GRPOLoss` (it projects in chunks).
         policy: the policy, for the old log-probabilities when ``keep_old_logps``.
         reference: a ``ftune.training.ReferenceModel`` (run only when the loss has a KL term).
@@ -263,6 +290,9 @@ def rollout_batch(
         scale_rewards: divide advantages by the group's std (False: Dr. GRPO).
         keep_old_logps: the rollout serves several steps (``num_iterations > 1``): keep the
             sampling policy's log-probabilities for the clipped ratio.
+        importance_cap: set when an older policy sampled the rollout (rollouts beside training): the
+            current policy's log-probabilities are kept as the old ones and each token is weighted by
+            ``min(exp(old - sampled), importance_cap)`` (``ftune.training.methods.off_policy``).
     """
     if not callable(getattr(loss_fn, "token_logps", None)) or not hasattr(loss_fn, "needs_reference"):
         raise ValueError(
@@ -275,7 +305,8 @@ def rollout_batch(
     g = rollout.group_size
     advantages = group_advantages(total, g, scale_rewards=scale_rewards)
     temperature = rollout.logp_temperature
-    old = _policy_logps(policy, loss_fn, batch, temperature) if keep_old_logps else None
+    stale = importance_cap is not None
+    old = _policy_logps(policy, loss_fn, batch, temperature) if keep_old_logps or stale else None
     ref = reference.token_logps(loss_fn, batch, temperature)
     per_reward = {
         k: torch.tensor(v, dtype=torch.float32, device=device) for k, v in scores.per_reward.items()
@@ -287,6 +318,15 @@ def rollout_batch(
         "completions/max_length": Metric.max(lengths),
         "completions/clipped_ratio": Metric.mean((~rollout.finished).float().to(device)),
     }
+    if isinstance(rollout, Trajectories):
+        metrics.update(_trajectory_metrics(rollout, device))
+    weights = None
+    if stale:
+        sampled = shift_logps(parts["old_logps"].to(device))  # aligned with the shifted labels
+        trained = batch.labels != IGNORE_INDEX
+        weights = importance_weights(old, sampled, trained, cap=importance_cap)
+        metrics["sampling/importance_weight/mean"] = Metric.mean(weights[trained])
+        metrics["sampling/importance_weight/max"] = Metric.max(weights[trained])
     return RolloutBatch(
         batch.tokens,
         batch.labels,
@@ -297,4 +337,5 @@ def rollout_batch(
         ref_logps=ref,
         temperature=temperature,
         metrics=metrics,
+        is_weights=weights,
     )

@@ -127,6 +127,9 @@ class RolloutLoader:
         seconds, self.seconds = self.seconds, 0.0
         return {"time/rollout_s": seconds}
 
+    def close(self) -> None:
+        """Nothing to stop: rollouts are made in the step (``OffPolicyLoader.close`` stops its worker)."""
+
     def state_dict(self) -> dict[str, Any]:
         """{"epoch", "prompts" (the prompt loader's position), "passes_left", "reuse"}."""
         prompts = self.prompts.state_dict()  # type: ignore[attr-defined]

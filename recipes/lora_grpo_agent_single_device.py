@@ -1,0 +1,173 @@
+"""LoRA agent GRPO on one device.   ftune run lora_grpo_agent_single_device --config smollm2/135M_lora_grpo_agent
+
+For each record of a micro-batch, `group_size` conversations are run with the config's `environment`
+(an ftune.agents.Environment: tools that answer the model's calls, a reward per step, done): the policy
+takes turns on ftune's KV cache, each turn read with the `tool_format` section's parser, each answer
+rendered with the chat template and prefilled onto the cache, until done, `max_turns` or a budget
+(`max_turn_tokens`, `max_trajectory_tokens`). A trajectory's reward is its environment's rewards
+summed plus the `rewards` on its final answer; only the model's tokens are trained, with the same
+`loss` (ftune.training.GRPOLoss) and the same loader, reference and resume as lora_grpo_single_device.
+This is lora_grpo_single_device with the lines tagged # [agent] in place of its single-turn rollout
+(tests/recipes/test_skeleton.py checks it against an approved diff).
+"""
+
+import torch
+
+from ftune import checkpointing, config, data, training
+
+# The settings this recipe reads (keys, types, defaults, help). A copy may define its own dataclass
+# (subclass this one, add fields with config.setting): `ftune run/validate/--help` read it from here.
+SETTINGS = training.AgentGRPOSettings  # [agent]
+
+
+def main(cfg: config.Config) -> None:
+    s = cfg.settings(SETTINGS)
+    training.seed_everything(s.seed)
+    device = training.get_device(s.device)
+    dtype = training.resolve_dtype(s.dtype, cfg, device)  # says which is faster here; "auto" picks
+    ckpt = config.instantiate(cfg.checkpointer)
+    loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
+
+    model = training.build_model(
+        cfg.model, loaded.model, device=device, dtype=dtype, checkpoint_dir=ckpt.checkpoint_dir
+    )  # config.json is checked against the model the config builds
+    peft_settings = training.apply_peft(cfg.peft, model, loaded.adapter, dtype=dtype)  # [lora]
+    reference = training.ReferenceModel.adapters_off(model)  # [ref+lora] the same model, adapters off
+    if s.activation_checkpointing:
+        training.apply_activation_checkpointing(model)
+    if s.activation_offloading:
+        training.apply_activation_offloading(model, device)
+    if s.compile:
+        training.compile_model(model)
+
+    tokenizer = config.instantiate(cfg.tokenizer)
+    checkpointing.check_tokenizer_fits(tokenizer.vocab_size, model)
+    collate = training.build_prompt_collate(cfg.collate_fn)  # [grpo] prompts and their records
+    loader = data.build_dataloader(
+        config.instantiate(cfg.dataset, tokenizer),
+        batch_size=s.batch_size,
+        collate_fn=collate,
+        shuffle=s.shuffle,
+        seed=s.seed,
+    )
+    val_loader = training.validation_loader(
+        config.instantiate(cfg.dataset_val, tokenizer), batch_size=s.batch_size, collate_fn=collate
+    )
+
+    loss_fn = config.instantiate(cfg.loss)
+    if s.compile:
+        loss_fn = training.compile_loss(loss_fn)
+
+    sampling = training.Sampling.of(s, tokenizer)  # [grpo] G, length, temperature, top-k/p, stop tokens
+    rewards = config.instantiate(cfg.rewards)  # [grpo] the reward functions and their weights
+    environment = config.instantiate(cfg.environment)  # [agent] answers each turn: tools, rewards, done
+    tool_format = config.instantiate(cfg.tool_format)  # [agent] reads a turn's tool calls
+    agent = training.Agent.of(environment, tokenizer, tool_format, s)  # [agent] with the chat template
+
+    sample = training.TrajectorySampler(sampling, agent)  # [agent] turns on the KV cache; a worker's too
+
+    def rollout_on(prompts: training.PromptBatch, epoch: int) -> training.RolloutBatch:  # [grpo]
+        """G completions of each prompt, scored: one micro-batch."""  # [grpo]
+        rollout = sample(model, prompts, epoch=epoch)  # [agent] in this process, by the current policy
+        return finish_on(prompts, epoch, training.Sampled(rollout, stale=False))  # [agent]
+
+    def finish_on(prompts, epoch, sampled: training.Sampled) -> training.RolloutBatch:  # [agent]
+        """A rollout sampled here or by the worker, scored: one micro-batch."""  # [agent]
+        scores = training.score_trajectories(rewards, prompts, sampled.rollout)  # [agent] env + rewards
+        return training.rollout_batch(  # [agent] advantages, old and reference log-probabilities, IS weights
+            sampled.rollout,
+            scores,
+            loss_fn,
+            policy=model,
+            reference=reference,
+            device=device,
+            scale_rewards=s.scale_rewards,
+            keep_old_logps=s.num_iterations > 1,
+            importance_cap=s.importance_sampling_cap if sampled.stale else None,
+        )
+
+    def loss_on(batch: training.MicroBatch) -> training.Loss:
+        """A micro-batch's forward and loss: the training step and validation both call this."""
+        hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
+        return training.grpo_loss(loss_fn, model, hidden, batch)  # [grpo] clipped ratio + KL
+
+    loader = training.rollouts_beside_training(  # [agent] in the step, or by a worker (max_off_policy_steps)
+        loader,
+        rollout_on,
+        finish_on,
+        sample,
+        model=model,
+        grad_accum_steps=s.grad_accum_steps,
+        num_iterations=s.num_iterations,
+        max_off_policy_steps=s.max_off_policy_steps,
+        refresh_every=s.refresh_every,
+    )
+    val_loader = training.RolloutLoader.for_validation(val_loader, rollout_on)  # [grpo] same draws
+
+    params = training.trainable_params(model)
+    optimizer = training.build_optimizer(cfg.optimizer, params, in_backward=s.optimizer_in_backward)
+    steps = training.total_steps(
+        max_steps=s.max_steps,
+        epochs=s.epochs,
+        batches_per_epoch=len(loader),
+        grad_accum_steps=s.grad_accum_steps,
+    )
+    scheduler = config.instantiate(cfg.lr_scheduler, optimizer, num_training_steps=steps)
+    step = training.restore(
+        loaded.recipe_state, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader
+    )
+    report = training.Reporter(
+        config.instantiate(cfg.metric_logger),
+        total=steps,
+        initial=step,
+        device=device,
+        log_every_n_steps=s.log_every_n_steps,
+        progress_bar=s.progress_bar,
+    )
+
+    def save(step: int) -> None:
+        run = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loader": loader}
+        training.save_checkpoint(ckpt, step, **run, adapter_config=peft_settings)  # [lora]
+
+    profile = training.Profiler(enabled=s.profile, output_dir=f"{s.output_dir}/profile")
+    stop = training.StopOnSignal(s.stop_grace_s)  # SIGTERM / Ctrl-C: save, then stop (a bounded wait)
+    with profile as profiler, stop:
+        while step < steps and not stop.stopped:
+            for micro_batches in training.accumulate(loader, s.grad_accum_steps, device=device):
+                # The training step. StepLoss divides by the step's count (all micro-batches, all
+                # ranks) and refuses a non-finite loss or gradient norm.
+                step_loss = training.StepLoss(  # [grpo] normalised as loss.loss_type says
+                    micro_batches, optimizer, step=step + 1, device=device, per=loss_fn.per
+                )
+                for batch in micro_batches:
+                    step_loss.scaled(loss_on(batch)).backward()
+                grad_norm = None
+                if s.clip_grad_norm is not None:
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, s.clip_grad_norm)
+                stats = step_loss.finish(grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if scheduler is not None:
+                    scheduler.step()
+                step += 1
+
+                report.add_timings(loader.take_seconds())  # [grpo] time/rollout_s: sampling and scoring
+                report.step(step, stats, training.count_tokens(micro_batches))
+                profiler.step()
+                if val_loader is not None and training.every(step, s.run_val_every_n_steps):
+                    val = training.validate(
+                        loss_on, model, val_loader, device=device, max_batches=s.max_val_batches
+                    )
+                    report.log(step, val)
+                if step == steps or stop.check():
+                    break
+                if training.every(step, s.save_every_n_steps):
+                    save(step)
+    save(step)
+    loader.close()  # [agent] stops the rollout worker process, if any
+    report.close()
+    stop.exit_if_stopped(step, s.output_dir)
+
+
+if __name__ == "__main__":
+    config.run(main)
