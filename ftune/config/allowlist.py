@@ -43,7 +43,9 @@ FTUNE_FUNCTION_PACKAGES = (
     "ftune.generation",
     "ftune.evaluation",
 )
-FTUNE_FUNCTIONS = ("ftune.checkpointing.model_from_checkpoint",)  # a model sized by config.json
+# Single functions elsewhere: a model sized by config.json; a family's tool-call format (an agent config's
+# `tool_format`; the rest of ftune.agents runs tools and sandboxes, so its functions are not components).
+FTUNE_FUNCTIONS = ("ftune.checkpointing.model_from_checkpoint", "ftune.agents.tool_formats.tool_format")
 
 
 def _under(name: str, prefix: str) -> bool:
@@ -156,7 +158,9 @@ KINDS = (
         "ftune component",
         "ftune's public classes, and the public functions of its component packages ("
         + ", ".join(f"`{p}`" for p in FTUNE_FUNCTION_PACKAGES)
-        + ") and `ftune.checkpointing.model_from_checkpoint`; not `ftune.cli` or `ftune.config`",
+        + ") and "
+        + ", ".join(f"`{f}`" for f in FTUNE_FUNCTIONS)
+        + "; not `ftune.cli` or `ftune.config`",
         also=_ftune_component,
     ),
 )

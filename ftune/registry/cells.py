@@ -203,6 +203,8 @@ RM_UNCHECKED = (
 )
 RM_COMMON = {
     "reward_model": YES,
+    "multi_turn": na("pairs come from the data; agents train with lora_grpo_agent_single_device"),
+    "off_policy_correction": na("no rollouts: a reward model trains on fixed pairs"),
     "knowledge_distillation": na(
         "a reward model has no teacher: distil with the knowledge_distillation recipes"
     ),
