@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from conftest import load_recipe  # tests/recipes/conftest.py (at import time: the module of this folder)
 from features import losses, read_log
 from tiny_checkpoint import tiny_overrides
 
@@ -27,8 +28,6 @@ COMPLETIONS = ["14/07/2023", "02/01/1999 is the date, written out", "no"]
 @pytest.fixture(scope="module")
 def reward_model_dir(tiny_checkpoint, demo_dir, tmp_path_factory):
     """A LoRA reward model of the tiny checkpoint, 2 steps of the shipped config (its step folder)."""
-    from conftest import load_recipe
-
     out = tmp_path_factory.mktemp("rm")
     config = "smollm2/135M_demo_lora_rm"
     cfg = load_config(config, [*tiny_overrides(tiny_checkpoint, demo_dir, out), "max_steps=2"])
@@ -82,7 +81,6 @@ def test_a_language_model_is_refused(tiny_checkpoint):
 def test_the_shipped_reward_model_grpo_config_trains_2_steps(
     tiny_checkpoint, demo_dir, reward_model_dir, tmp_path
 ):
-    from conftest import load_recipe
 
     out = tmp_path / "grpo"
     small = ("max_steps=2", "group_size=4", "max_new_tokens=6")  # the config's own rewards, not GRPO_TINY's
