@@ -14,16 +14,37 @@ SMOLVLM_REPO = "HuggingFaceTB/SmolVLM-256M-Instruct"
 SMOLVLM_FOLDER = "${ftune_home:}/models/SmolVLM-256M-Instruct"
 
 
-def smolvlm_lora() -> str:
-    """smolvlm/256M_lora: LoRA on the text decoder and the projector, the vision encoder frozen."""
+_PEFT = (
+    "peft:  # targets per part; a part left out stays frozen (vision_encoder: [q_proj, v_proj] adapts it too)\n"
+    "  _component_: ftune.peft.apply_lora\n"
+    "  targets:\n"
+    "    decoder: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]\n"
+    "    projector: [proj]\n"
+    "  rank: 8\n"
+    "  alpha: 16\n"
+    "  dropout: 0.0\n"
+    "  use_dora: false\n"
+    "  quantize_base: false\n"
+)
+
+
+def smolvlm(method: str) -> str:
+    """smolvlm/256M_<method>: "lora" (LoRA on the text decoder and the projector, the vision encoder
+    frozen) or "full" (every weight of every part trains)."""
+    lora = method == "lora"
+    title = (
+        "LoRA on image-text chats (decoder and projector; the vision encoder frozen)"
+        if lora
+        else "full fine-tune on image-text chats (vision encoder, projector and decoder)"
+    )
     return (
-        "# SmolVLM-256M-Instruct: LoRA on image-text chats (decoder and projector; the vision encoder frozen).\n"
+        f"# SmolVLM-256M-Instruct: {title}.\n"
         "#\n"
         "# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n"
         f"#   ftune download {SMOLVLM_REPO}\n"
         "# Run:\n"
-        "#   ftune run lora_finetune_single_device --config smolvlm/256M_lora\n"
-        "output_dir: output/smolvlm_256M_lora\n"
+        f"#   ftune run {method}_finetune_single_device --config smolvlm/256M_{method}\n"
+        f"output_dir: output/smolvlm_256M_{method}\n"
         "seed: 0\n"
         "device: cpu  # cpu, cuda, mps or auto\n"
         "dtype: bf16\n"
@@ -51,18 +72,7 @@ def smolvlm_lora() -> str:
         "  image_text: true  # read the folder whole: vision encoder, projector and text decoder\n"
         "  output_dir: ${output_dir}\n"
         "  resume_from_checkpoint: null  # auto: continue from the newest complete step folder\n"
-        "  keep_last_n_checkpoints: 2\n"
-        "peft:  # targets per part; a part left out stays frozen (vision_encoder: [q_proj, v_proj] adapts it too)\n"
-        "  _component_: ftune.peft.apply_lora\n"
-        "  targets:\n"
-        "    decoder: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]\n"
-        "    projector: [proj]\n"
-        "  rank: 8\n"
-        "  alpha: 16\n"
-        "  dropout: 0.0\n"
-        "  use_dora: false\n"
-        "  quantize_base: false\n"
-        "\n"
+        "  keep_last_n_checkpoints: 2\n" + (_PEFT if lora else "") + "\n"
         "dataset:  # chats with image parts; any hub id or local file (json, jsonl, parquet): dataset.source=...\n"
         "  _component_: ftune.datasets.multimodal_chat_dataset\n"
         "  source: HuggingFaceH4/llava-instruct-mix-vsft\n"
@@ -75,7 +85,7 @@ def smolvlm_lora() -> str:
         "  num_chunks: 8\n"
         "optimizer:\n"
         "  _component_: torch.optim.AdamW\n"
-        "  lr: 1.0e-4\n"
+        f"  lr: {'1.0e-4' if lora else '1.0e-5'}\n"
         "  weight_decay: 0.01\n"
         "  fused: true  # one vectorised pass over all parameters (docs/benchmarks.md: optimizer step)\n"
         "lr_scheduler:\n"
@@ -89,4 +99,4 @@ def smolvlm_lora() -> str:
 
 def vlm_configs(configs: Path) -> dict[Path, str]:
     """The image-text configs, by file."""
-    return {configs / "smolvlm" / "256M_lora.yaml": smolvlm_lora()}
+    return {configs / "smolvlm" / f"256M_{method}.yaml": smolvlm(method) for method in ("full", "lora")}

@@ -1,7 +1,8 @@
-"""The shipped SmolVLM LoRA config (smolvlm/256M_lora) trains an image-text model end to end: a tiny
-random Idefics3 folder written by transformers, a local jsonl of chats with Pillow-drawn images, the
-LoRA recipe's steps with the images in the forward; its adapter folder loads in peft on transformers'
-Idefics3ForConditionalGeneration with the logits of ftune's merged model."""
+"""The shipped SmolVLM configs train an image-text model end to end with the images in the forward:
+a tiny random Idefics3 folder written by transformers, a local jsonl of chats with Pillow-drawn
+images. smolvlm/256M_lora: the loss falls every step, and the adapter folder loads in peft on
+transformers' Idefics3ForConditionalGeneration with the logits of ftune's merged model.
+smolvlm/256M_full: the loss falls, and every part (encoder, projector, decoder, head) changed."""
 
 from __future__ import annotations
 
@@ -103,18 +104,15 @@ def _data(path: Path) -> Path:
     return data
 
 
-def test_lora_on_images_trains_and_peft_loads_the_adapters(tmp_path: Path) -> None:
-    folder, image_id = _folder(tmp_path)
-    data = _data(tmp_path)
-    out = tmp_path / "out"
+def _train(method: str, folder: Path, data: Path, out: Path, lr: float, *extra: str) -> list[float]:
+    """Run smolvlm/256M_<method> for STEPS steps on the tiny folder and the drawn chats; the step losses."""
     transform = [f"dataset.image_transform.{k}={v}" for k, v in TRANSFORM.items()]
     cfg = load_config(
-        "smolvlm/256M_lora",
+        f"smolvlm/256M_{method}",
         [
             f"tokenizer.path={folder}",
             "tokenizer.max_seq_len=256",
             f"checkpointer.checkpoint_dir={folder}",
-            "checkpointer.save_adapter_weights_only=false",  # also the merged folder, to compare with
             f"dataset.source={data}",
             "~dataset.image_transform",
             "dataset.image_transform._component_=ftune.data.Idefics3ImageTransform",
@@ -128,17 +126,26 @@ def test_lora_on_images_trains_and_peft_loads_the_adapters(tmp_path: Path) -> No
             "activation_checkpointing=false",
             "save_every_n_steps=null",
             "progress_bar=false",
-            "optimizer.lr=3.0e-2",
+            f"optimizer.lr={lr}",
             "optimizer.fused=false",
             "lr_scheduler.num_warmup_steps=0",
+            *extra,
         ],
     )
-    load_recipe("lora_finetune_single_device").main(cfg)
-
+    load_recipe(f"{method}_finetune_single_device").main(cfg)
     got = losses(read_log(out))
     assert len(got) == STEPS and all(math.isfinite(x) for x in got)
     # The same batch every step, at a high lr: every step lowers the loss.
     assert all(b < a for a, b in zip(got, got[1:])) and got[-1] < got[0] - 0.05, got
+    return got
+
+
+def test_lora_on_images_trains_and_peft_loads_the_adapters(tmp_path: Path) -> None:
+    folder, image_id = _folder(tmp_path)
+    data = _data(tmp_path)
+    out = tmp_path / "out"
+    # save_adapter_weights_only=false: also the merged folder, to compare with
+    _train("lora", folder, data, out, 3.0e-2, "checkpointer.save_adapter_weights_only=false")
 
     # An image row as the recipe saw it: the tokens and the tiles of the first chat.
     tokenizer = HFTokenizer(folder, max_seq_len=256)
@@ -158,3 +165,16 @@ def test_lora_on_images_trains_and_peft_loads_the_adapters(tmp_path: Path) -> No
         ours = load_hf(step / "merged", image_text=True).eval()(tokens, pixel_values)
     assert (ours - theirs).abs().max().item() <= 1e-4
     assert (theirs - before).abs().max().item() > 1e-2  # the adapters trained
+
+
+def test_full_fine_tune_on_images_trains_every_part(tmp_path: Path) -> None:
+    folder, _ = _folder(tmp_path)
+    out = tmp_path / "out"
+    _train("full", folder, _data(tmp_path), out, 1.0e-2)
+    base = transformers.Idefics3ForConditionalGeneration.from_pretrained(folder).state_dict()
+    trained = transformers.Idefics3ForConditionalGeneration.from_pretrained(
+        out / f"step_{STEPS}"
+    ).state_dict()
+    part = {k: k.split(".")[1] if k.startswith("model.") else k.split(".")[0] for k in base}
+    changed = {part[k] for k in base if not torch.equal(base[k], trained[k])}
+    assert changed == {"vision_model", "connector", "text_model", "lm_head"}, changed
