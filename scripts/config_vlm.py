@@ -44,7 +44,12 @@ def smolvlm(method: str) -> str:
         f"#   ftune download {SMOLVLM_REPO}\n"
         "# Run:\n"
         f"#   ftune run {method}_finetune_single_device --config smolvlm/256M_{method}\n"
-        f"output_dir: output/smolvlm_256M_{method}\n"
+        + (
+            f"#   ftune run --nproc_per_node 2 lora_finetune_distributed --config smolvlm/256M_{method}\n"
+            if lora
+            else ""
+        )
+        + f"output_dir: output/smolvlm_256M_{method}\n"
         "seed: 0\n"
         "device: cpu  # cpu, cuda, mps or auto\n"
         "dtype: bf16\n"

@@ -2,7 +2,8 @@
 a tiny random Idefics3 folder written by transformers, a local jsonl of chats with Pillow-drawn
 images. smolvlm/256M_lora: the loss falls every step, and the adapter folder loads in peft on
 transformers' Idefics3ForConditionalGeneration with the logits of ftune's merged model.
-smolvlm/256M_full: the loss falls, and every part (encoder, projector, decoder, head) changed."""
+smolvlm/256M_full: the loss falls, and every part (encoder, projector, decoder, head) changed.
+lora_finetune_distributed, as a world of one, gives the single-device losses."""
 
 from __future__ import annotations
 
@@ -104,7 +105,9 @@ def _data(path: Path) -> Path:
     return data
 
 
-def _train(method: str, folder: Path, data: Path, out: Path, lr: float, *extra: str) -> list[float]:
+def _train(
+    method: str, folder: Path, data: Path, out: Path, lr: float, *extra: str, recipe: str | None = None
+) -> list[float]:
     """Run smolvlm/256M_<method> for STEPS steps on the tiny folder and the drawn chats; the step losses."""
     transform = [f"dataset.image_transform.{k}={v}" for k, v in TRANSFORM.items()]
     cfg = load_config(
@@ -132,7 +135,7 @@ def _train(method: str, folder: Path, data: Path, out: Path, lr: float, *extra: 
             *extra,
         ],
     )
-    load_recipe(f"{method}_finetune_single_device").main(cfg)
+    load_recipe(recipe or f"{method}_finetune_single_device").main(cfg)
     got = losses(read_log(out))
     assert len(got) == STEPS and all(math.isfinite(x) for x in got)
     # The same batch every step, at a high lr: every step lowers the loss.
@@ -178,3 +181,15 @@ def test_full_fine_tune_on_images_trains_every_part(tmp_path: Path) -> None:
     part = {k: k.split(".")[1] if k.startswith("model.") else k.split(".")[0] for k in base}
     changed = {part[k] for k in base if not torch.equal(base[k], trained[k])}
     assert changed == {"vision_model", "connector", "text_model", "lm_head"}, changed
+
+
+def test_the_distributed_lora_recipe_at_world_size_one_gives_the_single_device_losses(tmp_path, monkeypatch):
+    """The distributed sibling runs the same forward line: as a world of one (the recipe file is what
+    torchrun would run on each rank), its losses equal the single-device run's."""
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    folder, _ = _folder(tmp_path)
+    data = _data(tmp_path)
+    one = _train("lora", folder, data, tmp_path / "one", 3.0e-2)
+    dist = _train("lora", folder, data, tmp_path / "dist", 3.0e-2, recipe="lora_finetune_distributed")
+    assert max(abs(a - b) for a, b in zip(one, dist)) <= 1e-5, (one, dist)
