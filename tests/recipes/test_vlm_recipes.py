@@ -3,7 +3,7 @@ a tiny random Idefics3 folder written by transformers, a local jsonl of chats wi
 images. smolvlm/256M_lora: the loss falls every step, and the adapter folder loads in peft on
 transformers' Idefics3ForConditionalGeneration with the logits of ftune's merged model.
 smolvlm/256M_full: the loss falls, and every part (encoder, projector, decoder, head) changed.
-lora_finetune_distributed, as a world of one, gives the single-device losses."""
+The distributed siblings, as a world of one, give the single-device losses."""
 
 from __future__ import annotations
 
@@ -183,13 +183,16 @@ def test_full_fine_tune_on_images_trains_every_part(tmp_path: Path) -> None:
     assert changed == {"vision_model", "connector", "text_model", "lm_head"}, changed
 
 
-def test_the_distributed_lora_recipe_at_world_size_one_gives_the_single_device_losses(tmp_path, monkeypatch):
-    """The distributed sibling runs the same forward line: as a world of one (the recipe file is what
-    torchrun would run on each rank), its losses equal the single-device run's."""
+@pytest.mark.parametrize("method, lr", [("lora", 3.0e-2), ("full", 1.0e-2)])
+def test_the_distributed_recipes_at_world_size_one_give_the_single_device_losses(
+    method, lr, tmp_path, monkeypatch
+):
+    """The distributed siblings run the same forward line: as a world of one (the recipe file is what
+    torchrun would run on each rank), their losses equal the single-device run's."""
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)
     folder, _ = _folder(tmp_path)
     data = _data(tmp_path)
-    one = _train("lora", folder, data, tmp_path / "one", 3.0e-2)
-    dist = _train("lora", folder, data, tmp_path / "dist", 3.0e-2, recipe="lora_finetune_distributed")
+    one = _train(method, folder, data, tmp_path / "one", lr)
+    dist = _train(method, folder, data, tmp_path / "dist", lr, recipe=f"{method}_finetune_distributed")
     assert max(abs(a - b) for a, b in zip(one, dist)) <= 1e-5, (one, dist)
