@@ -62,7 +62,7 @@ def main(cfg: config.Config) -> None:
     def loss_on(batch: training.MicroBatch) -> training.Loss:
         """A micro-batch's forward and loss: the training step and validation both call this."""
         reference_logps = reference.row_logps(loss_fn, batch)  # [dpo] no grad; None for SimPO
-        hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
+        hidden = model.hidden(batch.tokens, **batch.model_inputs)  # (b, s, dim); images when it has them
         return training.preference_loss(  # [dpo] pair losses, rewards, log-prob accuracies
             loss_fn, model, hidden, batch, reference_logps
         )

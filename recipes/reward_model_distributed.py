@@ -64,7 +64,7 @@ def main(cfg: config.Config) -> None:
 
     def loss_on(batch: training.MicroBatch) -> training.Loss:
         """A micro-batch's forward and loss: the training step and validation both call this."""
-        hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
+        hidden = model.hidden(batch.tokens, **batch.model_inputs)  # (b, s, dim); images when it has them
         return training.reward_loss(loss_fn, model, hidden, batch)  # [rm] Bradley-Terry on the pair scores
 
     params = training.trainable_params(model)

@@ -23,6 +23,7 @@ from scripts.config_grpo import GRPO, agent_config, grpo_data, grpo_loss, grpo_s
 from scripts.config_models import MODELS, QAT_MODELS, Model  # noqa: E402
 from scripts.config_preference import ORPO_KTO_LOSS, kto_dataset  # noqa: E402
 from scripts.config_rm import RM, RM_LOSS, RM_PAIRS_NOTE, with_reward_model  # noqa: E402
+from scripts.config_vlm import vlm_configs  # noqa: E402
 
 CONFIGS = ROOT / "recipes" / "configs"
 
@@ -361,6 +362,7 @@ def expected() -> dict[Path, str]:
         if any(student == m.name for _, student in KD_PAIRS):
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)
+    files.update(vlm_configs(CONFIGS))  # image-text models: scripts/config_vlm.py
     return files
 
 

@@ -170,16 +170,21 @@ def sized_line(checkpoint_dir: str | os.PathLike | None) -> str | None:
     return f"{named} ({layers}), as {str(path)!r} says (no model section in the config)"
 
 
-def model_from_checkpoint(checkpoint_dir: str | os.PathLike) -> nn.Module:
+def model_from_checkpoint(checkpoint_dir: str | os.PathLike, *, image_text: bool = False) -> nn.Module:
     """The model `checkpoint_dir`'s config.json describes (family and sizes), with random weights.
 
     What a training config without a `model` section builds (`ftune.config.model_source`): reading
     `cfg.model` then gives ``{_component_: ftune.checkpointing.model_from_checkpoint, checkpoint_dir:
-    <checkpointer.checkpoint_dir>}``. Built on the current default device and dtype.
+    <checkpointer.checkpoint_dir>}`` (and ``image_text: true`` when the checkpointer reads the folder
+    whole: the image-text model, not its text decoder). Built on the current default device and dtype.
 
     Raises:
         ValueError: no config.json in `checkpoint_dir`, or one naming an architecture ftune does not build.
     """
+    if image_text:
+        return meta_model(checkpoint_dir, dtype=torch.get_default_dtype(), image_text=True).to_empty(
+            device=torch.get_default_device()
+        )
     return _from_config_json(checkpoint_dir, dtype=None, device=None)[1]
 
 

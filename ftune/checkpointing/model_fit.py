@@ -145,13 +145,15 @@ def check_tokenizer_fits(
 
     Args:
         tokenizer_vocab_size: number of ids the tokenizer can emit, special tokens included.
-        model: a model with `tok_embeddings` (nn.Embedding).
+        model: a model with `tok_embeddings` (nn.Embedding), or an image-text model whose text
+            `decoder` has them.
         tokenizer_path: the tokenizer file, named in the message.
 
     Raises:
         ValueError: the tokenizer's vocabulary is larger than the embedding.
     """
-    rows = model.tok_embeddings.num_embeddings
+    text = model.decoder if hasattr(model, "decoder") and not hasattr(model, "tok_embeddings") else model
+    rows = text.tok_embeddings.num_embeddings
     if tokenizer_vocab_size > rows:
         where = f" {tokenizer_path!r}" if tokenizer_path else ""
         raise ValueError(

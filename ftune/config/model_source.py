@@ -36,10 +36,19 @@ def sized_by_checkpoint(node: DictConfig, cls: type) -> dict[str, str]:
 
 
 def checkpoint_model_nodes(node: DictConfig, cls: type) -> dict[str, DictConfig]:
-    """The component each absent `FROM_CHECKPOINT` section reads as: the model config.json describes."""
+    """The component each absent `FROM_CHECKPOINT` section reads as: the model config.json describes
+    (the whole image-text model when the checkpointer section sets ``image_text: true``)."""
     return {
         section: OmegaConf.create(
-            {"_component_": CHECKPOINT_MODEL, "checkpoint_dir": checkpoint_dir_of(node, ckpt)}
+            {
+                "_component_": CHECKPOINT_MODEL,
+                "checkpoint_dir": checkpoint_dir_of(node, ckpt),
+                **(
+                    {"image_text": True}
+                    if OmegaConf.select(node, f"{ckpt}.image_text", default=False)
+                    else {}
+                ),
+            }
         )
         for section, ckpt in sized_by_checkpoint(node, cls).items()
     }

@@ -10,6 +10,7 @@ from ftune.datasets.demo import (
     write_demo_data,
     write_demo_preference_data,
 )
+from ftune.datasets.image_task import image_task_dataset, write_image_task
 from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
 from ftune.datasets.kto import KTODataset, kto_dataset
 from ftune.datasets.multimodal import MultimodalSFTDataset, multimodal_chat_dataset
@@ -36,6 +37,7 @@ __all__ = [
     "demo_preference_dataset",
     "demo_prompt_dataset",
     "exact_match",
+    "image_task_dataset",
     "instruct_dataset",
     "kto_dataset",
     "load_source",
@@ -47,6 +49,7 @@ __all__ = [
     "reasoning_gym_records",
     "text_completion_dataset",
     "write_demo_data",
+    "write_image_task",
     "write_demo_preference_data",
     "write_demo_prompts",
 ]

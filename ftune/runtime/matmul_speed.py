@@ -63,7 +63,8 @@ def model_linears(
     """The linear layers of a decoder (built on any device, the meta device too) and its output projection.
 
     Args:
-        model: a TransformerDecoder (``output``, or the embeddings when tied, is the vocabulary projection).
+        model: a TransformerDecoder (``output``, or the embeddings when tied, is the vocabulary projection),
+            or an image-text model (its encoder's and projector's layers, and its text ``decoder``'s).
         trains: whether the layers' weights train (full fine-tune); the output projection trains with
             them (tied embeddings train too) and is frozen under LoRA.
         lora_rank: the adapters' rank on ``lora_targets``.
@@ -75,7 +76,7 @@ def model_linears(
             adapted = lora_rank if name.rsplit(".", 1)[-1] in lora_targets else 0
             found.append(Linear(module.in_features, module.out_features, trains, adapted))
     vocab, dim = model.head.weight.shape
-    if model.output is not None:  # untied: the loop above met it already
+    if getattr(model, "decoder", model).output is not None:  # untied: the loop above met it already
         found = [x for x in found if (x.in_features, x.out_features) != (dim, vocab)]
     found.append(Linear(dim, vocab, trains))
     return found

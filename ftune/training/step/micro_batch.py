@@ -1,7 +1,7 @@
 """A collated batch on its device, read once (:class:`MicroBatch`), and the counts a step divides by.
 
-This is the one place that knows the batch layout (``tokens``, ``labels``, and for packed batches
-``input_pos`` and ``document_ids``). :func:`on_device` moves a batch and shifts its labels once; the
+This is the one place that knows the batch layout (``tokens``, ``labels``, for packed batches
+``input_pos`` and ``document_ids``, for image batches ``pixel_values`` and ``image_sample``). :func:`on_device` moves a batch and shifts its labels once; the
 step's normaliser, the recipe's ``loss_on`` (training and validation) and a teacher all read that.
 The counts (:func:`per_token`, :func:`per_pair`, ``GRPOLoss.per``) are each defined once, here or
 beside their loss: the step divides by them before backward, and the loss helpers report the same
@@ -34,6 +34,9 @@ class MicroBatch:
         margins: ``[pairs]`` fp32, each pair's required reward margin (a reward model's Bradley-Terry
             loss with a dataset's margin column: ``ftune.datasets.preference_dataset(margin_column=...)``),
             else None.
+        pixel_values: ``(n, ...)`` the batch's images (crops or tiles) in the order of their image
+            tokens (``ftune.data.padded_collate_vision``), else None: a text batch.
+        image_sample: ``[n]`` long, the row of ``tokens`` each image belongs to, else None.
     """
 
     tokens: torch.Tensor
@@ -42,6 +45,20 @@ class MicroBatch:
     document_ids: torch.Tensor | None
     row_kinds: torch.Tensor | None = None
     margins: torch.Tensor | None = None
+    pixel_values: torch.Tensor | None = None
+    image_sample: torch.Tensor | None = None
+
+    @property
+    def model_inputs(self) -> dict[str, torch.Tensor | None]:
+        """The forward's inputs besides the tokens: ``model.hidden(batch.tokens, **batch.model_inputs)``.
+
+        ``input_pos`` and ``mask`` (read once), and ``pixel_values`` only when the batch has images,
+        so a text model's forward gets exactly what it takes and an image-text model gets its images.
+        """
+        inputs = {"input_pos": self.input_pos, "mask": self.mask}
+        if self.pixel_values is not None:
+            inputs["pixel_values"] = self.pixel_values
+        return inputs
 
     @property
     def mask(self) -> torch.Tensor | None:
@@ -72,6 +89,8 @@ def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> MicroBatc
         document_ids,
         moved.get("row_kinds"),
         moved.get("margin"),
+        moved.get("pixel_values"),
+        moved.get("image_sample"),
     )
 
 

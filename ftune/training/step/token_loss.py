@@ -65,6 +65,6 @@ def batch_loss(
         ``(loss_sum, num_tokens)``.
     """
     batch = on_device(batch, device)
-    hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
+    hidden = model.hidden(batch.tokens, **batch.model_inputs)  # (b, s, dim); images when it has them
     loss = token_loss(loss_fn, model, hidden, batch)
     return loss.sum, loss.count

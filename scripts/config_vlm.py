@@ -1,0 +1,107 @@
+"""The image-text (VLM) configs of scripts/make_configs.py: SmolVLM-256M-Instruct LoRA on image chats.
+
+An image-text folder is read whole (``checkpointer.image_text: true``) and sized by its config.json,
+so the config has no model section; LoRA targets are given per part (decoder, projector, encoder);
+samples with images are right-padded (``collate_fn: null``: the default collate stacks the images)
+and never packed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SMOLVLM_REPO = "HuggingFaceTB/SmolVLM-256M-Instruct"
+SMOLVLM_FOLDER = "${ftune_home:}/models/SmolVLM-256M-Instruct"
+
+
+_PEFT = (
+    "peft:  # targets per part; a part left out stays frozen (vision_encoder: [q_proj, v_proj] adapts it too)\n"
+    "  _component_: ftune.peft.apply_lora\n"
+    "  targets:\n"
+    "    decoder: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]\n"
+    "    projector: [proj]\n"
+    "  rank: 8\n"
+    "  alpha: 16\n"
+    "  dropout: 0.0\n"
+    "  use_dora: false\n"
+    "  quantize_base: false\n"
+)
+
+
+def smolvlm(method: str) -> str:
+    """smolvlm/256M_<method>: "lora" (LoRA on the text decoder and the projector, the vision encoder
+    frozen) or "full" (every weight of every part trains)."""
+    lora = method == "lora"
+    title = (
+        "LoRA on image-text chats (decoder and projector; the vision encoder frozen)"
+        if lora
+        else "full fine-tune on image-text chats (vision encoder, projector and decoder)"
+    )
+    return (
+        f"# SmolVLM-256M-Instruct: {title}.\n"
+        "#\n"
+        "# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models):\n"
+        f"#   ftune download {SMOLVLM_REPO}\n"
+        "# Run:\n"
+        f"#   ftune run {method}_finetune_single_device --config smolvlm/256M_{method}\n"
+        + (
+            f"#   ftune run --nproc_per_node 2 lora_finetune_distributed --config smolvlm/256M_{method}\n"
+            if lora
+            else ""
+        )
+        + f"output_dir: output/smolvlm_256M_{method}\n"
+        "seed: 0\n"
+        "device: cpu  # cpu, cuda, mps or auto\n"
+        "dtype: bf16\n"
+        "batch_size: 2\n"
+        "grad_accum_steps: 4\n"
+        "epochs: 1\n"
+        "max_steps: null\n"
+        "clip_grad_norm: 1.0\n"
+        "save_every_n_steps: 500\n"
+        "run_val_every_n_steps: null\n"
+        "max_val_batches: null\n"
+        "compile: false\n"
+        "activation_checkpointing: true  # the vision encoder's layers and the decoder's\n"
+        "log_every_n_steps: 1\n"
+        "\n"
+        "# model: none: config.json sizes the image-text model (vision encoder, projector, text decoder)\n"
+        "tokenizer:\n"
+        "  _component_: ftune.tokenizers.HFTokenizer\n"
+        f"  path: {SMOLVLM_FOLDER}\n"
+        "  max_seq_len: 2048\n"
+        "checkpointer:\n"
+        "  _component_: ftune.checkpointing.HFCheckpointer\n"
+        f"  checkpoint_dir: {SMOLVLM_FOLDER}\n"
+        f"  hf_repo_id: {SMOLVLM_REPO}\n"
+        "  image_text: true  # read the folder whole: vision encoder, projector and text decoder\n"
+        "  output_dir: ${output_dir}\n"
+        "  resume_from_checkpoint: null  # auto: continue from the newest complete step folder\n"
+        "  keep_last_n_checkpoints: 2\n" + (_PEFT if lora else "") + "\n"
+        "dataset:  # chats with image parts; any hub id or local file (json, jsonl, parquet): dataset.source=...\n"
+        "  _component_: ftune.datasets.multimodal_chat_dataset\n"
+        "  source: HuggingFaceH4/llava-instruct-mix-vsft\n"
+        "  image_transform: idefics3  # SmolVLM's tiles, resizing and normalisation (its processor's defaults)\n"
+        "  packed: false  # samples with images are never packed\n"
+        "dataset_val: null\n"
+        "collate_fn: null  # right-pad the text, stack the images (ftune.data.padded_collate_vision)\n"
+        "loss:  # cross-entropy in sequence chunks: never the full fp32 logits\n"
+        "  _component_: ftune.training.ChunkedCrossEntropyLoss\n"
+        "  num_chunks: 8\n"
+        "optimizer:\n"
+        "  _component_: torch.optim.AdamW\n"
+        f"  lr: {'1.0e-4' if lora else '1.0e-5'}\n"
+        "  weight_decay: 0.01\n"
+        "  fused: true  # one vectorised pass over all parameters (docs/benchmarks.md: optimizer step)\n"
+        "lr_scheduler:\n"
+        "  _component_: ftune.training.cosine_with_warmup\n"
+        "  num_warmup_steps: 100\n"
+        "metric_logger:\n"
+        "  _component_: ftune.training.DiskLogger\n"
+        "  log_dir: ${output_dir}/logs\n"
+    )
+
+
+def vlm_configs(configs: Path) -> dict[Path, str]:
+    """The image-text configs, by file."""
+    return {configs / "smolvlm" / f"256M_{method}.yaml": smolvlm(method) for method in ("full", "lora")}
