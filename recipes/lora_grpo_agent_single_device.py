@@ -88,7 +88,7 @@ def main(cfg: config.Config) -> None:
 
     def loss_on(batch: training.MicroBatch) -> training.Loss:
         """A micro-batch's forward and loss: the training step and validation both call this."""
-        hidden = model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)  # (b, s, dim)
+        hidden = model.hidden(batch.tokens, **batch.model_inputs)  # (b, s, dim); images when it has them
         return training.grpo_loss(loss_fn, model, hidden, batch)  # [grpo] clipped ratio + KL
 
     loader = training.rollouts_beside_training(  # [agent] in the step, or by a worker (max_off_policy_steps)
