@@ -2,10 +2,12 @@
 the tiny checkpoint, offline (reasoning-gym generates the task from its seed), the task's own scorer and the
 format reward logged under their names."""
 
+from omegaconf import OmegaConf
 from test_grpo import col
 
 import ftune.rewards.checkers as checkers
-from ftune.config import load_config
+from ftune.config import instantiate, load_config
+from ftune.datasets.reasoning_tasks import reasoning_gym_records
 
 LORA, CONFIG = "lora_grpo_single_device", "smollm2/135M_reasoning_gym_lora_grpo"
 
@@ -18,6 +20,18 @@ def test_the_shipped_config_names_the_task_and_its_scorer():
     assert rewards.correct._component_ == "ftune.rewards.ReasoningGymScore"
     assert rewards.format._component_ == "ftune.rewards.RegexMatch"
     assert dict(cfg.rewards.weights) == {"correct": 1.0, "format": 0.1}
+
+
+def test_the_shipped_rewards_pay_the_tasks_answer_in_its_tag():
+    cfg = load_config(CONFIG, [])
+    task_config = OmegaConf.to_container(cfg.dataset.task_config)
+    records = reasoning_gym_records("basic_arithmetic", size=8, seed=0, task_config=task_config)
+    rewards = instantiate(cfg.rewards).rewards
+    for r in records:
+        right, wrong = f"<answer>{r['answer']}</answer>", f"<answer>{int(r['answer']) + 1}</answer>"
+        assert [rewards[n](r["prompt"], right, r) for n in ("correct", "format")] == [1.0, 1.0]
+        assert [rewards[n](r["prompt"], wrong, r) for n in ("correct", "format")] == [0.0, 1.0]
+        assert [rewards[n](r["prompt"], r["answer"], r) for n in ("correct", "format")] == [0.0, 0.0]
 
 
 def test_two_steps_score_with_reasoning_gyms_checker(run_recipe, tmp_path, monkeypatch):
