@@ -1,7 +1,8 @@
 """The GRPO parts of the generated configs (scripts/make_configs.py): settings, prompts, rewards, loss.
 
 The demo models train on the demo task's prompts with an exact-match reward; the others on GSM8K's
-questions from the hub with a numeric-answer reward (the task GRPO users start with).
+questions from the hub with a numeric-answer reward (the task GRPO users start with). SmolLM2-135M also
+has an agent config (a calculator tool) and one on a reasoning-gym task with that task's own scorer.
 """
 
 from __future__ import annotations
