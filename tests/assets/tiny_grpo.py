@@ -19,3 +19,6 @@ AGENT_TINY = [
     "max_turn_tokens=6",
     "max_trajectory_tokens=40",
 ]
+
+# A reasoning-gym config's tiny runs: its task and rewards as shipped, fewer prompts, short completions.
+REASONING_GYM_TINY = ["group_size=4", "max_new_tokens=6", "dataset.size=16", "dataset_val.size=8"]
