@@ -63,6 +63,31 @@ class ImageTextKeys:
     modules: "ImageTextKeys | None" = None
 
 
+def conditional_generation_keys(projector_table: dict[str, str]) -> ImageTextKeys:
+    """The layout of transformers' `*ForConditionalGeneration` checkpoints (Gemma 3, LLaVA): the v4 names
+    it writes (`language_model.model.`, `vision_tower.`, `multi_modal_projector.`), the v5 names it also
+    reads (`model.language_model.`, ...), and its module names for PEFT (the v5 layout)."""
+    return ImageTextKeys(
+        text=(
+            ("language_model.model.", "model."),
+            ("language_model.lm_head.", "lm_head."),
+            ("model.language_model.", "model."),
+            ("lm_head.", "lm_head."),
+        ),
+        vision=("vision_tower.", "model.vision_tower."),
+        projector=("multi_modal_projector.", "model.multi_modal_projector."),
+        # Modules of transformers 5's model (PEFT's adapter names): the v5 layout, the vision tower
+        # without `vision_model.`.
+        modules=ImageTextKeys(
+            text=(("model.language_model.", "model."), ("lm_head.", "lm_head.")),
+            vision=("model.vision_tower.",),
+            projector=("model.multi_modal_projector.",),
+            projector_table=projector_table,
+        ),
+        projector_table=projector_table,
+    )
+
+
 def _strip(key: str, prefixes: tuple[str, ...]) -> str | None:
     for prefix in sorted(prefixes, key=len, reverse=True):  # the longest first: "model.x." before "x."
         if key.startswith(prefix):

@@ -7,30 +7,12 @@ under `vision_tower.vision_model.*`) and from transformers 5's module names (`mo
 convert with the Gemma 3 text converter.
 """
 
-from ftune.models._image_text_keys import ImageTextKeys, image_text_converter
+from ftune.models._image_text_keys import conditional_generation_keys, image_text_converter
 from ftune.models.gemma3._convert import CONVERTER as TEXT_CONVERTER
 
 _PROJECTOR_TABLE = {
     "mm_input_projection_weight": "mm_input_projection_weight",
     "mm_soft_emb_norm.weight": "mm_soft_emb_norm.weight",
 }
-KEYS = ImageTextKeys(
-    text=(
-        ("language_model.model.", "model."),
-        ("language_model.lm_head.", "lm_head."),
-        ("model.language_model.", "model."),
-        ("lm_head.", "lm_head."),
-    ),
-    vision=("vision_tower.", "model.vision_tower."),
-    projector=("multi_modal_projector.", "model.multi_modal_projector."),
-    # Modules of transformers 5's model (PEFT's adapter names): the v5 layout, the vision tower without
-    # `vision_model.`.
-    modules=ImageTextKeys(
-        text=(("model.language_model.", "model."), ("lm_head.", "lm_head.")),
-        vision=("model.vision_tower.",),
-        projector=("model.multi_modal_projector.",),
-        projector_table=_PROJECTOR_TABLE,
-    ),
-    projector_table=_PROJECTOR_TABLE,
-)
+KEYS = conditional_generation_keys(_PROJECTOR_TABLE)
 VISION_CONVERTER = image_text_converter("gemma3_vision", keys=KEYS, text=TEXT_CONVERTER)

@@ -10,29 +10,16 @@ through `siglip_hf_to_ftune`.
 """
 
 from ftune.models._converter import Converter
-from ftune.models._image_text_keys import SIGLIP_TABLE, ImageTextKeys, image_text_converter, rename_in_part
+from ftune.models._image_text_keys import (
+    SIGLIP_TABLE,
+    conditional_generation_keys,
+    image_text_converter,
+    rename_in_part,
+)
 from ftune.models._key_rename import StateDict
 
 _PROJECTOR_TABLE = {f"linear_{i}.{kind}": f"linear_{i}.{kind}" for i in (1, 2) for kind in ("weight", "bias")}
-KEYS = ImageTextKeys(
-    text=(
-        ("language_model.model.", "model."),
-        ("language_model.lm_head.", "lm_head."),
-        ("model.language_model.", "model."),
-        ("lm_head.", "lm_head."),
-    ),
-    vision=("vision_tower.", "model.vision_tower."),
-    projector=("multi_modal_projector.", "model.multi_modal_projector."),
-    # Modules of transformers 5's model (PEFT's adapter names): the v5 layout, the vision tower without
-    # `vision_model.`.
-    modules=ImageTextKeys(
-        text=(("model.language_model.", "model."), ("lm_head.", "lm_head.")),
-        vision=("model.vision_tower.",),
-        projector=("model.multi_modal_projector.",),
-        projector_table=_PROJECTOR_TABLE,
-    ),
-    projector_table=_PROJECTOR_TABLE,
-)
+KEYS = conditional_generation_keys(_PROJECTOR_TABLE)
 
 
 def llava_converter(text: Converter) -> Converter:
