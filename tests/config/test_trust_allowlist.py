@@ -219,3 +219,12 @@ def test_validate_refuses_what_run_refuses():
     overrides = ["metric_logger={_component_: torch.utils.collect_env.run, command: 'true'}"]
     with pytest.raises(ConfigError, match="outside the parts of torch"):
         load_config(GRPO, overrides)
+
+
+def test_of_ftune_agents_only_tool_format_is_a_component_function():
+    from ftune.agents import sandbox, tool_formats
+
+    # tool_format builds a family's parser; the sandbox's run_python runs code in a process: a config
+    # may name the first, never the second (nor any other function of ftune.agents).
+    assert kind_of(tool_formats.tool_format) == "ftune component"
+    assert kind_of(sandbox.run_python) is None and kind_of(sandbox.runs_as_nobody) is None
