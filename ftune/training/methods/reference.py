@@ -63,7 +63,7 @@ class ReferenceModel:
         """``score(head, hidden)`` of the reference's final hidden states of ``batch``, no gradients.
 
         Args:
-            batch: a micro-batch (its tokens, and a packed batch's positions and document mask, are read).
+            batch: a micro-batch; the reference gets the policy's forward inputs (``batch.model_inputs``).
             score: turns the reference's output head (``model.head``) and its hidden states
                 ``[b, s, dim]`` into what the loss needs (log-probabilities); it runs while the
                 adapters are off.
@@ -71,12 +71,10 @@ class ReferenceModel:
         if self.disable_adapters:
             # The policy's own modules: its router state (the policy forward's) is put back after.
             with adapters_disabled(self.model), keep_router_state(self.model):
-                hidden = self.model.hidden(
-                    batch.tokens, input_pos=batch.input_pos, mask=batch.mask
-                )  # (b, s, dim)
+                hidden = self.model.hidden(batch.tokens, **batch.model_inputs)  # (b, s, dim)
                 out = score(self.model.head, hidden)
         else:
-            hidden = self.model.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
+            hidden = self.model.hidden(batch.tokens, **batch.model_inputs)  # the policy's inputs
             out = score(self.model.head, hidden)
         if isinstance(self.model, FSDPModule) and not self.disable_adapters:
             self.model.reshard()  # no backward follows: free the root's gathered parameters

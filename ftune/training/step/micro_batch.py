@@ -1,9 +1,9 @@
 """A collated batch on its device, read once (:class:`MicroBatch`), and the counts a step divides by.
 
 This is the one place that knows the batch layout (``tokens``, ``labels``, for packed batches
-``input_pos`` and ``document_ids``, for image batches ``pixel_values`` and ``image_sample``). :func:`on_device` moves a batch and shifts its labels once; the
-step's normaliser, the recipe's ``loss_on`` (training and validation) and a teacher all read that.
-The counts (:func:`per_token`, :func:`per_pair`, ``GRPOLoss.per``) are each defined once, here or
+``input_pos`` and ``document_ids``, for image batches ``pixel_values`` and ``image_sample``).
+:func:`on_device` moves a batch and shifts its labels once; the step's normaliser, the recipe's
+``loss_on`` (training and validation) and a teacher all read that. The counts (:func:`per_token`, :func:`per_pair`, ``GRPOLoss.per``) are each defined once, here or
 beside their loss: the step divides by them before backward, and the loss helpers report the same
 count for validation (``Loss.count``).
 """
