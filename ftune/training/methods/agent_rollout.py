@@ -22,7 +22,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from torch import nn
 
 from ftune.agents import Environment, Turn
@@ -30,7 +29,7 @@ from ftune.data.prompt_batch import PromptBatch
 from ftune.generation.chat_tokens import ChatTokens
 from ftune.generation.multi_turn import Trajectories, TurnLimits, multi_turn_rollout
 from ftune.rewards import RewardSet
-from ftune.training.methods.rollout_batch import Sampling, Scores, gathered, row_generators
+from ftune.training.methods.rollout_batch import Sampling, Scores, row_generators, sampling_mode
 
 #: The name the environment's summed reward is logged under (``rewards/environment/mean``).
 ENVIRONMENT_REWARD = "environment"
@@ -92,27 +91,22 @@ def sample_trajectories(
     device = next(model.parameters()).device
     gens = row_generators(sampling.seed, epoch, prompts.indices, sampling.group_size, device)
     records = [{**sample, "prompt": text} for sample, text in zip(prompts.samples, prompts.prompts)]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), gathered(model):
-            return multi_turn_rollout(
-                model,
-                records,
-                environment=agent.environment,
-                chat=agent.chat,
-                parse=agent.parse,
-                group_size=sampling.group_size,
-                limits=agent.limits,
-                temperature=sampling.temperature,
-                top_k=sampling.top_k,
-                top_p=sampling.top_p,
-                stop_ids=list(sampling.stop_ids),
-                pad_id=sampling.pad_id,
-                generator=gens,
-            )
-    finally:
-        model.train(was_training)
+    with sampling_mode(model):
+        return multi_turn_rollout(
+            model,
+            records,
+            environment=agent.environment,
+            chat=agent.chat,
+            parse=agent.parse,
+            group_size=sampling.group_size,
+            limits=agent.limits,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            stop_ids=list(sampling.stop_ids),
+            pad_id=sampling.pad_id,
+            generator=gens,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

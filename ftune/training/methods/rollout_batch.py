@@ -98,6 +98,18 @@ def row_generators(
 
 
 @contextmanager
+def sampling_mode(model: nn.Module) -> Iterator[None]:
+    """How a rollout samples: eval mode, no gradients, sharded weights gathered; the mode put back after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), gathered(model):
+            yield
+    finally:
+        model.train(was_training)
+
+
+@contextmanager
 def gathered(model: nn.Module) -> Iterator[None]:
     """An FSDP2-sharded model's weights gathered for the whole rollout (nothing for a plain model).
 
@@ -133,25 +145,20 @@ def sample_rollout(model: nn.Module, prompts: PromptBatch, sampling: Sampling, *
     """
     device = next(model.parameters()).device
     gens = row_generators(sampling.seed, epoch, prompts.indices, sampling.group_size, device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), gathered(model):
-            return rollout(
-                model,
-                prompts.tokens,
-                group_size=sampling.group_size,
-                max_new_tokens=sampling.max_new_tokens,
-                temperature=sampling.temperature,
-                top_k=sampling.top_k,
-                top_p=sampling.top_p,
-                stop_ids=list(sampling.stop_ids),
-                pad_id=sampling.pad_id,
-                generator=gens,
-                stop_when=sampling.stop_when(),
-            )
-    finally:
-        model.train(was_training)
+    with sampling_mode(model):
+        return rollout(
+            model,
+            prompts.tokens,
+            group_size=sampling.group_size,
+            max_new_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            stop_ids=list(sampling.stop_ids),
+            pad_id=sampling.pad_id,
+            generator=gens,
+            stop_when=sampling.stop_when(),
+        )
 
 
 @dataclass(frozen=True)
