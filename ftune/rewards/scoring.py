@@ -134,12 +134,7 @@ def score_rewards(
                     f"{where} raised {type(e).__name__}: {text}. Fix the reward or the data it reads "
                     "(--debug shows the traceback)."
                 ) from e
-            if not is_number(value) or not math.isfinite(value):
-                raise RewardError(
-                    f"{where} returned {_cut(' '.join(repr(value).split()), 60)} ({type(value).__name__}); a reward "
-                    "must return a finite number (int or float). Fix the reward."
-                )
-            per[name].append(float(value))
+            per[name].append(_finite(where, value))
     total = [sum(weights[name] * per[name][i] for name in rewards) for i in range(len(completions))]
     return total, per
 
@@ -174,13 +169,20 @@ def _score_batch(
             f"{where} returned {_cut(repr(values), 60)}; a batched reward returns a list of {n} numbers, one a "
             "completion. Fix the reward."
         )
-    for i, value in enumerate(values):
-        if not is_number(value) or not math.isfinite(value):
-            raise RewardError(
-                f"{where} gave completion {i + 1} of {n} (completion {_short(completions[i])}) the value "
-                f"{_cut(repr(value), 60)}; a reward must be a finite number. Fix the reward."
-            )
-    return [float(v) for v in values]
+    return [
+        _finite(f"{where} for completion {i + 1} of {n} (completion {_short(completions[i])})", value)
+        for i, value in enumerate(values)
+    ]
+
+
+def _finite(where: str, value: Any) -> float:
+    """`value` as a float when it is a finite number; otherwise the one error every reward path raises."""
+    if not is_number(value) or not math.isfinite(value):
+        raise RewardError(
+            f"{where} returned {_cut(' '.join(repr(value).split()), 60)} ({type(value).__name__}); a reward "
+            "must return a finite number (int or float). Fix the reward."
+        )
+    return float(value)
 
 
 def reward_stats(

@@ -39,8 +39,8 @@ def test_a_batched_reward_is_called_once_and_weighted_with_the_others():
     "values, shown",
     [
         ([1.0], "returned \\[1.0\\]; a batched reward returns a list of 2 numbers"),
-        ([1.0, float("nan")], "gave completion 2 of 2 .* the value nan"),
-        ([1.0, "a"], "gave completion 2 of 2 .* the value 'a'"),
+        ([1.0, float("nan")], "for completion 2 of 2 .* returned nan \\(float\\)"),
+        ([1.0, "a"], "for completion 2 of 2 .* returned 'a' \\(str\\)"),
     ],
 )
 def test_a_batched_reward_giving_other_than_a_number_a_completion_is_named(values, shown):
