@@ -22,7 +22,7 @@ from ftune.peft.adapter_state import is_adapter_key
 from ftune.peft.dora import rescale_rows
 from ftune.peft.lora import merge_lora
 from ftune.peft.moe_lora import expert_base_key, merge_expert_lora
-from ftune.peft.peft_format import PEFT_PREFIX, from_peft, peft_adapter_config, to_peft
+from ftune.peft.peft_format import PEFT_PREFIX, from_peft, peft_adapter_config, peft_module_names, to_peft
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -39,7 +39,10 @@ def has_adapter(folder: str | os.PathLike) -> bool:
 
 
 def peft_config(
-    adapter_config: dict[str, Any], peft_sd: dict[str, torch.Tensor], base_model_name_or_path: str
+    adapter_config: dict[str, Any],
+    peft_sd: dict[str, torch.Tensor],
+    base_model_name_or_path: str,
+    base_modules: set[str] = frozenset(),
 ) -> dict[str, Any]:
     """The adapter_config.json contents for `adapter_config`, with `base_model_name_or_path` set.
 
@@ -49,6 +52,7 @@ def peft_config(
             "_component_", "targets", "quantize_base", which the adapter tensors already imply).
         peft_sd: the adapter in PEFT names (target modules are read from it).
         base_model_name_or_path: the base checkpoint folder.
+        base_modules: the base model's HF module names (see `peft_adapter_config`).
 
     Raises:
         ValueError: unknown keys in a settings dict.
@@ -63,7 +67,9 @@ def peft_config(
             f"or the apply_lora settings {sorted(_SETTINGS)}."
         )
     settings = {k: v for k, v in adapter_config.items() if k in _SETTINGS}
-    return peft_adapter_config(peft_sd, base_model_name_or_path=base_model_name_or_path, **settings)
+    return peft_adapter_config(
+        peft_sd, base_model_name_or_path=base_model_name_or_path, base_modules=base_modules, **settings
+    )
 
 
 def save_adapter(
@@ -93,7 +99,8 @@ def save_adapter(
 
     folder = Path(folder)
     peft_sd = to_peft(adapter, family, base_shapes)
-    config = peft_config(adapter_config, peft_sd, base_model_name_or_path)
+    base = {k: v for k, v in (base_shapes or {}).items() if k != SCORE_KEY}
+    config = peft_config(adapter_config, peft_sd, base_model_name_or_path, peft_module_names(base, family))
     if score is not None:
         peft_sd = {**peft_sd, f"{PEFT_PREFIX}{SCORE_KEY}": score}
         config = {**config, "task_type": "SEQ_CLS", "modules_to_save": ["score"]}

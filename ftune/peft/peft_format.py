@@ -17,7 +17,8 @@ mixture-of-experts weights go the way PEFT saves `target_parameters` (`ftune.pef
     layers.0.mlp.experts.lora.down_proj.lora_a.weight      base_model.model.model.layers.0.mlp.experts.lora_A.weight
 """
 
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 
 import torch
 
@@ -160,6 +161,7 @@ def peft_adapter_config(
     dropout: float = 0.0,
     use_dora: bool = False,
     base_model_name_or_path: str | None = None,
+    base_modules: Collection[str] = (),
 ) -> dict:
     """The adapter_config.json content that lets `peft.PeftModel.from_pretrained` load an adapter.
 
@@ -171,6 +173,10 @@ def peft_adapter_config(
         dropout: LoRA dropout.
         use_dora: whether the adapter is DoRA (it then has lora_magnitude_vector tensors).
         base_model_name_or_path: hub id or folder of the base model, informative for PEFT.
+        base_modules: the base model's module names in HF names (`peft_module_names`). When a module
+            without an adapter shares a name with an adapted one (an image-text model's encoder has
+            q_proj too), `target_modules` is a regular expression matching exactly the adapted modules,
+            so PEFT wraps nothing else; otherwise it is the list of the adapted modules' last names.
 
     Returns:
         A JSON-serialisable dict in the layout of PEFT's LoraConfig.
@@ -202,7 +208,7 @@ def peft_adapter_config(
         "r": rank,
         "lora_alpha": alpha,
         "lora_dropout": dropout,
-        "target_modules": sorted({m.rsplit(".", 1)[-1] for m in modules}),
+        "target_modules": target_modules(modules, base_modules),
         "use_dora": use_dora,
         "use_rslora": False,
         "bias": "none",
@@ -218,3 +224,29 @@ def peft_adapter_config(
         # PEFT wraps them in this order, the first innermost (`ftune.peft.moe_lora.to_peft_experts`).
         **({"target_parameters": [f"mlp.experts.{w}" for w in EXPERT_WEIGHTS]} if experts else {}),
     }
+
+
+def target_modules(adapted: Collection[str], base_modules: Collection[str]) -> list[str] | str:
+    """PEFT's `target_modules` for adapters on the modules `adapted` of a base with modules `base_modules`.
+
+    The last names (``["q_proj", "v_proj"]``) when PEFT, which wraps every module ending in one of them,
+    would wrap exactly `adapted`; otherwise a regular expression (PEFT full-matches a string against each
+    module name): the adapted names with their layer numbers written ``\\d+`` when that still matches
+    exactly `adapted` among `base_modules`, else every adapted name spelled out.
+    """
+    names = sorted({m.rsplit(".", 1)[-1] for m in adapted})
+    wrapped = {m for m in base_modules if m.rsplit(".", 1)[-1] in names}
+    if wrapped <= set(adapted):
+        return names
+    general = "|".join(sorted({re.sub(r"\\\.\d+\\\.", r"\\.\\d+\\.", re.escape(m)) for m in adapted}))
+    if {m for m in base_modules if re.fullmatch(general, m)} == set(adapted):
+        return general
+    return "|".join(re.escape(m) for m in sorted(adapted))
+
+
+def peft_module_names(base_shapes: Mapping[str, torch.Size], family: str) -> set[str]:
+    """The HF module names (PEFT's) of a base model's weights, from their ftune names and shapes."""
+    conv = _converter(family)
+    rename = conv.ftune_to_peft or conv.ftune_to_hf
+    meta = {k: torch.empty(shape, device="meta") for k, shape in base_shapes.items() if k.endswith(".weight")}
+    return {k[: -len(".weight")] for k in rename(meta) if k.endswith(".weight")}

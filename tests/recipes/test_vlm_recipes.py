@@ -21,6 +21,7 @@ from PIL import Image, ImageDraw
 from run_logs import losses, read_log
 
 from ftune.checkpointing import load_hf
+from ftune.checkpointing.readers import read_safetensors
 from ftune.config import load_config
 from ftune.data import Idefics3ImageTransform, padded_collate_vision
 from ftune.datasets import multimodal_chat_dataset
@@ -165,6 +166,11 @@ def test_lora_on_images_trains_and_peft_loads_the_adapters(tmp_path: Path) -> No
         before = base(input_ids=tokens, pixel_values=pixel_values[None]).logits
         adapted = peft.PeftModel.from_pretrained(base, step).eval()
         theirs = adapted(input_ids=tokens, pixel_values=pixel_values[None]).logits
+    # PEFT wraps the decoder's modules that hold adapters, not the encoder's q/k/v of the same names.
+    wrapped = {n for n, m in adapted.named_modules() if isinstance(m, peft.tuners.lora.LoraLayer)}
+    held = {k.rsplit(".", 2)[0] for k in read_safetensors(step / "adapter_model.safetensors")}
+    assert wrapped == held and wrapped
+    with torch.no_grad():
         ours = load_hf(step / "merged", image_text=True).eval()(tokens, pixel_values)
     assert (ours - theirs).abs().max().item() <= 1e-4
     assert (theirs - before).abs().max().item() > 1e-2  # the adapters trained
