@@ -7,6 +7,7 @@ with these and `ftune.config.output_path` in well under a second, then imports t
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -51,6 +52,28 @@ def modelfile_path(output: str | os.PathLike) -> Path:
     """Where the Ollama Modelfile of `output` goes: `<name>.Modelfile` beside it."""
     out = Path(output)
     return out.with_name(out.stem + ".Modelfile")
+
+
+def mmproj_path(output: str | os.PathLike) -> Path:
+    """Where the projector file of an image-text model's `output` goes: `mmproj-<name>.gguf` beside it
+    (the name llama.cpp's converter gives it)."""
+    out = Path(output)
+    return out.with_name(f"mmproj-{out.name}")
+
+
+# config.json model_type of the image-text models `ftune export gguf` writes a projector file for
+# (`ftune.models.is_image_text_model_config` with torch); "llava" is refused by the exporter.
+IMAGE_TEXT_MODEL_TYPES = ("gemma3", "idefics3", "smolvlm", "llava")
+
+
+def is_image_text_folder(model_dir: Path) -> bool:
+    """True when the folder's config.json describes an image-text model (read without torch)."""
+    path = model_dir / HF_CONFIG
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("model_type") in IMAGE_TEXT_MODEL_TYPES
 
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # ftune.checkpointing.adapter.ADAPTER_WEIGHTS_FILE
