@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+HF_CONFIG = "config.json"
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q4_k_m", "q4_k_s", "q4_0")
 
 
@@ -61,23 +62,51 @@ def mmproj_path(output: str | os.PathLike) -> Path:
     return out.with_name(f"mmproj-{out.name}")
 
 
-# config.json model_type of the image-text models `ftune export gguf` writes a projector file for
-# (`ftune.models.is_image_text_model_config` with torch); "llava" is refused by the exporter.
-IMAGE_TEXT_MODEL_TYPES = ("gemma3", "idefics3", "smolvlm", "llava")
+# config.json model_type of an image-text model -> llama.cpp's projector type for it (`clip.projector_type`).
+MMPROJ_PROJECTORS = {"gemma3": "gemma3", "idefics3": "idefics3", "smolvlm": "idefics3"}
+# image-text model_types ftune trains that llama.cpp has no projector for, with the reason.
+NO_MMPROJ = {
+    "llava": (
+        "llama.cpp's LLaVA projector ('mlp') applies GELU in its tanh approximation between its two layers, "
+        "where ftune's MLPProjector (and transformers' LLaVA) applies the exact GELU"
+    ),
+}
 
 
-def is_image_text_folder(model_dir: Path) -> bool:
-    """True when the folder's config.json describes an image-text model (read without torch)."""
-    path = model_dir / HF_CONFIG
+def image_text_model_type(model_dir: Path) -> str | None:
+    """The model_type of the folder's config.json when it is an image-text model ftune trains (gemma3,
+    idefics3, smolvlm, llava), else None (read without torch)."""
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads((model_dir / HF_CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and config.get("model_type") in IMAGE_TEXT_MODEL_TYPES
+        return None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    return model_type if model_type in (*MMPROJ_PROJECTORS, *NO_MMPROJ) else None
+
+
+def no_mmproj_error(model_type: str, source: str | os.PathLike) -> ValueError:
+    """The error for an image-text model whose projector llama.cpp cannot run as ftune does."""
+    return ValueError(
+        f"{str(Path(source) / HF_CONFIG)!r} describes a {model_type!r} image-text model, which has no llama.cpp "
+        f"projector (mmproj) file that computes what ftune trained: {NO_MMPROJ[model_type]}. Image-text models "
+        "ftune exports for llama.cpp: Gemma 3 (model_type gemma3) and SmolVLM (idefics3, smolvlm). To run this "
+        "one's text decoder alone in llama.cpp, export a text-only checkpoint of it."
+    )
+
+
+def check_mmproj_exportable(model_dir: Path) -> str | None:
+    """llama.cpp's projector type for an image-text folder, None for a text model.
+
+    Raises:
+        ValueError: an image-text model llama.cpp has no projector for (`no_mmproj_error`).
+    """
+    model_type = image_text_model_type(model_dir)
+    if model_type in NO_MMPROJ:
+        raise no_mmproj_error(model_type, model_dir)
+    return MMPROJ_PROJECTORS.get(model_type) if model_type else None
 
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # ftune.checkpointing.adapter.ADAPTER_WEIGHTS_FILE
-HF_CONFIG = "config.json"
 
 
 def _held(folder: Path) -> list[str]:

@@ -55,7 +55,6 @@ from ftune.config.gguf_args import check_model_folder, mmproj_path, modelfile_pa
 from ftune.models import (
     builder_kwargs,
     family_from_hf_config,
-    image_text_family,
     image_text_text_config,
     is_image_text_model_config,
     text_model_config,
@@ -107,23 +106,22 @@ def load_hf_state(
 
 def load_image_text_state(
     model_dir: Path, adapter_dir: str | os.PathLike | None, config: dict[str, Any]
-) -> tuple[StateDict, str, StateDict, str]:
+) -> tuple[StateDict, str, StateDict]:
     """An image-text folder read whole (adapter merged when given): (its text decoder in the text
-    family's HF names, the text family, the whole model in ftune names, the image-text family).
+    family's HF names, the text family, the whole model in ftune names).
 
     Raises:
-        ValueError: a family llama.cpp has no projector for (`export_mmproj.projector_type`), said
+        ValueError: a model llama.cpp has no projector for (`export_mmproj.projector_type`), said
             before the weights are read.
     """
-    family = image_text_family(config)
-    projector_type(family)
+    projector_type(config, source=model_dir)
     loaded = HFCheckpointer(model_dir, image_text=True).load()  # read-only: no output_dir
     state = loaded.model
     if adapter_dir is not None:
         state = merge_adapter_folder(state, adapter_dir, family=loaded.family)
     text_family = family_from_hf_config(image_text_text_config(config))
     decoder = {k.removeprefix("decoder."): v for k, v in state.items() if k.startswith("decoder.")}
-    return converter(text_family).ftune_to_hf(decoder), text_family, state, family
+    return converter(text_family).ftune_to_hf(decoder), text_family, state
 
 
 def export_gguf(
@@ -156,10 +154,10 @@ def export_gguf(
     ftype = lookup_file_type(file_type)
     folder = Path(model_dir).expanduser()
     raw = read_json(folder / HF_CONFIG_FILE) if (folder / HF_CONFIG_FILE).is_file() else {}
-    vision = None  # (whole state, image-text family, config.json) of an image-text model
+    vision = None  # (whole state in ftune names, config.json) of an image-text model
     if is_image_text_model_config(raw):
-        hf_state, family, whole, vlm_family = load_image_text_state(folder, adapter_dir, raw)
-        config, vision = image_text_text_config(raw), (whole, vlm_family, raw)
+        hf_state, family, whole = load_image_text_state(folder, adapter_dir, raw)
+        config, vision = image_text_text_config(raw), (whole, raw)
     else:
         hf_state, family = load_hf_state(folder, adapter_dir)
         config = text_model_config(read_json(folder / HF_CONFIG_FILE))
@@ -199,9 +197,9 @@ def export_gguf(
     modelfile = write_modelfile(out, info)
     mmproj = None
     if vision is not None:
-        whole, vlm_family, raw = vision
+        whole, raw = vision
         mmproj = write_mmproj(
-            whole, vlm_family, raw, mmproj_path(out), file_type=ftype.name, source=folder,
+            whole, raw, mmproj_path(out), file_type=ftype.name, source=folder,
             name=f"{name or folder.resolve().name} (vision)",
         )  # fmt: skip
     counts: dict[str, int] = {}

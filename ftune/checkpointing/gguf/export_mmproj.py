@@ -17,10 +17,9 @@ Families, by the projector llama.cpp implements for them:
 - SmolVLM (Idefics3): projector type "idefics3" (pixel shuffle by `scale_factor`, a linear layer).
   llama.cpp cuts an image into tiles as SmolVLM's processor does, up to the longest edge written
   here (`clip.vision.preproc_image_size`).
-- LLaVA compositions are refused (`projector_type` says why): llama.cpp's LLaVA projector ("mlp")
-  applies GELU in its tanh approximation where ftune's (and transformers') LLaVA projector applies the
-  exact GELU, and reads the tower's second-to-last layer, so the file would not be the model ftune
-  trained.
+- LLaVA compositions are refused (`ftune.config.gguf_args.NO_MMPROJ` says why): llama.cpp's LLaVA
+  projector ("mlp") applies GELU in its tanh approximation where ftune's (and transformers') LLaVA
+  projector applies the exact GELU, so the file would not compute the model ftune trained.
 
 Types: an f32 export writes every tensor F32; every other type writes the projector file F16 (its
 1-D tensors and the patch and position embeddings F32), as llama.cpp's published `mmproj-*-f16.gguf`
@@ -44,12 +43,11 @@ import torch
 from ftune.checkpointing.atomic import atomic_path
 from ftune.checkpointing.gguf.export_tensors import to_numpy
 from ftune.checkpointing.gguf.export_types import GGMLType, encode
+from ftune.config.gguf_args import MMPROJ_PROJECTORS, NO_MMPROJ, no_mmproj_error
 from ftune.data.image_ops import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD
 
 logger = logging.getLogger(__name__)
 
-# ftune image-text family -> llama.cpp's `clip.projector_type`.
-PROJECTOR_TYPES = {"gemma3_vision": "gemma3", "smolvlm": "idefics3"}
 PREPROCESSOR_FILE = "preprocessor_config.json"
 # llama.cpp's default Gemma 3 merge (64 x 64 patches pooled to 16 x 16): written only when it differs.
 GEMMA3_MERGE = 4
@@ -85,27 +83,21 @@ _LAYER = re.compile(r"^(vision_encoder\.layers\.)(\d+)(\..+)$")
 _F32_ALWAYS = ("v.patch_embd.weight", "v.position_embd.weight")  # as llama.cpp's converter keeps them
 
 
-def projector_type(family: str) -> str:
-    """llama.cpp's projector type for an ftune image-text family.
+def projector_type(config: Mapping[str, Any], *, source: str | os.PathLike) -> str:
+    """llama.cpp's projector type for an image-text model's config.json.
 
     Raises:
-        ValueError: a family llama.cpp has no matching projector for, with the reason.
+        ValueError: a model llama.cpp has no matching projector for, with the reason (`no_mmproj_error`).
     """
-    if family in PROJECTOR_TYPES:
-        return PROJECTOR_TYPES[family]
-    if family.startswith("llava"):
+    model_type = str(config.get("model_type"))
+    if model_type not in MMPROJ_PROJECTORS:
+        if model_type in NO_MMPROJ:
+            raise no_mmproj_error(model_type, source)
         raise ValueError(
-            f"image-text family {family!r} (a LLaVA composition) has no llama.cpp projector that computes "
-            "what ftune trained: llama.cpp's LLaVA projector ('mlp') applies GELU in its tanh approximation "
-            "where ftune's MLPProjector (and transformers' LLaVA) applies the exact GELU, and it reads the "
-            "tower's second-to-last layer. Exportable image-text families: Gemma 3 (gemma3_vision) and "
-            "SmolVLM (smolvlm); export the text decoder alone with `ftune export gguf` on a text-only "
-            "checkpoint of it."
+            f"{str(Path(source) / 'config.json')!r}: model_type {model_type!r} is no image-text model ftune "
+            f"writes a projector file for; accepted: {', '.join(MMPROJ_PROJECTORS)}."
         )
-    raise ValueError(
-        f"image-text family {family!r} has no llama.cpp projector ftune can write. Exportable image-text "
-        f"families: {', '.join(PROJECTOR_TYPES)}."
-    )
+    return MMPROJ_PROJECTORS[model_type]
 
 
 def mmproj_name(key: str) -> str:
@@ -143,7 +135,7 @@ def mmproj_tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]
     return out
 
 
-def preprocessing(folder: Path, family: str, image_size: int) -> dict[str, Any]:
+def preprocessing(folder: Path, kind: str, image_size: int) -> dict[str, Any]:
     """Image mean, std and (Idefics3) longest edge from the folder's preprocessor_config.json; without
     one, the values of ftune's image transform for the family (logged)."""
     path = folder / PREPROCESSOR_FILE
@@ -152,7 +144,7 @@ def preprocessing(folder: Path, family: str, image_size: int) -> dict[str, Any]:
         logger.info(
             "%s has no %s: the projector file gets ftune's image transform values (mean %s, std %s%s)",
             folder, PREPROCESSOR_FILE, list(IMAGENET_STANDARD_MEAN), list(IMAGENET_STANDARD_STD),
-            ", longest edge = the tower's image size" if family == "smolvlm" else "",
+            ", longest edge = the tower's image size" if kind == "idefics3" else "",
         )  # fmt: skip
     size = config.get("size") or {}
     return {
@@ -164,7 +156,6 @@ def preprocessing(folder: Path, family: str, image_size: int) -> dict[str, Any]:
 
 def write_mmproj(
     state: Mapping[str, torch.Tensor],
-    family: str,
     config: Mapping[str, Any],
     output: str | os.PathLike,
     *,
@@ -177,7 +168,6 @@ def write_mmproj(
     Args:
         state: the model's state dict in ftune names (`ImageTextModel`: `vision_encoder.*`,
             `projector.*`; the decoder's keys are ignored).
-        family: "gemma3_vision" or "smolvlm" (`projector_type`).
         config: the model's HF config.json (vision_config, scale_factor / mm_tokens_per_image).
         output: the file to write (replaced).
         file_type: the export's `--type`: "f32" writes F32, any other F16.
@@ -188,12 +178,12 @@ def write_mmproj(
         The path written.
 
     Raises:
-        ValueError: a family llama.cpp has no projector for (`projector_type`).
+        ValueError: a model llama.cpp has no projector for (`projector_type`).
         KeyError: a tensor of no llama.cpp name (`mmproj_name`).
     """
     from ftune.models._image_text_config import IMAGE_TEXT_MODEL_TYPES, _vision_kwargs  # sizes, defaults
 
-    kind = projector_type(family)
+    kind = projector_type(config, source=source)
     vision = _vision_kwargs(dict(config), IMAGE_TEXT_MODEL_TYPES[config["model_type"]][1])
     tensors = mmproj_tensors(state)
     text_dim = int(
@@ -201,7 +191,7 @@ def write_mmproj(
         if kind == "gemma3"
         else tensors["mm.model.fc.weight"].shape[0]
     )
-    pre = preprocessing(Path(source), family, vision["image_size"])
+    pre = preprocessing(Path(source), kind, vision["image_size"])
     f32 = file_type == "f32"
 
     writer = gguf.GGUFWriter(None, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.MMPROJ])
