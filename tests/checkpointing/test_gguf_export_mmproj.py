@@ -39,17 +39,17 @@ IDEFICS3_TOKENS = ["<fake_token_around_image>", "<image>", "<global-img>", "<end
 IDEFICS3_TOKENS += [f"<row_{r}_col_{c}>" for r in range(1, 4) for c in range(1, 4)]
 
 
-def tiny_vlm_folder(folder: Path, kind: str, *, seed: int = 0) -> Path:
+def tiny_vlm_folder(folder: Path, kind: str, *, seed: int = 0, window: int = 64) -> Path:
     """A seeded tiny image-text checkpoint folder with a trained tokenizer: `kind` "gemma3" (the tiny
     SigLIP, 16 tokens an image, a 6-layer text decoder in llama.cpp's Gemma 3 layer pattern) or
     "smolvlm" (Idefics3: the tiny SigLIP, pixel shuffle by 2, a SmolLM2 decoder, the tokens SmolVLM's
-    processor writes around images)."""
+    processor writes around images). `window`: Gemma 3's sliding window (64: longer than any prompt)."""
     import transformers
 
     vision = dict(model_type="siglip_vision_model", vision_use_head=False, **SIGLIP_TINY)
     if kind == "gemma3":
         layers = {"num_hidden_layers": 6, "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
-        sizes = {"query_pre_attn_scalar": 16, "vocab_size": VOCAB, "sliding_window": 64}
+        sizes = {"query_pre_attn_scalar": 16, "vocab_size": VOCAB, "sliding_window": window}
         text = transformers.Gemma3TextConfig(**{**_COMMON, **GEMMA3_TINY, **layers, **sizes}).to_dict()
         ids = dict(boi_token_index=VOCAB - 3, eoi_token_index=VOCAB - 2, image_token_index=VOCAB - 1)
         config = transformers.Gemma3Config(
