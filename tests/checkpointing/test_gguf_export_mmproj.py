@@ -4,14 +4,13 @@ with --mmproj. Tiny seeded Gemma 3 and SmolVLM (Idefics3) folders; their tensors
 `gguf` package's own name map names the checkpoint's tensors (the map llama.cpp's converter uses),
 hold the checkpoint's values, and the `clip.*` metadata says what llama.cpp's clip loader reads.
 
-`tiny_vlm_folder` is imported by test_gguf_export_mmproj_llama_cpp.py.
+The tiny folders are `tiny_vlm_gguf.tiny_vlm_folder`'s.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,68 +19,16 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_gguf_export import CHATML, GEMMA_TEMPLATE, VOCAB, byte_level_tokenizer, sentencepiece_tokenizer
+from test_gguf_export import VOCAB
+from tiny_vlm_gguf import MEAN, SIGLIP_TINY, STD, VISION_PREFIXES, tiny_vlm_folder
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
-from ftune_tiny_hf import _COMMON, GEMMA3_TINY  # noqa: E402
-from ftune_tiny_vlm import SIGLIP_TINY, randomise, tiny_llama_text_config  # noqa: E402
-
-from ftune.checkpointing.gguf.export import export_gguf  # noqa: E402
-from ftune.cli.main import main  # noqa: E402
+from ftune.checkpointing import HFCheckpointer, load_hf
+from ftune.checkpointing.gguf.export import export_gguf
+from ftune.cli.main import main
+from ftune.models import image_text_model_from_hf_config
+from ftune.peft import apply_lora
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-# A non-default normalisation, so that the test sees it travel from preprocessor_config.json.
-MEAN, STD = [0.48, 0.46, 0.41], [0.27, 0.26, 0.28]
-# Where transformers 5.24 saves the vision tower and projector of Gemma 3 and Idefics3.
-VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_model.", "model.connector.")
-IDEFICS3_TOKENS = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"]
-IDEFICS3_TOKENS += [f"<row_{r}_col_{c}>" for r in range(1, 4) for c in range(1, 4)]
-
-
-def tiny_vlm_folder(folder: Path, kind: str, *, seed: int = 0, window: int = 64) -> Path:
-    """A seeded tiny image-text checkpoint folder with a trained tokenizer: `kind` "gemma3" (the tiny
-    SigLIP, 16 tokens an image, a 6-layer text decoder in llama.cpp's Gemma 3 layer pattern) or
-    "smolvlm" (Idefics3: the tiny SigLIP, pixel shuffle by 2, a SmolLM2 decoder, the tokens SmolVLM's
-    processor writes around images). `window`: Gemma 3's sliding window (64: longer than any prompt)."""
-    import transformers
-
-    vision = dict(model_type="siglip_vision_model", vision_use_head=False, **SIGLIP_TINY)
-    if kind == "gemma3":
-        layers = {"num_hidden_layers": 6, "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
-        sizes = {"query_pre_attn_scalar": 16, "vocab_size": VOCAB, "sliding_window": window}
-        text = transformers.Gemma3TextConfig(**{**_COMMON, **GEMMA3_TINY, **layers, **sizes}).to_dict()
-        ids = dict(boi_token_index=VOCAB - 3, eoi_token_index=VOCAB - 2, image_token_index=VOCAB - 1)
-        config = transformers.Gemma3Config(
-            text_config=text, vision_config=vision, mm_tokens_per_image=16, **ids
-        )
-        model = transformers.Gemma3ForConditionalGeneration(config)
-        tok = sentencepiece_tokenizer("gemma")
-        names = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-        extra = {"add_bos_token": True, "add_eos_token": False, "chat_template": GEMMA_TEMPLATE}
-        size: dict[str, Any] = {"height": SIGLIP_TINY["image_size"], "width": SIGLIP_TINY["image_size"]}
-    else:
-        tok = byte_level_tokenizer("smollm")
-        tok.add_tokens(["\n\n"])  # llama.cpp looks "\n\n" up as one token, as SmolVLM's vocabulary has it
-        tok.add_special_tokens(IDEFICS3_TOKENS)
-        text = {**tiny_llama_text_config("smollm2"), "vocab_size": VOCAB}
-        config = transformers.Idefics3Config(
-            text_config=text,
-            vision_config=dict(SIGLIP_TINY),
-            scale_factor=2,
-            image_token_id=tok.token_to_id("<image>"),
-        )
-        model = transformers.Idefics3ForConditionalGeneration(config)
-        names = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
-        extra = {"add_bos_token": False, "chat_template": CHATML}
-        size = {"longest_edge": SIGLIP_TINY["image_size"]}
-    randomise(model, seed).save_pretrained(folder)
-    tok.save(str(folder / "tokenizer.json"))
-    config_json = {"tokenizer_class": "PreTrainedTokenizerFast", **names, **extra}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config_json))
-    pre = {"image_mean": MEAN, "image_std": STD, "size": size}
-    (folder / "preprocessor_config.json").write_text(json.dumps(pre))
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +166,47 @@ def test_projector_values_survive_bf16_weights(tmp_path: Path) -> None:
     fc = next(t for t in gguf.GGUFReader(result.mmproj).tensors if t.name == "mm.model.fc.weight")
     want = state["model.connector.modality_projection.proj.weight"].to(torch.bfloat16).float().numpy()
     np.testing.assert_array_equal(np.asarray(fc.data).reshape(want.shape), want)
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["image-text-adapter", "text-decoder-adapter"])
+def test_adapter_is_merged_into_the_files_it_adapts(whole: bool, exported: dict, tmp_path: Path) -> None:
+    """--adapter: a LoRA step folder of the model read whole (checkpointer.image_text=true; here on
+    the decoder and the tower) merges into both files; one of its text decoder alone (image_text=false)
+    into the model file, the projector file staying the base's."""
+    folder, base = exported["gemma3"]
+    if whole:
+        _, _, model = image_text_model_from_hf_config(json.loads((folder / "config.json").read_text()))
+        model.load_state_dict(HFCheckpointer(folder, image_text=True).load().model)
+        apply_lora(model, targets={"decoder": ["v_proj"], "vision_encoder": ["q_proj"]}, rank=4, alpha=8.0)
+        decoder = model.decoder
+    else:
+        model = decoder = load_hf(folder)
+        apply_lora(model, targets=["v_proj"], rank=4, alpha=8.0)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.normal_(0.0, 0.1)
+    settings = {"rank": 4, "alpha": 8.0, "dropout": 0.0, "use_dora": False}
+    HFCheckpointer(folder, tmp_path / "run", image_text=whole).save(
+        2, model.state_dict(), adapter_config=settings
+    )
+    result = export_gguf(
+        folder, tmp_path / "ft.gguf", file_type="f32", adapter_dir=tmp_path / "run" / "step_2"
+    )
+
+    def tensor(path: Path, name: str) -> np.ndarray:
+        t = next(t for t in gguf.GGUFReader(path).tensors if t.name == name)
+        return np.asarray(t.data).reshape(tuple(reversed([int(d) for d in t.shape])))
+
+    v = decoder.layers[0].attn.v_proj
+    np.testing.assert_allclose(
+        tensor(result.path, "blk.0.attn_v.weight"), v.merged_weight().detach().numpy(), atol=1e-6
+    )
+    assert not np.array_equal(tensor(result.path, "blk.0.attn_v.weight"), v.weight.detach().numpy())
+    q = tensor(result.mmproj, "v.blk.0.attn_q.weight")
+    if whole:
+        want = model.vision_encoder.layers[0].self_attn.q_proj.merged_weight().detach().numpy()
+        np.testing.assert_allclose(q, want, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(q, tensor(base.mmproj, "v.blk.0.attn_q.weight"))

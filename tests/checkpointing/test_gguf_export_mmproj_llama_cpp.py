@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from test_gguf_export_mmproj import MEAN, STD, tiny_vlm_folder
+from tiny_vlm_gguf import MEAN, STD, tiny_vlm_folder
 
 from ftune.checkpointing import HFCheckpointer
 from ftune.checkpointing.gguf.export import export_gguf

@@ -30,8 +30,9 @@ from typing import Any
 import gguf
 import numpy as np
 import torch
+from safetensors import safe_open
 
-from ftune.checkpointing.adapter import has_adapter
+from ftune.checkpointing.adapter import ADAPTER_WEIGHTS_FILE, has_adapter
 from ftune.checkpointing.atomic import atomic_path
 from ftune.checkpointing.families import converter
 from ftune.checkpointing.gguf.export_meta import architecture, write_hparams
@@ -63,6 +64,9 @@ from ftune.models import (
 logger = logging.getLogger(__name__)
 
 StateDict = dict[str, torch.Tensor]
+# Module-name parts of an adapter saved from an image-text model read whole (PEFT names; Gemma 3 and
+# LLaVA name the decoder `language_model`, Idefics3 `text_model`).
+_WHOLE_MODEL_PARTS = (".language_model.", ".text_model.", ".vision_tower.", ".vision_model.")
 
 
 @dataclass(frozen=True)
@@ -117,11 +121,26 @@ def load_image_text_state(
     projector_type(config, source=model_dir)
     loaded = HFCheckpointer(model_dir, image_text=True).load()  # read-only: no output_dir
     state = loaded.model
-    if adapter_dir is not None:
-        state = merge_adapter_folder(state, adapter_dir, family=loaded.family)
     text_family = family_from_hf_config(image_text_text_config(config))
+    if adapter_dir is not None and _adapts_whole_model(Path(adapter_dir).expanduser()):
+        state = merge_adapter_folder(state, adapter_dir, family=loaded.family)
     decoder = {k.removeprefix("decoder."): v for k, v in state.items() if k.startswith("decoder.")}
+    if adapter_dir is not None and not _adapts_whole_model(Path(adapter_dir).expanduser()):
+        # A run that read the folder's text decoder only (checkpointer.image_text=false) saved an
+        # adapter of the text-only model: it merges into the decoder, the tower stays as it is.
+        decoder = merge_adapter_folder(decoder, adapter_dir, family=text_family)
+        state = {**state, **{f"decoder.{k}": v for k, v in decoder.items()}}
     return converter(text_family).ftune_to_hf(decoder), text_family, state
+
+
+def _adapts_whole_model(adapter_dir: Path) -> bool:
+    """Whether a PEFT adapter was saved from an image-text model read whole (its module names hold the
+    language model's or the vision tower's prefix) rather than from its text decoder alone."""
+    path = adapter_dir / ADAPTER_WEIGHTS_FILE
+    if not path.is_file():
+        return True  # merge_adapter_folder says what the folder lacks
+    with safe_open(str(path), framework="pt") as f:
+        return any(part in key for key in f.keys() for part in _WHOLE_MODEL_PARTS)
 
 
 def export_gguf(
