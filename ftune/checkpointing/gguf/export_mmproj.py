@@ -45,6 +45,7 @@ from ftune.checkpointing.gguf.export_tensors import to_numpy
 from ftune.checkpointing.gguf.export_types import GGMLType, encode
 from ftune.config.gguf_args import MMPROJ_PROJECTORS, NO_MMPROJ, no_mmproj_error
 from ftune.data.image_ops import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD
+from ftune.models._image_text_config import IMAGE_TEXT_MODEL_TYPES, _vision_kwargs  # sizes, as ftune builds
 
 logger = logging.getLogger(__name__)
 
@@ -181,8 +182,6 @@ def write_mmproj(
         ValueError: a model llama.cpp has no projector for (`projector_type`).
         KeyError: a tensor of no llama.cpp name (`mmproj_name`).
     """
-    from ftune.models._image_text_config import IMAGE_TEXT_MODEL_TYPES, _vision_kwargs  # sizes, defaults
-
     kind = projector_type(config, source=source)
     vision = _vision_kwargs(dict(config), IMAGE_TEXT_MODEL_TYPES[config["model_type"]][1])
     tensors = mmproj_tensors(state)
