@@ -10,7 +10,9 @@ The tiny folders are `tiny_vlm_gguf.tiny_vlm_folder`'s.
 from __future__ import annotations
 
 import json
+import logging
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +212,19 @@ def test_adapter_is_merged_into_the_files_it_adapts(whole: bool, exported: dict,
         np.testing.assert_allclose(q, want, atol=1e-6)
     else:
         np.testing.assert_array_equal(q, tensor(base.mmproj, "v.blk.0.attn_q.weight"))
+
+
+def test_without_preprocessor_config_the_published_values_are_written_and_said(
+    exported: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder, _ = exported["smolvlm"]
+    bare = tmp_path / "step_2"
+    shutil.copytree(folder, bare)
+    (bare / "preprocessor_config.json").unlink()
+    with caplog.at_level(logging.WARNING):
+        result = export_gguf(bare, tmp_path / "vlm.gguf", file_type="f32")
+    assert "has no preprocessor_config.json: the projector file gets the published values" in caplog.text
+    reader = gguf.GGUFReader(result.mmproj)
+    assert _field(reader, "clip.vision.image_mean") == pytest.approx([0.5] * 3)
+    assert _field(reader, "clip.vision.image_std") == pytest.approx([0.5] * 3)
+    assert _field(reader, "clip.vision.preproc_image_size") == 4 * 56  # SmolVLM's 4 tiles a side

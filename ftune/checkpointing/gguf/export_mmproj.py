@@ -50,6 +50,8 @@ from ftune.models._image_text_config import IMAGE_TEXT_MODEL_TYPES, _vision_kwar
 logger = logging.getLogger(__name__)
 
 PREPROCESSOR_FILE = "preprocessor_config.json"
+# SmolVLM's and Idefics3's processors cut tiles from a longest edge of 4 tiles (2048 = 4 x 512 px).
+IDEFICS3_TILES_PER_SIDE = 4
 # llama.cpp's default Gemma 3 merge (64 x 64 patches pooled to 16 x 16): written only when it differs.
 GEMMA3_MERGE = 4
 
@@ -137,21 +139,24 @@ def mmproj_tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]
 
 
 def preprocessing(folder: Path, kind: str, image_size: int) -> dict[str, Any]:
-    """Image mean, std and (Idefics3) longest edge from the folder's preprocessor_config.json; without
-    one, the values of ftune's image transform for the family (logged)."""
+    """Image mean, std and (Idefics3) longest edge from the folder's preprocessor_config.json. Without
+    one (a step folder saved before step folders carried it), the published Gemma 3 and SmolVLM values,
+    which are ftune's image transforms' defaults: mean and std 0.5, longest edge 4 tiles (said in a
+    warning, as the file then may not preprocess as the fine-tune did)."""
     path = folder / PREPROCESSOR_FILE
     config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    longest = int((config.get("size") or {}).get("longest_edge", IDEFICS3_TILES_PER_SIDE * image_size))
     if not config:
-        logger.info(
-            "%s has no %s: the projector file gets ftune's image transform values (mean %s, std %s%s)",
+        logger.warning(
+            "%s has no %s: the projector file gets the published values (image mean %s, std %s%s); copy the "
+            "base model's %s into the folder if the model was trained with others",
             folder, PREPROCESSOR_FILE, list(IMAGENET_STANDARD_MEAN), list(IMAGENET_STANDARD_STD),
-            ", longest edge = the tower's image size" if kind == "idefics3" else "",
+            f", tiles cut from a longest edge of {longest} pixels" if kind == "idefics3" else "", PREPROCESSOR_FILE,
         )  # fmt: skip
-    size = config.get("size") or {}
     return {
         "mean": [float(v) for v in config.get("image_mean", IMAGENET_STANDARD_MEAN)],
         "std": [float(v) for v in config.get("image_std", IMAGENET_STANDARD_STD)],
-        "longest_edge": int(size.get("longest_edge", image_size)),
+        "longest_edge": longest,
     }
 
 
