@@ -1,6 +1,7 @@
 """GGUF export, vision: an image-text model's vision tower and projector as llama.cpp's projector file.
 
-    path = write_mmproj(state, "gemma3_vision", config, "mmproj-ft.gguf", file_type="f16", source=folder)
+    path = write_mmproj(state, config, "mmproj-ft.gguf", file_type="f16", source=folder, name="ft")
+    # state: the ImageTextModel's state dict (ftune names); config: its HF config.json
 
 llama.cpp runs an image-text model from two files: the text decoder (an ordinary model GGUF) and a
 projector file, `mmproj-*.gguf` (`general.architecture` "clip"), which its multimodal library (mtmd:
@@ -23,7 +24,7 @@ Families, by the projector llama.cpp implements for them:
 
 Types: an f32 export writes every tensor F32; every other type writes the projector file F16 (its
 1-D tensors and the patch and position embeddings F32), as llama.cpp's published `mmproj-*-f16.gguf`
-files are: the tower is small beside the text model, and llama.cpp's quantizer leaves it alone.
+files are: the tower is small beside the text model.
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ from ftune.checkpointing.gguf.export_tensors import to_numpy
 from ftune.checkpointing.gguf.export_types import GGMLType, encode
 from ftune.config.gguf_args import MMPROJ_PROJECTORS, NO_MMPROJ, no_mmproj_error
 from ftune.data.image_ops import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD
-from ftune.models._image_text_config import IMAGE_TEXT_MODEL_TYPES, _vision_kwargs  # sizes, as ftune builds
+from ftune.models._image_text_config import (  # sizes and defaults, as ftune builds the model
+    GEMMA3_TOKENS_PER_IMAGE,
+    IDEFICS3_SCALE_FACTOR,
+    IMAGE_TEXT_MODEL_TYPES,
+    _vision_kwargs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -217,11 +223,11 @@ def write_mmproj(
     writer.add_vision_use_gelu(True)  # SigLIP's tanh GELU: ggml_gelu
     patches_per_side = vision["image_size"] // vision["patch_size"]
     if kind == "gemma3":
-        side = round(int(config.get("mm_tokens_per_image", 256)) ** 0.5)
+        side = round(int(config.get("mm_tokens_per_image", GEMMA3_TOKENS_PER_IMAGE)) ** 0.5)
         if patches_per_side // side != GEMMA3_MERGE:
             writer.add_vision_projector_scale_factor(patches_per_side // side)
     else:
-        writer.add_vision_projector_scale_factor(int(config.get("scale_factor", 2)))
+        writer.add_vision_projector_scale_factor(int(config.get("scale_factor", IDEFICS3_SCALE_FACTOR)))
         writer.add_vision_preproc_image_size(pre["longest_edge"])
 
     types = {}
