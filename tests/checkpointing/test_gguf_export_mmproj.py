@@ -26,6 +26,7 @@ from tiny_vlm_gguf import MEAN, SIGLIP_TINY, STD, VISION_PREFIXES, tiny_vlm_fold
 
 from ftune.checkpointing import HFCheckpointer, load_hf
 from ftune.checkpointing.gguf.export import export_gguf
+from ftune.checkpointing.gguf.export_lora import export_lora_gguf
 from ftune.cli.main import main
 from ftune.models import image_text_model_from_hf_config
 from ftune.peft import apply_lora
@@ -228,3 +229,39 @@ def test_without_preprocessor_config_the_published_values_are_written_and_said(
     assert _field(reader, "clip.vision.image_mean") == pytest.approx([0.5] * 3)
     assert _field(reader, "clip.vision.image_std") == pytest.approx([0.5] * 3)
     assert _field(reader, "clip.vision.preproc_image_size") == 4 * 56  # SmolVLM's 4 tiles a side
+
+
+def _vlm_adapter(folder: Path, out: Path, targets: dict[str, list[str]]) -> Path:
+    """A LoRA step folder of the image-text model read whole, random A and B on `targets` (per part)."""
+    _, _, model = image_text_model_from_hf_config(json.loads((folder / "config.json").read_text()))
+    model.load_state_dict(HFCheckpointer(folder, image_text=True).load().model)
+    apply_lora(model, targets=targets, rank=4, alpha=8.0)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.normal_(0.0, 0.1)
+    settings = {"rank": 4, "alpha": 8.0, "dropout": 0.0, "use_dora": False}
+    HFCheckpointer(folder, out, image_text=True).save(2, model.state_dict(), adapter_config=settings)
+    return out / "step_2"
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "smolvlm"])
+def test_adapter_only_of_a_vlm_is_a_lora_file_of_its_text_decoder(
+    kind: str, exported: dict, tmp_path: Path
+) -> None:
+    folder, _ = exported[kind]
+    step = _vlm_adapter(folder, tmp_path / "run", {"decoder": ["q_proj", "v_proj"]})
+    result = export_lora_gguf(folder, step, tmp_path / "ft.lora.gguf", file_type="f32")
+    names = sorted(t.name for t in gguf.GGUFReader(result.path).tensors)
+    assert names[:4] == ["blk.0.attn_q.weight.lora_a", "blk.0.attn_q.weight.lora_b"] + [
+        "blk.0.attn_v.weight.lora_a",
+        "blk.0.attn_v.weight.lora_b",
+    ]
+    assert len(names) == 4 * {"gemma3": 6, "smolvlm": 2}[kind]
+
+    tower = _vlm_adapter(folder, tmp_path / "run2", {"decoder": ["v_proj"], "vision_encoder": ["q_proj"]})
+    with pytest.raises(
+        ValueError, match=r"changes model\.vision_\w+\.encoder\.layers\.0\.self_attn\.q_proj.*merged"
+    ):
+        export_lora_gguf(folder, tower, tmp_path / "tower.lora.gguf", file_type="f32")
