@@ -15,7 +15,9 @@ wheel): image embeddings differ by at most 6e-4 (Gemma 3, values up to 4) and 1.
 up to 6.4); the last logits by 1.0e-2 for Gemma 3 (8.4e-3 with a window shorter than the image;
 logits up to 8; its text-only export differs by 8e-3 already, see test_gguf_export_llama_cpp.py) and
 2e-4 for SmolVLM; the 8 greedy tokens are equal. A q8_0 export (Q8_0 model file, F16 projector file)
-against ftune's float32 model: embeddings within 2.6e-3, last logits within 6.2e-2, the same 8 tokens. ggml's GELU (the tower's MLP) is the likely source of
+against ftune's float32 model: embeddings within 2.6e-3, last logits within 6.2e-2, the same 8 tokens.
+A LoRA file of the text decoder (`--adapter-only`) over the base's two files gives the merged export's
+logits within 7e-7 (the adapter moves them by 1.4). ggml's GELU (the tower's MLP) is the likely source of
 the embedding difference.
 """
 
@@ -48,9 +50,10 @@ SIZE = 56  # the tiny tower's image side
 class Run:
     """A prompt with one image evaluated by llama.cpp + mtmd: the token layout and what it computed."""
 
-    def __init__(self, model: Path, mmproj: Path, image: Path, prompt: str) -> None:
+    def __init__(self, model: Path, mmproj: Path, image: Path, prompt: str, lora: Path | None = None) -> None:
         self.llm = llama_cpp.Llama(
             str(model),
+            lora_path=str(lora) if lora else None,
             n_ctx=256,
             n_batch=256,
             logits_all=True,
@@ -187,3 +190,34 @@ def test_llama_cpp_runs_the_exported_vlm_with_an_image_as_ftune_does(case: str, 
             ours.append(int(model(torch.tensor([ours]), torch.stack(images))[0, -1].argmax()))
     run.close()
     assert theirs_tokens == ours[len(ids) :]
+
+
+def test_llama_cpp_applies_a_vlm_lora_file_as_the_merged_export(tmp_path: Path) -> None:
+    """--adapter-only of an image-text model: the base's two files plus the LoRA file in llama.cpp give
+    the merged export's logits (an adapter of the decoder, trained on the model read whole)."""
+    from test_gguf_export_mmproj import _vlm_adapter
+
+    from ftune.checkpointing.gguf.export_lora import export_lora_gguf
+
+    folder = tiny_vlm_folder(tmp_path / "model", "smolvlm")
+    step = _vlm_adapter(folder, tmp_path / "run", {"decoder": ["q_proj", "v_proj"]})
+    base = export_gguf(folder, tmp_path / "base.gguf", file_type="f32")
+    lora = export_lora_gguf(folder, step, tmp_path / "ft.lora.gguf", file_type="f32").path
+    merged = export_gguf(folder, tmp_path / "merged.gguf", file_type="f32", adapter_dir=step)
+    image = _picture(tmp_path / "picture.png")
+    prompt = "the cat sat on <image> the mat, and the dog"
+    runs = [
+        Run(base.path, base.mmproj, image, prompt, lora=lora),
+        Run(merged.path, merged.mmproj, image, prompt),
+    ]
+    with_lora, want = (np.array(r.llm.scores[r.llm.n_tokens - 1]) for r in runs)
+    plain = Run(base.path, base.mmproj, image, prompt)
+    moved = np.abs(np.array(plain.llm.scores[plain.llm.n_tokens - 1]) - want).max()
+    difference = np.abs(with_lora - want).max()
+    print(
+        f"\nVLM LoRA file: max |base + lora - merged| = {difference:.2e} (the adapter moves logits by {moved:.2e})"
+    )
+    for run in (*runs, plain):
+        run.close()
+    assert moved > 0.05
+    assert difference <= 1e-4
