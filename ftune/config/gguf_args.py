@@ -64,18 +64,24 @@ def mmproj_path(output: str | os.PathLike) -> Path:
 
 # config.json model_type of an image-text model -> llama.cpp's projector type for it (`clip.projector_type`).
 MMPROJ_PROJECTORS = {"gemma3": "gemma3", "idefics3": "idefics3", "smolvlm": "idefics3"}
-# image-text model_types ftune trains that llama.cpp has no projector for, with the reason.
+# image-text model_types llama.cpp has no projector for: (the reason, what to do instead).
 NO_MMPROJ = {
     "llava": (
         "llama.cpp's LLaVA projector ('mlp') applies GELU in its tanh approximation between its two layers, "
-        "where ftune's MLPProjector (and transformers' LLaVA) applies the exact GELU"
+        "where ftune's MLPProjector (and transformers' LLaVA) applies the exact GELU",
+        "To run its text decoder alone in llama.cpp, export a text-only checkpoint of it.",
+    ),
+    "mllama": (
+        "llama.cpp's multimodal library puts image rows into the text sequence, while Llama 3.2 Vision reads "
+        "images through cross-attention layers, which llama.cpp has no projector type or text model for",
+        "To run an image-text model in llama.cpp, fine-tune Gemma 3 or SmolVLM.",
     ),
 }
 
 
 def image_text_model_type(model_dir: Path) -> str | None:
-    """The model_type of the folder's config.json when it is an image-text model ftune trains (gemma3,
-    idefics3, smolvlm, llava), else None (read without torch)."""
+    """The model_type of the folder's config.json when it is an image-text model (gemma3, idefics3,
+    smolvlm; llava, mllama: refused), else None (read without torch)."""
     try:
         config = json.loads((model_dir / HF_CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -88,9 +94,9 @@ def no_mmproj_error(model_type: str, source: str | os.PathLike) -> ValueError:
     """The error for an image-text model whose projector llama.cpp cannot run as ftune does."""
     return ValueError(
         f"{str(Path(source) / HF_CONFIG)!r} describes a {model_type!r} image-text model, which has no llama.cpp "
-        f"projector (mmproj) file that computes what ftune trained: {NO_MMPROJ[model_type]}. Image-text models "
-        "ftune exports for llama.cpp: Gemma 3 (model_type gemma3) and SmolVLM (idefics3, smolvlm). To run this "
-        "one's text decoder alone in llama.cpp, export a text-only checkpoint of it."
+        f"projector (mmproj) file that computes what ftune trained: {NO_MMPROJ[model_type][0]}. Image-text "
+        f"models ftune exports for llama.cpp: Gemma 3 (model_type gemma3) and SmolVLM (idefics3, smolvlm). "
+        f"{NO_MMPROJ[model_type][1]}"
     )
 
 

@@ -144,6 +144,13 @@ def test_cli_writes_both_files_and_says_how_to_run_them(
     assert "mmproj-smolvlm.gguf" in capsys.readouterr().err
 
 
+def test_mllama_is_refused_before_anything_is_read(tmp_path: Path) -> None:
+    folder = tmp_path / "mllama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "mllama"}))
+    assert main(["export", "gguf", str(folder), str(tmp_path / "out.gguf"), "--type", "f16"]) == 1
+
+
 def test_llava_is_refused_with_the_reason(tmp_path: Path) -> None:
     folder = tmp_path / "llava"
     folder.mkdir()

@@ -86,7 +86,7 @@ CASES += [  # noqa: F821
     _c('export-adapter-empty', 'export', (*_GGUF, '{ckpt}', '{tmp}/m.gguf', '--type', 'q8_0', '--adapter', '{tmp}/grpo'), 'holds no adapter_model.safetensors', "--adapter '{tmp}/grpo'", "it holds ['step_2']", 'Pass a step folder of a LoRA run', 'grpo_step_folder'),  # noqa: F821
     _c('export-output-exists', 'export', (*_GGUF, '{ckpt}', '{tmp}/old.gguf', '--type', 'q8_0'), 'already exists; ftune does not overwrite it', "output '{tmp}/old.gguf'", 'old.gguf', 'Pass --force to replace it', 'old_gguf'),  # noqa: F821
     _c('export-output-in-model', 'export', (*_GGUF, '{ckpt}', '{ckpt}/m.gguf', '--type', 'q8_0'), 'ftune never writes where it reads a model', "output '{ckpt}/m.gguf' is inside the model folder", '{ckpt}', 'Write the .gguf file outside the input folders'),  # noqa: F821
-    _c('export-llava-no-mmproj', 'export', (*_GGUF, '{tmp}/llava', '{tmp}/llava.gguf', '--type', 'f16'), 'has no llama.cpp projector (mmproj) file', '{tmp}/llava/config.json', "a 'llava' image-text model", 'export a text-only checkpoint', 'llava_folder'),  # noqa: F821
+    _c('export-llava-no-mmproj', 'export', (*_GGUF, '{tmp}/llava', '{tmp}/llava.gguf', '--type', 'f16'), 'has no llama.cpp projector (mmproj) file', '{tmp}/llava/config.json', "a 'llava' image-text model", 'export a text-only checkpoint of it', 'llava_folder'),  # noqa: F821
 ]
 # fmt: on
 
