@@ -122,10 +122,11 @@ def load_image_text_state(
     loaded = HFCheckpointer(model_dir, image_text=True).load()  # read-only: no output_dir
     state = loaded.model
     text_family = family_from_hf_config(image_text_text_config(config))
-    if adapter_dir is not None and _adapts_whole_model(Path(adapter_dir).expanduser()):
+    whole_adapter = adapter_dir is not None and _adapts_whole_model(Path(adapter_dir).expanduser())
+    if whole_adapter:
         state = merge_adapter_folder(state, adapter_dir, family=loaded.family)
     decoder = {k.removeprefix("decoder."): v for k, v in state.items() if k.startswith("decoder.")}
-    if adapter_dir is not None and not _adapts_whole_model(Path(adapter_dir).expanduser()):
+    if adapter_dir is not None and not whole_adapter:
         # A run that read the folder's text decoder only (checkpointer.image_text=false) saved an
         # adapter of the text-only model: it merges into the decoder, the tower stays as it is.
         decoder = merge_adapter_folder(decoder, adapter_dir, family=text_family)
