@@ -36,7 +36,7 @@ from ftune.checkpointing.adapter import ADAPTER_WEIGHTS_FILE, has_adapter
 from ftune.checkpointing.atomic import atomic_path
 from ftune.checkpointing.families import converter
 from ftune.checkpointing.gguf.export_meta import architecture, write_hparams
-from ftune.checkpointing.gguf.export_mmproj import projector_type, write_mmproj
+from ftune.checkpointing.gguf.export_mmproj import mmproj_tensors, projector_type, write_mmproj
 from ftune.checkpointing.gguf.export_tensors import gguf_tensors, to_numpy
 from ftune.checkpointing.gguf.export_types import (
     FileType,
@@ -178,6 +178,7 @@ def export_gguf(
     if is_image_text_model_config(raw):
         hf_state, family, whole = load_image_text_state(folder, adapter_dir, raw)
         config, vision = image_text_text_config(raw), (whole, raw)
+        mmproj_tensors(whole)  # an unknown tower or projector tensor is refused before any file is written
     else:
         hf_state, family = load_hf_state(folder, adapter_dir)
         config = text_model_config(read_json(folder / HF_CONFIG_FILE))
