@@ -27,6 +27,7 @@ from tiny_vlm_gguf import MEAN, SIGLIP_TINY, STD, VISION_PREFIXES, tiny_vlm_fold
 from ftune.checkpointing import HFCheckpointer, load_hf
 from ftune.checkpointing.gguf.export import export_gguf
 from ftune.checkpointing.gguf.export_lora import export_lora_gguf
+from ftune.checkpointing.gguf.export_mmproj import mmproj_name, projector_type
 from ftune.cli.main import main
 from ftune.models import image_text_model_from_hf_config
 from ftune.peft import apply_lora
@@ -272,3 +273,11 @@ def test_adapter_only_of_a_vlm_is_a_lora_file_of_its_text_decoder(
         ValueError, match=r"changes model\.vision_\w+\.encoder\.layers\.0\.self_attn\.q_proj.*merged"
     ):
         export_lora_gguf(folder, tower, tmp_path / "tower.lora.gguf", file_type="f32")
+
+
+def test_names_and_model_types_without_a_projector_file_are_refused(tmp_path: Path) -> None:
+    assert mmproj_name("vision_encoder.layers.11.mlp.fc2.bias") == "v.blk.11.ffn_down.bias"
+    with pytest.raises(KeyError, match=r"'vision_encoder.class_embedding' has no llama.cpp counterpart"):
+        mmproj_name("vision_encoder.class_embedding")
+    with pytest.raises(ValueError, match=r"model_type 'qwen2_vl' is no image-text model .* accepted: gemma3"):
+        projector_type({"model_type": "qwen2_vl"}, source=tmp_path)
