@@ -34,8 +34,10 @@ logger = logging.getLogger(__name__)
 MERGED_SUBDIR = "merged"  # LoRA runs with save_adapter_weights_only=False: step_<N>/merged/
 
 # Tokenizer and generation files copied from checkpoint_dir into every step folder when present,
-# so a step folder is self-contained for transformers / peft / ftune generate. NOTICE: licences such
-# as the Gemma Terms of Use require their notice to travel with every copy, fine-tuned ones included.
+# so a step folder is self-contained for transformers / peft / ftune generate / ftune export gguf (which
+# writes an image-text model's preprocessor_config.json mean and std into its projector file). NOTICE:
+# licences such as the Gemma Terms of Use require their notice to travel with every copy, fine-tuned
+# ones included.
 SIDE_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -46,6 +48,8 @@ SIDE_FILES = (
     "added_tokens.json",
     "generation_config.json",
     "chat_template.jinja",
+    "preprocessor_config.json",
+    "processor_config.json",
     "NOTICE",
 )
 

@@ -3,7 +3,9 @@
 The model folder is any HF-layout folder ftune reads (a base model, a full fine-tune's step folder,
 a LoRA run's merged/ folder); `--adapter` merges a LoRA/DoRA step folder into it first. Beside the
 file goes `<name>.Modelfile` for Ollama. With `--adapter-only` the LoRA adapter is written unmerged,
-as the adapter file llama.cpp applies over its base model (`--lora`), and no Modelfile.
+as the adapter file llama.cpp applies over its base model (`--lora`), and no Modelfile. An
+image-text model (Gemma 3, SmolVLM) also gives `mmproj-<name>.gguf`, its vision tower and projector,
+which llama.cpp's `llama-mtmd-cli --mmproj` loads beside the model file.
 
 Outputs never land on inputs (`ftune.checkpointing.output_guard`): the file and its Modelfile are
 replaced only with --force, never inside the model or adapter folder, never through a symbolic link, and
@@ -22,7 +24,9 @@ from ftune.config.gguf_args import (
     check_adapter_folder,
     check_adapter_gguf_type,
     check_gguf_type,
+    check_mmproj_exportable,
     check_model_folder,
+    mmproj_path,
     modelfile_path,
     require_model_folder,
 )
@@ -71,6 +75,14 @@ def main(argv: list[str]) -> int:
         return report(e, ["--debug"] if args.debug else [])
     size = exported.path.stat().st_size / 2**20
     types = ", ".join(f"{n} {k}" for k, n in sorted(exported.types.items()))
+    if exported.mmproj is not None:
+        print(
+            f"Wrote {exported.path} (the text decoder: {exported.family} as llama.cpp '{exported.architecture}', "
+            f"{args.type.lower()}, {size:.1f} MiB; tensors: {types}), {exported.mmproj.name} (the vision tower and "
+            f"projector) and {exported.modelfile.name}.\n"
+            f"  llama.cpp: llama-mtmd-cli -m {exported.path} --mmproj {exported.mmproj} --image <picture> -p <prompt>"
+        )
+        return 0
     print(
         f"Wrote {exported.path} ({exported.family} as llama.cpp '{exported.architecture}', {args.type.lower()}, "
         f"{size:.1f} MiB; tensors: {types}) and {exported.modelfile.name}.\n"
@@ -116,9 +128,10 @@ def _check_outputs(args: argparse.Namespace) -> None:
             "Pass --adapter output_dir/step_<N> (the base model stays the model folder)."
         )
     inputs = {"the model folder": args.model_dir, "the --adapter folder": args.adapter}
-    for path in (
-        (given,) if args.adapter_only else (given, modelfile_path(args.output))
-    ):  # the rule `ftune cp` shares (ftune.config.output_path)
+    outputs = [given] if args.adapter_only else [given, modelfile_path(args.output)]
+    if not args.adapter_only and check_mmproj_exportable(args.model_dir):  # an image-text model
+        outputs.append(mmproj_path(args.output))
+    for path in outputs:  # the rule `ftune cp` shares (ftune.config.output_path)
         check_output_dir(path, inputs, key="output", fix="Write the .gguf file outside the input folders.")
         output_file(path, option="output", force=args.force, make_parents=args.make_parents)
     check_model_folder(args.model_dir)  # from its listing, as the exporter would find it after loading torch

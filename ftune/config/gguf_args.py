@@ -7,9 +7,11 @@ with these and `ftune.config.output_path` in well under a second, then imports t
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+HF_CONFIG = "config.json"
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q4_k_m", "q4_k_s", "q4_0")
 
 
@@ -53,8 +55,64 @@ def modelfile_path(output: str | os.PathLike) -> Path:
     return out.with_name(out.stem + ".Modelfile")
 
 
+def mmproj_path(output: str | os.PathLike) -> Path:
+    """Where the projector file of an image-text model's `output` goes: `mmproj-<name>.gguf` beside it
+    (the name llama.cpp's converter gives it)."""
+    out = Path(output)
+    return out.with_name(f"mmproj-{out.name}")
+
+
+# config.json model_type of an image-text model -> llama.cpp's projector type for it (`clip.projector_type`).
+MMPROJ_PROJECTORS = {"gemma3": "gemma3", "idefics3": "idefics3", "smolvlm": "idefics3"}
+# image-text model_types llama.cpp has no projector for: (the reason, what to do instead).
+NO_MMPROJ = {
+    "llava": (
+        "llama.cpp's LLaVA projector ('mlp') applies GELU in its tanh approximation between its two layers, "
+        "where ftune's MLPProjector (and transformers' LLaVA) applies the exact GELU",
+        "To run its text decoder alone in llama.cpp, export a text-only checkpoint of it.",
+    ),
+    "mllama": (
+        "llama.cpp's multimodal library puts image rows into the text sequence, while Llama 3.2 Vision reads "
+        "images through cross-attention layers, which llama.cpp has no projector type or text model for",
+        "To run an image-text model in llama.cpp, fine-tune Gemma 3 or SmolVLM.",
+    ),
+}
+
+
+def image_text_model_type(model_dir: Path) -> str | None:
+    """The model_type of the folder's config.json when it is an image-text model (gemma3, idefics3,
+    smolvlm; llava, mllama: refused), else None (read without torch)."""
+    try:
+        config = json.loads((model_dir / HF_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    return model_type if model_type in (*MMPROJ_PROJECTORS, *NO_MMPROJ) else None
+
+
+def no_mmproj_error(model_type: str, source: str | os.PathLike) -> ValueError:
+    """The error for an image-text model whose projector llama.cpp cannot run as ftune does."""
+    return ValueError(
+        f"{str(Path(source) / HF_CONFIG)!r} describes a {model_type!r} image-text model, which has no llama.cpp "
+        f"projector (mmproj) file that computes what ftune trained: {NO_MMPROJ[model_type][0]}. Image-text "
+        f"models ftune exports for llama.cpp: Gemma 3 (model_type gemma3) and SmolVLM (idefics3, smolvlm). "
+        f"{NO_MMPROJ[model_type][1]}"
+    )
+
+
+def check_mmproj_exportable(model_dir: Path) -> str | None:
+    """llama.cpp's projector type for an image-text folder, None for a text model.
+
+    Raises:
+        ValueError: an image-text model llama.cpp has no projector for (`no_mmproj_error`).
+    """
+    model_type = image_text_model_type(model_dir)
+    if model_type in NO_MMPROJ:
+        raise no_mmproj_error(model_type, model_dir)
+    return MMPROJ_PROJECTORS.get(model_type) if model_type else None
+
+
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # ftune.checkpointing.adapter.ADAPTER_WEIGHTS_FILE
-HF_CONFIG = "config.json"
 
 
 def _held(folder: Path) -> list[str]:

@@ -143,6 +143,10 @@ CASES = {
         [*GGUF, "{tmp}/model", "{tmp}/notes.txt/m.gguf", "--type", "q8_0"],
         "{tmp}/notes.txt is a file, not a folder",
     ),
+    "export-llava-no-mmproj": (
+        [*GGUF, "{tmp}/llava", "{tmp}/m.gguf", "--type", "f16"],
+        "'{tmp}/llava/config.json' describes a 'llava' image-text model, which has no llama.cpp projector",
+    ),
 }
 
 
@@ -161,6 +165,8 @@ def tmp(tmp_path_factory):
     _step(tmp / "sft" / "step_2", "lora_finetune_single_device", "supervised")
     (tmp / "model").mkdir()
     (tmp / "model" / "config.json").write_text("{}")
+    (tmp / "llava").mkdir()
+    (tmp / "llava" / "config.json").write_text(json.dumps({"model_type": "llava"}))
     (tmp / "old.gguf").write_bytes(b"GGUF")
     (tmp / "notes.txt").write_text("notes\n")
     (tmp / "empty.jsonl").write_text("")

@@ -291,6 +291,9 @@ def make_outputs(ws: Workspace, load_recipe) -> None:
 
     write_tiny_gguf(shared / GGUF, qtype=Q.Q8_0)
     make_gemma3_image_text(ws)
+    from tiny_vlm_gguf import tiny_vlm_folder  # a SmolVLM fine-tune for the image-text GGUF export
+
+    tiny_vlm_folder(shared / "runs/smolvlm_full/step_400", "smolvlm")
     quantize = [f"checkpointer.checkpoint_dir={ws.model}", "output_dir=output/quantized", "device=cpu"]
     with chdir_env(shared, ws.env), contextlib.redirect_stdout(io.StringIO()):
         load_recipe("quantize").main(load_config("quantization", quantize))

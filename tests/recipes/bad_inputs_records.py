@@ -86,6 +86,7 @@ CASES += [  # noqa: F821
     _c('export-adapter-empty', 'export', (*_GGUF, '{ckpt}', '{tmp}/m.gguf', '--type', 'q8_0', '--adapter', '{tmp}/grpo'), 'holds no adapter_model.safetensors', "--adapter '{tmp}/grpo'", "it holds ['step_2']", 'Pass a step folder of a LoRA run', 'grpo_step_folder'),  # noqa: F821
     _c('export-output-exists', 'export', (*_GGUF, '{ckpt}', '{tmp}/old.gguf', '--type', 'q8_0'), 'already exists; ftune does not overwrite it', "output '{tmp}/old.gguf'", 'old.gguf', 'Pass --force to replace it', 'old_gguf'),  # noqa: F821
     _c('export-output-in-model', 'export', (*_GGUF, '{ckpt}', '{ckpt}/m.gguf', '--type', 'q8_0'), 'ftune never writes where it reads a model', "output '{ckpt}/m.gguf' is inside the model folder", '{ckpt}', 'Write the .gguf file outside the input folders'),  # noqa: F821
+    _c('export-llava-no-mmproj', 'export', (*_GGUF, '{tmp}/llava', '{tmp}/llava.gguf', '--type', 'f16'), 'has no llama.cpp projector (mmproj) file', '{tmp}/llava/config.json', "a 'llava' image-text model", 'export a text-only checkpoint of it', 'llava_folder'),  # noqa: F821
 ]
 # fmt: on
 
@@ -101,3 +102,19 @@ def _grpo_step_folder(tmp, ckpt):
 
 SETUPS["grpo_step_folder"] = _grpo_step_folder  # noqa: F821
 SETUPS["old_gguf"] = lambda tmp, ckpt: _write(tmp / "old.gguf", b"GGUF an earlier export")  # noqa: F821
+
+
+def _llava_folder(tmp, ckpt):
+    """A LLaVA-style image-text folder (a SigLIP tower on the tiny checkpoint's text model): its listing
+    and config.json only, which the refusal reads."""
+    text = __import__("json").loads((ckpt / "config.json").read_text())
+    config = {
+        "model_type": "llava",
+        "text_config": text,
+        "vision_config": {"model_type": "siglip_vision_model"},
+    }
+    _write(tmp / "llava" / "config.json", __import__("json").dumps(config))  # noqa: F821
+    _write(tmp / "llava" / "model.safetensors", b"not read")  # noqa: F821
+
+
+SETUPS["llava_folder"] = _llava_folder  # noqa: F821

@@ -7,7 +7,10 @@ The input is anything ftune reads as a Hugging Face folder: a downloaded or conv
 full fine-tune's step folder, a LoRA run's merged/ folder, a QAT run's output; `adapter_dir` (a LoRA
 or DoRA step folder) is merged into it first, as `ftune run generate` merges it. The file holds what
 llama.cpp's own `convert_hf_to_gguf.py` writes (`export_meta`, `export_vocab`,
-`export_tensors`), and an Ollama Modelfile is written beside it (`write_modelfile`).
+`export_tensors`), and an Ollama Modelfile is written beside it (`write_modelfile`). An image-text
+model (Gemma 3, SmolVLM) gives two files, as llama.cpp's converter does with --mmproj: its text decoder
+as the model file and its vision tower and projector as `mmproj-<name>.gguf` beside it
+(`export_mmproj`, `ftune.config.gguf_args.mmproj_path`).
 
 Families: every ftune family, as `export_meta.ARCHITECTURES` maps it (llama files for SmolLM2,
 Llama 2/3/3.x, Code Llama, Mistral and Mixtral; qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3,
@@ -27,11 +30,13 @@ from typing import Any
 import gguf
 import numpy as np
 import torch
+from safetensors import safe_open
 
-from ftune.checkpointing.adapter import has_adapter
+from ftune.checkpointing.adapter import ADAPTER_WEIGHTS_FILE, has_adapter
 from ftune.checkpointing.atomic import atomic_path
 from ftune.checkpointing.families import converter
 from ftune.checkpointing.gguf.export_meta import architecture, write_hparams
+from ftune.checkpointing.gguf.export_mmproj import mmproj_tensors, projector_type, write_mmproj
 from ftune.checkpointing.gguf.export_tensors import gguf_tensors, to_numpy
 from ftune.checkpointing.gguf.export_types import (
     FileType,
@@ -47,12 +52,21 @@ from ftune.checkpointing.hf import HFCheckpointer
 from ftune.checkpointing.inference import merge_adapter_folder
 from ftune.checkpointing.model_build import HF_CONFIG_FILE
 from ftune.checkpointing.readers import read_json
-from ftune.config.gguf_args import check_model_folder, modelfile_path
-from ftune.models import builder_kwargs, text_model_config
+from ftune.config.gguf_args import check_model_folder, mmproj_path, modelfile_path
+from ftune.models import (
+    builder_kwargs,
+    family_from_hf_config,
+    image_text_text_config,
+    is_image_text_model_config,
+    text_model_config,
+)
 
 logger = logging.getLogger(__name__)
 
 StateDict = dict[str, torch.Tensor]
+# Module-name parts of an adapter saved from an image-text model read whole (PEFT names; Gemma 3 and
+# LLaVA name the decoder `language_model`, Idefics3 `text_model`).
+_WHOLE_MODEL_PARTS = (".language_model.", ".text_model.", ".vision_tower.", ".vision_model.")
 
 
 @dataclass(frozen=True)
@@ -62,9 +76,10 @@ class Exported:
     Attributes:
         path: the .gguf file.
         modelfile: the Ollama Modelfile beside it.
-        family: the ftune family of the model.
+        family: the ftune family of the model (of the text decoder for an image-text model).
         architecture: `general.architecture` of the file.
         types: GGML type name -> number of tensors stored in it.
+        mmproj: the projector file of an image-text model (`export_mmproj`), else None.
     """
 
     path: Path
@@ -72,6 +87,7 @@ class Exported:
     family: str
     architecture: str
     types: dict[str, int]
+    mmproj: Path | None = None
 
 
 def load_hf_state(
@@ -90,6 +106,42 @@ def load_hf_state(
     if adapter_dir is not None:
         state = merge_adapter_folder(state, adapter_dir, family=loaded.family)
     return converter(loaded.family).ftune_to_hf(state), loaded.family
+
+
+def load_image_text_state(
+    model_dir: Path, adapter_dir: str | os.PathLike | None, config: dict[str, Any]
+) -> tuple[StateDict, str, StateDict]:
+    """An image-text folder read whole (adapter merged when given): (its text decoder in the text
+    family's HF names, the text family, the whole model in ftune names).
+
+    Raises:
+        ValueError: a model llama.cpp has no projector for (`export_mmproj.projector_type`), said
+            before the weights are read.
+    """
+    projector_type(config, source=model_dir)
+    loaded = HFCheckpointer(model_dir, image_text=True).load()  # read-only: no output_dir
+    state = loaded.model
+    text_family = family_from_hf_config(image_text_text_config(config))
+    whole_adapter = adapter_dir is not None and _adapts_whole_model(Path(adapter_dir).expanduser())
+    if whole_adapter:
+        state = merge_adapter_folder(state, adapter_dir, family=loaded.family)
+    decoder = {k.removeprefix("decoder."): v for k, v in state.items() if k.startswith("decoder.")}
+    if adapter_dir is not None and not whole_adapter:
+        # A run that read the folder's text decoder only (checkpointer.image_text=false) saved an
+        # adapter of the text-only model: it merges into the decoder, the tower stays as it is.
+        decoder = merge_adapter_folder(decoder, adapter_dir, family=text_family)
+        state = {**state, **{f"decoder.{k}": v for k, v in decoder.items()}}
+    return converter(text_family).ftune_to_hf(decoder), text_family, state
+
+
+def _adapts_whole_model(adapter_dir: Path) -> bool:
+    """Whether a PEFT adapter was saved from an image-text model read whole (its module names hold the
+    language model's or the vision tower's prefix) rather than from its text decoder alone."""
+    path = adapter_dir / ADAPTER_WEIGHTS_FILE
+    if not path.is_file():
+        return True  # merge_adapter_folder says what the folder lacks
+    with safe_open(str(path), framework="pt") as f:
+        return any(part in key for key in f.keys() for part in _WHOLE_MODEL_PARTS)
 
 
 def export_gguf(
@@ -121,8 +173,15 @@ def export_gguf(
     start = time.perf_counter()
     ftype = lookup_file_type(file_type)
     folder = Path(model_dir).expanduser()
-    hf_state, family = load_hf_state(folder, adapter_dir)
-    config = text_model_config(read_json(folder / HF_CONFIG_FILE))
+    raw = read_json(folder / HF_CONFIG_FILE) if (folder / HF_CONFIG_FILE).is_file() else {}
+    vision = None  # (whole state in ftune names, config.json) of an image-text model
+    if is_image_text_model_config(raw):
+        hf_state, family, whole = load_image_text_state(folder, adapter_dir, raw)
+        config, vision = image_text_text_config(raw), (whole, raw)
+        mmproj_tensors(whole)  # an unknown tower or projector tensor is refused before any file is written
+    else:
+        hf_state, family = load_hf_state(folder, adapter_dir)
+        config = text_model_config(read_json(folder / HF_CONFIG_FILE))
     arch = architecture(family)
     tied = bool(config.get("tie_word_embeddings", False))
     if tied:
@@ -157,6 +216,13 @@ def export_gguf(
             writer.write_tensor_data(encode(to_numpy(value), types[gguf_name]))
         writer.close()
     modelfile = write_modelfile(out, info)
+    mmproj = None
+    if vision is not None:
+        whole, raw = vision
+        mmproj = write_mmproj(
+            whole, raw, mmproj_path(out), file_type=ftype.name, source=folder,
+            name=f"{name or folder.resolve().name} (vision)",
+        )  # fmt: skip
     counts: dict[str, int] = {}
     for qtype in types.values():
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
@@ -164,7 +230,7 @@ def export_gguf(
         "Exported %s (%s, %s) -> %s, %.1f MB, %.1f s",
         folder, family, ftype.name, out, out.stat().st_size / 2**20, time.perf_counter() - start,
     )  # fmt: skip
-    return Exported(out, modelfile, family, arch, counts)
+    return Exported(out, modelfile, family, arch, counts, mmproj)
 
 
 def _add_tensor_infos(

@@ -14,7 +14,9 @@ its rows.
 Refused, with the reason: DoRA (the format has no magnitude vector; export it merged), rsLoRA and
 per-module ranks or alphas (the file has one alpha for all), an adapter of the tied output projection
 (llama.cpp applies none there), and K-quant or q4_0 tensor types (`convert_lora_to_gguf.py` writes
-f32, f16, bf16 or q8_0).
+f32, f16, bf16 or q8_0). An image-text model's adapter (Gemma 3, SmolVLM) is written for its model
+file, the text decoder; one that changes the vision tower or projector is refused (llama.cpp applies
+LoRA files to the model file only): export it merged.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from ftune.checkpointing.gguf.export_types import encode, lookup_file_type, tens
 from ftune.checkpointing.model_build import HF_CONFIG_FILE
 from ftune.checkpointing.readers import read_json, read_safetensors
 from ftune.config.gguf_args import check_adapter_folder, check_adapter_gguf_type, check_model_folder
-from ftune.models import text_model_config
+from ftune.models import image_text_text_config, is_image_text_model_config, text_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -87,11 +89,16 @@ def export_lora_gguf(
     check_adapter_folder(adapter)
     ftype = lookup_file_type(check_adapter_gguf_type(file_type))
     raw = read_json(folder / HF_CONFIG_FILE)
-    config = text_model_config(raw)
-    arch = architecture(family_from_hf_config(raw, config_path=folder / HF_CONFIG_FILE))
+    image_text = is_image_text_model_config(raw)  # the adapter applies to its model file (text decoder)
+    config = image_text_text_config(raw) if image_text else text_model_config(raw)
+    arch = architecture(
+        family_from_hf_config(config if image_text else raw, config_path=folder / HF_CONFIG_FILE)
+    )
     peft = read_json(adapter / ADAPTER_CONFIG_FILE)
     alpha = _check_peft_config(peft, adapter / ADAPTER_CONFIG_FILE)
     pairs = _lora_pairs(read_safetensors(adapter / ADAPTER_WEIGHTS_FILE), adapter / ADAPTER_WEIGHTS_FILE)
+    if image_text:
+        pairs = {_text_decoder_module(m, adapter): ab for m, ab in pairs.items()}
     tied = bool(config.get("tie_word_embeddings", False))
     heads = int(config["num_attention_heads"])
     layers = int(config["num_hidden_layers"])
@@ -167,6 +174,37 @@ def _check_peft_config(peft: dict, path: Path) -> float:
     if "lora_alpha" not in peft:
         raise ValueError(f"{str(path)!r} has no lora_alpha; a PEFT LoRA config (ftune writes one) names it.")
     return float(peft["lora_alpha"])
+
+
+# PEFT module-name prefixes of an image-text model read whole: its text decoder (-> the text-only
+# model's names) and the parts a llama.cpp LoRA file cannot reach (they live in the projector file).
+_DECODER_PREFIXES = {"model.language_model.": "model.", "model.text_model.": "model."}
+_VISION_PREFIXES = (
+    "model.vision_tower.",
+    "model.vision_model.",
+    "model.multi_modal_projector.",
+    "model.connector.",
+)
+
+
+def _text_decoder_module(module: str, adapter: Path) -> str:
+    """An image-text adapter's module in the text-only model's names (an adapter of the text decoder
+    alone is in them already).
+
+    Raises:
+        ValueError: a module of the vision tower or projector, which llama.cpp's LoRA files cannot adapt.
+    """
+    if module.startswith(_VISION_PREFIXES):
+        raise ValueError(
+            f"{adapter}: the adapter changes {module}, a part of the vision tower or projector; llama.cpp applies "
+            "a LoRA file to the model file (the text decoder) only, not to the projector (mmproj) file. Export "
+            "the model merged instead (ftune export gguf --adapter without --adapter-only: both files get the "
+            "merged weights), or train the text decoder's LoRA targets only."
+        )
+    for prefix, text in _DECODER_PREFIXES.items():
+        if module.startswith(prefix):
+            return text + module.removeprefix(prefix)
+    return module
 
 
 def _lora_pairs(weights: dict, path: Path) -> dict[str, tuple]:
