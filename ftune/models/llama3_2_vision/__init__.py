@@ -1,0 +1,20 @@
+"""Llama 3.2 Vision: component builder `llama3_2_vision`, model builders (11B, 90B, a tiny one),
+converters."""
+
+from ftune.models.llama3_2_vision._component_builders import llama3_2_vision
+from ftune.models.llama3_2_vision._convert import CONVERTER, ftune_to_hf, hf_to_ftune
+from ftune.models.llama3_2_vision._model_builders import (
+    llama3_2_vision_11b,
+    llama3_2_vision_90b,
+    llama3_2_vision_tiny,
+)
+
+__all__ = [
+    "CONVERTER",
+    "ftune_to_hf",
+    "hf_to_ftune",
+    "llama3_2_vision",
+    "llama3_2_vision_11b",
+    "llama3_2_vision_90b",
+    "llama3_2_vision_tiny",
+]
