@@ -15,6 +15,7 @@ from ftune.modules.cross_attention_layer import CrossAttentionLayer
 from ftune.modules.feed_forward import SwiGLU
 from ftune.modules.rms_norm import RMSNorm
 from ftune.modules.vision.cross_attention_model import CrossAttentionImageTextModel
+from ftune.modules.vision.projectors import LinearProjector
 from ftune.modules.vision.tiled_encoder import TiledVisionEncoder
 
 EXTRA_EMBEDDINGS = 8  # embedding rows past vocab_size (HF MllamaTextModel: vocab_size + 8)
@@ -145,7 +146,7 @@ def llama3_2_vision(
     )
     return CrossAttentionImageTextModel(
         vision_encoder=encoder,
-        projector=nn.Linear(encoder.output_dim, embed_dim),
+        projector=LinearProjector(vision_dim=encoder.output_dim, text_dim=embed_dim),
         decoder=text,
         image_token_id=image_token_id,
     )

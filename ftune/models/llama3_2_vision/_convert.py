@@ -75,8 +75,8 @@ TABLE: dict[str, str] = {
     _TEXT + "cross_attn_attn_gate": "decoder.layers.{}.attn_gate",
     _TEXT + "cross_attn_mlp_gate": "decoder.layers.{}.mlp_gate",
     **{"vision_model." + k: "vision_encoder." + v for k, v in _VISION.items()},
-    "multi_modal_projector.weight": "projector.weight",
-    "multi_modal_projector.bias": "projector.bias",
+    "multi_modal_projector.weight": "projector.proj.weight",
+    "multi_modal_projector.bias": "projector.proj.bias",
 }
 _INVERSE = invert(TABLE)
 _IGNORED = frozenset({_TEXT + "self_attn.rotary_emb.inv_freq"})

@@ -14,17 +14,17 @@ sample, as in transformers, so even padding images reach the logits; their feed-
 """
 
 import torch
-from torch import nn
 
 from ftune.modules.cross_attention_layer import CrossAttendInputs
 from ftune.modules.transformer import TransformerDecoder
 from ftune.modules.vision.image_text_model import ImageTextModel
+from ftune.modules.vision.projectors import LinearProjector
 from ftune.modules.vision.tiled_encoder import TiledVisionEncoder
 
 
 class CrossAttentionImageTextModel(ImageTextModel):
     """Token ids and images in, next-token logits out; keys `vision_encoder.*` (`TiledVisionEncoder`),
-    `projector.*` (a linear layer with bias) and `decoder.*` (the text decoder's own keys).
+    `projector.*` (`LinearProjector`) and `decoder.*` (the text decoder's own keys).
 
     It is an `ImageTextModel` for everything that handles the three parts (FSDP2 and activation
     checkpointing wrap `vision_encoder.layers` and `decoder.layers`; `train_parts`; LoRA targets), and
@@ -41,7 +41,7 @@ class CrossAttentionImageTextModel(ImageTextModel):
         self,
         *,
         vision_encoder: TiledVisionEncoder,
-        projector: nn.Linear,
+        projector: LinearProjector,
         decoder: TransformerDecoder,
         image_token_id: int,
     ) -> None:
