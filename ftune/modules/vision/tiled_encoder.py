@@ -160,7 +160,7 @@ class TiledVisionEncoder(nn.Module):
                 f"TiledVisionEncoder: intermediate_layers {bad} are out of range for {num_layers} local layers; "
                 f"give indices in [0, {num_layers - 1}] (Llama 3.2 Vision: [3, 7, 15, 23, 30])."
             )
-        self.image_size, self.max_num_tiles = image_size, max_num_tiles
+        self.image_size, self.patch_size, self.max_num_tiles = image_size, patch_size, max_num_tiles
         self.intermediate_layers = list(intermediate_layers)
         self.num_patches = (image_size // patch_size) ** 2 + 1  # a tile's tokens, the class token included
         self.output_dim = embed_dim * (1 + len(intermediate_layers))
