@@ -271,3 +271,18 @@ def test_builders_have_the_published_parameter_counts(size) -> None:
     with torch.device("meta"):
         model = build()
     assert sum(p.numel() for p in model.parameters()) == PUBLISHED[size]
+
+
+def test_builders_freeze_the_parts_torchtune_freezes() -> None:
+    # decoder_trainable=False (torchtune's full configs): the decoder's self-attention layers freeze, the
+    # fusion parts (cross-attention layers, global transformer, projector) and the encoder train.
+    with torch.device("meta"):
+        model = llama3_2_vision_11b(decoder_trainable=False)
+    grad = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert (
+        "decoder.layers.3.cross_attn.q_proj.weight" in grad
+        and "decoder.layers.4.attn.q_proj.weight" not in grad
+    )
+    assert "decoder.tok_embeddings.weight" not in grad and "projector.proj.weight" in grad
+    assert "vision_encoder.transformer.layers.0.mlp.fc1.weight" in grad
+    assert "vision_encoder.global_transformer.layers.0.gate_attn" in grad

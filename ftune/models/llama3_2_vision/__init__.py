@@ -1,5 +1,5 @@
 """Llama 3.2 Vision: component builder `llama3_2_vision`, model builders (11B, 90B, a tiny one),
-converters."""
+converters, tokenizer builder."""
 
 from ftune.models.llama3_2_vision._component_builders import llama3_2_vision
 from ftune.models.llama3_2_vision._convert import CONVERTER, ftune_to_hf, hf_to_ftune
@@ -8,6 +8,7 @@ from ftune.models.llama3_2_vision._model_builders import (
     llama3_2_vision_90b,
     llama3_2_vision_tiny,
 )
+from ftune.models.llama3_2_vision._tokenizer import llama3_2_vision_tokenizer
 
 __all__ = [
     "CONVERTER",
@@ -17,4 +18,5 @@ __all__ = [
     "llama3_2_vision_11b",
     "llama3_2_vision_90b",
     "llama3_2_vision_tiny",
+    "llama3_2_vision_tokenizer",
 ]

@@ -6,6 +6,7 @@ built from them has the parameter counts these builders have (`tests/models/test
 """
 
 from ftune.models.llama3_2_vision._component_builders import llama3_2_vision
+from ftune.modules.cross_attention_layer import CrossAttentionLayer
 from ftune.modules.vision.cross_attention_model import CrossAttentionImageTextModel
 
 # The vision encoder is the same in both sizes (ViT-H/14 on 560 px tiles, up to 4 tiles).
@@ -22,9 +23,34 @@ _VISION = {
 }
 
 
-def llama3_2_vision_11b() -> CrossAttentionImageTextModel:
-    """Llama-3.2-11B-Vision(-Instruct): 40 decoder layers of which 8 cross-attend (3, 8, ..., 38)."""
-    return llama3_2_vision(
+def trainable_parts(
+    model: CrossAttentionImageTextModel, *, decoder: bool, encoder: bool, fusion: bool
+) -> CrossAttentionImageTextModel:
+    """Freeze the parts torchtune's Llama 3.2 Vision builders freeze (their `*_trainable` arguments):
+    the decoder (its self-attention layers, embeddings, norm and output), the encoder (but its global
+    transformer) and the fusion parts (cross-attention layers, global transformer, projector)."""
+    fusion_modules = [
+        *(layer for layer in model.decoder.layers if isinstance(layer, CrossAttentionLayer)),
+        model.vision_encoder.global_transformer,
+        model.projector,
+    ]
+    model.decoder.requires_grad_(decoder)
+    model.vision_encoder.requires_grad_(encoder)
+    for module in fusion_modules:
+        module.requires_grad_(fusion)
+    return model
+
+
+def llama3_2_vision_11b(
+    decoder_trainable: bool = True, encoder_trainable: bool = True, fusion_trainable: bool = True
+) -> CrossAttentionImageTextModel:
+    """Llama-3.2-11B-Vision(-Instruct): 40 decoder layers of which 8 cross-attend (3, 8, ..., 38).
+
+    Args:
+        decoder_trainable, encoder_trainable, fusion_trainable: which parts train in a full fine-tune,
+            as torchtune's builder takes them (`trainable_parts`); all by default.
+    """
+    model = llama3_2_vision(
         vocab_size=128_256,
         num_layers=40,
         num_heads=32,
@@ -35,11 +61,20 @@ def llama3_2_vision_11b() -> CrossAttentionImageTextModel:
         cross_attention_layers=list(range(3, 40, 5)),
         **_VISION,
     )
+    return trainable_parts(
+        model, decoder=decoder_trainable, encoder=encoder_trainable, fusion=fusion_trainable
+    )
 
 
-def llama3_2_vision_90b() -> CrossAttentionImageTextModel:
-    """Llama-3.2-90B-Vision(-Instruct): 100 decoder layers of which 20 cross-attend (3, 8, ..., 98)."""
-    return llama3_2_vision(
+def llama3_2_vision_90b(
+    decoder_trainable: bool = True, encoder_trainable: bool = True, fusion_trainable: bool = True
+) -> CrossAttentionImageTextModel:
+    """Llama-3.2-90B-Vision(-Instruct): 100 decoder layers of which 20 cross-attend (3, 8, ..., 98).
+
+    Args:
+        decoder_trainable, encoder_trainable, fusion_trainable: as in `llama3_2_vision_11b`.
+    """
+    model = llama3_2_vision(
         vocab_size=128_256,
         num_layers=100,
         num_heads=64,
@@ -49,6 +84,9 @@ def llama3_2_vision_90b() -> CrossAttentionImageTextModel:
         max_seq_len=131_072,
         cross_attention_layers=list(range(3, 100, 5)),
         **_VISION,
+    )
+    return trainable_parts(
+        model, decoder=decoder_trainable, encoder=encoder_trainable, fusion=fusion_trainable
     )
 
 
