@@ -286,3 +286,17 @@ def test_builders_freeze_the_parts_torchtune_freezes() -> None:
     assert "decoder.tok_embeddings.weight" not in grad and "projector.proj.weight" in grad
     assert "vision_encoder.transformer.layers.0.mlp.fc1.weight" in grad
     assert "vision_encoder.global_transformer.layers.0.gate_attn" in grad
+
+
+def test_config_defaults_are_transformers_and_build_its_model() -> None:
+    from ftune.models import image_text_converter, image_text_model_from_hf_config
+    from ftune.models.llama3_2_vision._hf_config import TEXT_DEFAULTS, VISION_DEFAULTS
+
+    vision, text = transformers.MllamaVisionConfig().to_dict(), transformers.MllamaTextConfig().to_dict()
+    assert {k: vision[k] for k in VISION_DEFAULTS} == VISION_DEFAULTS
+    assert {k: text[k] for k in TEXT_DEFAULTS} == TEXT_DEFAULTS
+    family, _, model = image_text_model_from_hf_config({"model_type": "mllama"}, device="meta")
+    with torch.device("meta"):
+        theirs = transformers.MllamaForConditionalGeneration(transformers.MllamaConfig())
+    assert family == "llama3_2_vision" and image_text_converter(family, "llama3_1") is CONVERTER
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in theirs.parameters())
