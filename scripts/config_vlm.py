@@ -1,4 +1,5 @@
-"""The image-text (VLM) configs of scripts/make_configs.py: SmolVLM-256M-Instruct LoRA on image chats.
+"""The image-text (VLM) configs of scripts/make_configs.py: SmolVLM-256M-Instruct LoRA and full
+fine-tuning on image chats, and Llama-3.2-11B-Vision-Instruct LoRA (torchtune's llama3_2_vision/11B_lora).
 
 An image-text folder is read whole (``checkpointer.image_text: true``) and sized by its config.json,
 so the config has no model section; LoRA targets are given per part (decoder, projector, encoder);
@@ -102,6 +103,92 @@ def smolvlm(method: str) -> str:
     )
 
 
+LLAMA_VISION_REPO = "meta-llama/Llama-3.2-11B-Vision-Instruct"
+LLAMA_VISION_FOLDER = "${ftune_home:}/models/Llama-3.2-11B-Vision-Instruct"
+
+
+def llama3_2_vision_lora() -> str:
+    """llama3_2_vision/11B_lora: torchtune 0.6.1's llama3_2_vision/11B_lora (rank 8, alpha 16, q/v/o and
+    the MLPs, the encoder adapted, lr 1e-4, batch 2 x 8, bf16), with one difference: ftune's targets
+    are leaf names per part, so the decoder's self-attention layers get adapters too where torchtune
+    adapts only the cross-attention (fusion) layers and keeps the self-attention ones frozen."""
+    mlp = "gate_proj, up_proj, down_proj"
+    return (
+        "# Llama-3.2-11B-Vision-Instruct: LoRA on image-text chats (decoder with its cross-attention layers,\n"
+        "# projector and vision encoder), as torchtune 0.6.1's llama3_2_vision/11B_lora.\n"
+        "#\n"
+        "# Get the weights (to $FTUNE_HOME/models, default ~/.cache/ftune/models; a gated repository):\n"
+        f"#   ftune download {LLAMA_VISION_REPO}\n"
+        "# Run:\n"
+        "#   ftune run --nproc_per_node 2 lora_finetune_distributed --config llama3_2_vision/11B_lora\n"
+        "#   ftune run lora_finetune_single_device --config llama3_2_vision/11B_lora\n"
+        "output_dir: output/llama3_2_vision_11B_lora\n"
+        "seed: 0\n"
+        "device: auto  # cpu, cuda, mps or auto\n"
+        "dtype: bf16\n"
+        "batch_size: 2\n"
+        "grad_accum_steps: 8\n"
+        "epochs: 1\n"
+        "max_steps: null\n"
+        "clip_grad_norm: 1.0\n"
+        "save_every_n_steps: 500\n"
+        "run_val_every_n_steps: null\n"
+        "max_val_batches: null\n"
+        "compile: false\n"
+        "activation_checkpointing: true  # the vision encoder's layers and the decoder's\n"
+        "log_every_n_steps: 1\n"
+        "\n"
+        "# model: none: config.json sizes the model (ftune.models.llama3_2_vision.llama3_2_vision_11b)\n"
+        "tokenizer:\n"
+        "  _component_: ftune.tokenizers.HFTokenizer\n"
+        f"  path: {LLAMA_VISION_FOLDER}\n"
+        "  max_seq_len: 8192\n"
+        "checkpointer:\n"
+        "  _component_: ftune.checkpointing.HFCheckpointer\n"
+        f"  checkpoint_dir: {LLAMA_VISION_FOLDER}\n"
+        f"  hf_repo_id: {LLAMA_VISION_REPO}\n"
+        "  image_text: true  # read the folder whole: vision encoder, projector and text decoder\n"
+        "  output_dir: ${output_dir}\n"
+        "  resume_from_checkpoint: null  # auto: continue from the newest complete step folder\n"
+        "  keep_last_n_checkpoints: 2\n"
+        "peft:  # targets per part (leaf names: the decoder's self- and cross-attention layers alike)\n"
+        "  _component_: ftune.peft.apply_lora\n"
+        "  targets:\n"
+        f"    decoder: [q_proj, v_proj, o_proj, {mlp}]\n"
+        "    projector: [proj]\n"
+        "    vision_encoder: [q_proj, v_proj, o_proj, fc1, fc2]\n"
+        "  rank: 8\n"
+        "  alpha: 16\n"
+        "  dropout: 0.0\n"
+        "  use_dora: false\n"
+        "  quantize_base: false\n"
+        "\n"
+        "dataset:  # chats with image parts; any hub id or local file (json, jsonl, parquet): dataset.source=...\n"
+        "  _component_: ftune.datasets.multimodal_chat_dataset\n"
+        "  source: HuggingFaceH4/llava-instruct-mix-vsft\n"
+        "  image_transform: mllama  # 560 px tiles, up to 4 (its processor's defaults)\n"
+        "  packed: false  # samples with images are never packed\n"
+        "dataset_val: null\n"
+        "collate_fn: null  # right-pad the text, stack the tiles, the cross-attention mask (padded_collate_vision)\n"
+        "loss:  # cross-entropy in sequence chunks: never the full fp32 logits\n"
+        "  _component_: ftune.training.ChunkedCrossEntropyLoss\n"
+        "  num_chunks: 8\n"
+        "optimizer:\n"
+        "  _component_: torch.optim.AdamW\n"
+        "  lr: 1.0e-4\n"
+        "  weight_decay: 0.01\n"
+        "  fused: true  # one vectorised pass over all parameters (docs/benchmarks.md: optimizer step)\n"
+        "lr_scheduler:\n"
+        "  _component_: ftune.training.cosine_with_warmup\n"
+        "  num_warmup_steps: 100\n"
+        "metric_logger:\n"
+        "  _component_: ftune.training.DiskLogger\n"
+        "  log_dir: ${output_dir}/logs\n"
+    )
+
+
 def vlm_configs(configs: Path) -> dict[Path, str]:
     """The image-text configs, by file."""
-    return {configs / "smolvlm" / f"256M_{method}.yaml": smolvlm(method) for method in ("full", "lora")}
+    files = {configs / "smolvlm" / f"256M_{method}.yaml": smolvlm(method) for method in ("full", "lora")}
+    files[configs / "llama3_2_vision" / "11B_lora.yaml"] = llama3_2_vision_lora()
+    return files

@@ -187,7 +187,7 @@ class HFCheckpointer(Checkpointer):
             raise ValueError(
                 f"checkpointer.image_text=true, but {str(path)!r} describes a text model "
                 f"(model_type {config.get('model_type')!r}), not an image-text one (gemma3, idefics3, smolvlm, "
-                "llava). Set checkpointer.image_text=false, or point checkpoint_dir at an image-text checkpoint."
+                "llava, mllama). Set checkpointer.image_text=false, or point checkpoint_dir at an image-text checkpoint."
             )
         if self.image_text:
             return image_text_family(config)

@@ -20,6 +20,7 @@ from ftune.datasets.reasoning_tasks import reasoning_gym_dataset, reasoning_gym_
 from ftune.datasets.sft import SFTDataset
 from ftune.datasets.source import HubUnreachableError, load_source
 from ftune.datasets.text_completion import TextCompletionDataset, text_completion_dataset
+from ftune.datasets.the_cauldron import the_cauldron_dataset
 
 __all__ = [
     "ConcatDataset",
@@ -42,6 +43,7 @@ __all__ = [
     "kto_dataset",
     "load_source",
     "multimodal_chat_dataset",
+    "the_cauldron_dataset",
     "preference_dataset",
     "prompt_dataset",
     "read_demo_examples",

@@ -219,7 +219,8 @@ class MultimodalSFTDataset(torch.utils.data.Dataset):
         return item
 
 
-def _image_transform(value: Any) -> Any:
+def image_transform_of(value: Any) -> Any:
+    """The image transform a dataset argument names (a family name) or is (a component)."""
     if isinstance(value, str):
         if value not in IMAGE_TRANSFORMS:
             raise ValueError(
@@ -284,7 +285,7 @@ def multimodal_chat_dataset(
             f"multimodal_chat_dataset (source {source!r}): packed=True is not supported with images (a pack would "
             "mix several samples' images and their cross-sample attention); set dataset.packed=false."
         )
-    transform = _image_transform(image_transform)
+    transform = image_transform_of(image_transform)
     path = Path(source).expanduser()
     base = (
         Path(image_dir).expanduser()

@@ -3,8 +3,8 @@
     ftune.models.CONVERTERS["llama3"].hf_to_ftune(sd)      # pure key/layout conversion
     family, model = ftune.models.model_from_hf_config(json.load(open("config.json")))
 
-Image-text models (Gemma 3 with its vision path, SmolVLM, LLaVA-style compositions) are
-`ftune.modules.vision.ImageTextModel`s: `image_text_model_from_hf_config` builds one from its
+Image-text models (Gemma 3 with its vision path, SmolVLM, LLaVA-style compositions, Llama 3.2 Vision)
+are `ftune.modules.vision.ImageTextModel`s: `image_text_model_from_hf_config` builds one from its
 config.json, `image_text_converter(family, text_family)` converts its weights.
 
 A checkpoint folder to a loaded model is `ftune.checkpointing.load_hf(folder)` (checkpointing sits
@@ -22,6 +22,7 @@ from ftune.models import (
     llama3,
     llama3_1,
     llama3_2,
+    llama3_2_vision,
     llava,
     mistral,
     mixtral,
@@ -102,11 +103,13 @@ SAME_ARCHITECTURE: dict[str, str] = {"qwen2": "qwen2_5"}
 IMAGE_TEXT_CONVERTERS: dict[str, Converter] = {
     "gemma3_vision": gemma3.VISION_CONVERTER,
     "smolvlm": smolvlm.CONVERTER,
+    "llama3_2_vision": llama3_2_vision.CONVERTER,
 }
 
 
 def image_text_converter(family: str, text_family: str) -> Converter:
-    """The converter of an image-text model of `family` ("gemma3_vision", "smolvlm" or "llava") whose
+    """The converter of an image-text model of `family` ("gemma3_vision", "smolvlm", "llama3_2_vision" or
+    "llava") whose
     decoder is of `text_family` (what `image_text_model_from_hf_config` returns).
 
     Raises:

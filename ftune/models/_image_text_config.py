@@ -2,8 +2,9 @@
 
     family, text_family, model = image_text_model_from_hf_config(json.load(open("config.json")))
 
-Three layouts: Gemma 3 (model_type "gemma3", Gemma3ForConditionalGeneration), SmolVLM (model_type
-"idefics3" or "smolvlm") and LLaVA with a SigLIP tower (model_type "llava", the `llava` builder).
+Four layouts: Gemma 3 (model_type "gemma3", Gemma3ForConditionalGeneration), SmolVLM (model_type
+"idefics3" or "smolvlm"), LLaVA with a SigLIP tower (model_type "llava", the `llava` builder) and
+Llama 3.2 Vision (model_type "mllama", `ftune.models.llama3_2_vision`).
 A key a config.json omits takes transformers' (5.24) default, as transformers itself would.
 """
 
@@ -21,6 +22,8 @@ from ftune.models._hf_config import (
 from ftune.models.gemma3._vision import IMAGE_TOKEN_ID as GEMMA3_IMAGE_TOKEN_ID
 from ftune.models.gemma3._vision import TOKENS_PER_IMAGE as GEMMA3_TOKENS_PER_IMAGE
 from ftune.models.gemma3._vision import gemma3_image_text
+from ftune.models.llama3_2_vision._hf_config import MODEL_TYPE as MLLAMA_MODEL_TYPE
+from ftune.models.llama3_2_vision._hf_config import llama3_2_vision_from_hf_config
 from ftune.models.llava import llava
 from ftune.models.smolvlm import smolvlm
 from ftune.modules.vision.image_text_model import ImageTextModel
@@ -50,7 +53,10 @@ IMAGE_TEXT_MODEL_TYPES: dict[str, tuple[str, dict[str, Any]]] = {
     "idefics3": ("smolvlm", IDEFICS3_VISION_DEFAULTS),
     "smolvlm": ("smolvlm", IDEFICS3_VISION_DEFAULTS),
     "llava": ("llava", SIGLIP_DEFAULTS),
+    MLLAMA_MODEL_TYPE: ("llama3_2_vision", {}),  # its own encoder: `llama3_2_vision_from_hf_config`
 }
+# The family whose decoder's self-attention layers are Llama 3.1's (its converter is its own).
+MLLAMA_TEXT_FAMILY = "llama3_1"
 # Idefics3Config / SmolVLMConfig: image_token_id, scale_factor; LlavaConfig: image_token_index,
 # vision_feature_layer, multimodal_projector_bias.
 IDEFICS3_IMAGE_TOKEN_ID, IDEFICS3_SCALE_FACTOR = 128_257, 2
@@ -93,7 +99,8 @@ def _check_model_type(config: dict[str, Any]) -> str:
     if model_type not in IMAGE_TEXT_MODEL_TYPES:
         raise ValueError(
             f"Unsupported image-text config.json model_type={model_type!r}: ftune builds "
-            f"{', '.join(sorted(IMAGE_TEXT_MODEL_TYPES))} (Gemma 3, SmolVLM as Idefics3 or SmolVLM, LLaVA)."
+            f"{', '.join(sorted(IMAGE_TEXT_MODEL_TYPES))} (Gemma 3, SmolVLM as Idefics3 or SmolVLM, LLaVA, "
+            "Llama 3.2 Vision)."
         )
     return IMAGE_TEXT_MODEL_TYPES[model_type][0]
 
@@ -108,12 +115,14 @@ def image_text_text_config(config: dict[str, Any]) -> dict[str, Any]:
     family = _check_model_type(config)
     if family == "gemma3_vision":
         return text_model_config(config)
+    if family == "llama3_2_vision":
+        return dict(config.get("text_config") or {})
     return _text_config(config, tie_default=family == "llava")
 
 
 def image_text_family(config: dict[str, Any]) -> str:
     """The image-text family of an HF config.json, as the checkpointer records it: "gemma3_vision",
-    "smolvlm" or "llava_<text family>" (a key `ftune.models.converter_of` takes).
+    "smolvlm", "llama3_2_vision" or "llava_<text family>" (a key `ftune.models.converter_of` takes).
 
     Raises:
         ValueError: a model_type of no image-text family, or a LLaVA text_config of no ftune family.
@@ -153,19 +162,23 @@ def image_text_model_from_hf_config(
     """Build the `ImageTextModel` an HF image-text config.json describes.
 
     Args:
-        config: the parsed config.json (model_type gemma3, idefics3, smolvlm or llava).
+        config: the parsed config.json (model_type gemma3, idefics3, smolvlm, llava or mllama).
         dtype: parameter dtype; None = the current default dtype.
         device: where to allocate; "meta" builds without memory.
 
     Returns:
-        (family, text family, model): family is "gemma3_vision", "smolvlm" or "llava"; the text
-        family names the decoder's converter (`ftune.models.CONVERTERS`).
+        (family, text family, model): family is "gemma3_vision", "smolvlm", "llava" or
+        "llama3_2_vision"; the text family names the decoder's converter (`ftune.models.CONVERTERS`;
+        Llama 3.2 Vision's whole model converts with its own, `ftune.models.llama3_2_vision.CONVERTER`).
 
     Raises:
         ValueError: another model_type, or an option ftune does not implement.
     """
     _check_model_type(config)
     family, defaults = IMAGE_TEXT_MODEL_TYPES[config["model_type"]]
+    if family == "llama3_2_vision":
+        with _default_dtype(dtype), torch.device(device) if device is not None else nullcontext():
+            return family, MLLAMA_TEXT_FAMILY, llama3_2_vision_from_hf_config(config)
     vision = _vision_kwargs(config, defaults)
     if family == "llava":
         _check_llava(config)

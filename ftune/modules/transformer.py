@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftune.modules.cross_attention_layer import CrossAttendInputs, CrossAttentionLayer
 from ftune.modules.softcap import softcap
 
 
@@ -88,6 +89,7 @@ class TransformerDecoder(nn.Module):
         mask: torch.Tensor | None = None,
         embeds: torch.Tensor | None = None,
         also_attend: torch.Tensor | None = None,
+        cross_attend: CrossAttendInputs | None = None,
     ) -> torch.Tensor:
         """Run everything but the output projection.
 
@@ -103,6 +105,9 @@ class TransformerDecoder(nn.Module):
                 of `mask` (or the causal default): the bidirectional term within an image. Local
                 layers still apply their window to it. With caches, key j is the one written at
                 `input_pos[:, j]`.
+            cross_attend: the images and mask the `CrossAttentionLayer`s among `layers` read (Llama 3.2
+                Vision); None = no images (those layers pass their input through, unless their caches
+                hold a prompt's images).
 
         Returns:
             Final-norm hidden states (b, s, embed_dim).
@@ -124,7 +129,10 @@ class TransformerDecoder(nn.Module):
         else:
             h = self._checked_embeds(tokens, embeds)  # (b, s, d)
         for layer in self.layers:
-            h = layer(h, input_pos=input_pos, mask=mask)
+            if isinstance(layer, CrossAttentionLayer):
+                h = layer(h, cross_attend)
+            else:
+                h = layer(h, input_pos=input_pos, mask=mask)
         return self.norm(h)
 
     def _checked_embeds(self, tokens: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:

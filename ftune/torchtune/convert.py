@@ -21,6 +21,7 @@ from typing import Any
 
 import ftune.torchtune.methods as methods
 import ftune.torchtune.table as table
+import ftune.torchtune.vision as vision
 from ftune import registry
 from ftune.config.recipe_file import recipe_settings
 from ftune.torchtune.conversion import Conversion, Converter, KeyReport
@@ -114,6 +115,9 @@ def _convert_model(c: Converter, node: dict[str, Any], section: str = "model") -
     if section != "model":
         detail += "; teacher_tokenizer is the student's tokenizer (torchtune tokenizes once, for both models)"
     c.note(f"{section}._component_", "mapped", detail + (f" ({variant_note})" if variant_note else ""))
+    if family == vision.FAMILY:
+        vision.convert_model(c, node, base, lora)
+        return
     if not lora:
         for key in sorted(set(node) - {"_component_"}):
             c.note(
@@ -162,7 +166,7 @@ def _convert_tokenizer(c: Converter, node: dict[str, Any]) -> None:
     c.note("tokenizer._component_", "mapped", f"{target} (the model's family)")
     for key, value in node.items():
         path = f"tokenizer.{key}"
-        if key == "_component_":
+        if key == "_component_" or vision.tokenizer_key(c, key, value):
             continue
         if key in table.TOKENIZER_ARGS:
             if key in ("path", "vocab_path") and isinstance(value, str) and value.endswith("vocab.json"):
@@ -270,7 +274,12 @@ def convert_torchtune_config(tt: dict[str, Any], *, recipe: str | None = None) -
             _convert_model(c, tt[key], key)
     own = {**table.SETTINGS, **table.RECIPE_SETTINGS.get(tt_recipe, {})}
     for key, value in tt.items():
-        if key in models and isinstance(value, dict) or methods.convert_special(c, tt_recipe, key, value):
+        if (
+            key in models
+            and isinstance(value, dict)
+            or methods.convert_special(c, tt_recipe, key, value)
+            or vision.convert_special(c, key, value)
+        ):
             continue
         if key == "tokenizer" and isinstance(value, dict):
             _convert_tokenizer(c, value)

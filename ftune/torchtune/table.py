@@ -30,6 +30,7 @@ RECIPES: dict[str, str] = {
     "knowledge_distillation_single_device": "knowledge_distillation_single_device",
     "knowledge_distillation_distributed": "knowledge_distillation_distributed",
     "generate": "generate",
+    "dev/generate_v2": "generate",  # its configs differ from generate's in log_level and the prompt's image
     "quantize": "quantize",
     "eleuther_eval": "eval",
 }
@@ -56,6 +57,7 @@ FAMILIES: dict[str, str] = {
     "code_llama2": "code_llama2",
     "phi3": "phi3",
     "phi4": "phi4",
+    "llama3_2_vision": "llama3_2_vision",
 }
 # Builder names that differ beyond the family prefix (after lora_/qlora_ and _base/_instruct are removed).
 BUILDER_RENAMES: dict[str, str] = {"llama3_3_70b": "llama3_1_70b", "phi3_mini": "phi3_3_8b"}
@@ -129,6 +131,7 @@ SETTINGS: dict[str, Key] = {
     "tensor_parallel_dim": Key(None, "1 (no tensor parallelism) is ftune's only mode"),
     "tensor_parallel_plan": Key(None, "unused with tensor_parallel_dim 1"),
     "enable_kv_cache": Key(None, "ftune always decodes with a KV cache (generate, and eval's generation)"),
+    "log_level": Key(None, "ftune logs at INFO, the level torchtune's configs set"),
     "max_new_tokens": Key("max_new_tokens"),
     "temperature": Key("temperature"),
     "top_k": Key("top_k"),
@@ -206,6 +209,12 @@ COMPONENTS: dict[str, Component] = {
     ),
     "torchtune.training.FullModelTorchTuneCheckpointer": Component(
         "ftune.checkpointing.NativeCheckpointer", args=_CKPT.args, covered=_CKPT.covered, note=_CKPT.note
+    ),
+    "torchtune.datasets.multimodal.the_cauldron_dataset": Component(
+        "ftune.datasets.the_cauldron_dataset",
+        args={k: k for k in "subset packed split train_on_input".split()},
+        set_args={"image_transform": "mllama"},
+        note="the Cauldron subset as image chats, tiled as Llama 3.2 Vision's processor tiles",
     ),
     "torchtune.datasets.alpaca_dataset": Component(
         "ftune.datasets.alpaca_dataset",

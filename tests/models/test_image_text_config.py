@@ -125,7 +125,7 @@ def test_unsupported_llava_options_are_errors(change: dict, match: str) -> None:
 
 def test_unknown_model_type_and_vision_options_are_errors() -> None:
     with pytest.raises(
-        ValueError, match="model_type='paligemma': ftune builds gemma3, idefics3, llava, smolvlm"
+        ValueError, match="model_type='paligemma': ftune builds gemma3, idefics3, llava, mllama, smolvlm"
     ):
         image_text_model_from_hf_config({"model_type": "paligemma"})
     config = tiny_idefics3().config.to_dict()

@@ -116,3 +116,21 @@ class MLPProjector(nn.Module):
         """(n, patches, vision_dim) -> (n, patches, text_dim)."""
         _check_features("MLPProjector", features, self.tokens_per_image, self.vision_dim)
         return self.linear_2(F.gelu(self.linear_1(features)))
+
+
+class LinearProjector(nn.Module):
+    """Llama 3.2 Vision's projector: one linear layer with bias (HF `multi_modal_projector`), under the
+    name `proj` so that LoRA targets it as {"projector": ["proj"]}.
+
+    Args:
+        vision_dim: width of the encoder's output [vision_config.vision_output_dim].
+        text_dim: width of the text embeddings [text_config.hidden_size].
+    """
+
+    def __init__(self, *, vision_dim: int, text_dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(vision_dim, text_dim)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """(..., vision_dim) -> (..., text_dim)."""
+        return self.proj(features)

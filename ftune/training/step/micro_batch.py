@@ -18,6 +18,9 @@ import torch
 from ftune.modules.masks import document_causal_mask
 from ftune.training.step.loss import IGNORE_INDEX
 
+# A cross-attention image-text model's further inputs (Llama 3.2 Vision: `padded_collate_vision`).
+CROSS_ATTENTION_INPUTS = ("aspect_ratio_ids", "aspect_ratio_mask", "cross_attention_mask")
+
 
 @dataclass(frozen=True)
 class MicroBatch:
@@ -37,6 +40,8 @@ class MicroBatch:
         pixel_values: ``(n, ...)`` the batch's images (crops or tiles) in the order of their image
             tokens (``ftune.data.padded_collate_vision``), else None: a text batch.
         image_sample: ``[n]`` long, the row of ``tokens`` each image belongs to, else None.
+        cross_inputs: a cross-attention model's further inputs (``CROSS_ATTENTION_INPUTS`` of the
+            batch: Llama 3.2 Vision's aspect ratios and cross-attention mask), else None.
     """
 
     tokens: torch.Tensor
@@ -47,17 +52,21 @@ class MicroBatch:
     margins: torch.Tensor | None = None
     pixel_values: torch.Tensor | None = None
     image_sample: torch.Tensor | None = None
+    cross_inputs: dict[str, torch.Tensor] | None = None
 
     @property
     def model_inputs(self) -> dict[str, torch.Tensor | None]:
         """The forward's inputs besides the tokens: ``model.hidden(batch.tokens, **batch.model_inputs)``.
 
         ``input_pos`` and ``mask`` (read once), and ``pixel_values`` only when the batch has images,
-        so a text model's forward gets exactly what it takes and an image-text model gets its images.
+        so a text model's forward gets exactly what it takes and an image-text model gets its images
+        (a cross-attention one also ``image_sample`` and ``cross_inputs``).
         """
         inputs = {"input_pos": self.input_pos, "mask": self.mask}
         if self.pixel_values is not None:
             inputs["pixel_values"] = self.pixel_values
+        if self.cross_inputs:
+            inputs.update(self.cross_inputs, image_sample=self.image_sample)
         return inputs
 
     @property
@@ -91,6 +100,7 @@ def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> MicroBatc
         moved.get("margin"),
         moved.get("pixel_values"),
         moved.get("image_sample"),
+        {k: moved[k] for k in CROSS_ATTENTION_INPUTS if k in moved} or None,
     )
 
 
