@@ -244,6 +244,43 @@ RM_DIST = {
         "a QLoRA reward model with reward_model_single_device"
     ),
 }
+# PPO (ppo_full_finetune_single_device): torchtune 0.6.1's PPO recipe. What a PPO run is checked for is
+# ✓; what runs but is not checked on a PPO run is `unchecked`; what cannot apply is n/a.
+PPO_UNCHECKED = (
+    "runs in the PPO recipe (the same lines as the SFT recipes), but is not checked on a PPO run: the PPO "
+    "runs in the test suite are kept to what PPO changes or must not break"
+)
+PPO = {
+    "reward_model": na(
+        "uses a frozen reward model (reward_checkpointer); train one with reward_model_single_device"
+    ),
+    "knowledge_distillation": na("online RL has no teacher: distil with the knowledge_distillation recipes"),
+    "multi_turn": na("one response a prompt; conversations: lora_grpo_agent_single_device"),
+    "off_policy_correction": na("trajectories are sampled in the step, by the current policy"),
+    "grad_accumulation": unchecked(PPO_UNCHECKED),
+    "grad_clipping": unchecked(PPO_UNCHECKED),
+    "compile": unchecked(PPO_UNCHECKED),
+    "activation_checkpointing": unchecked(PPO_UNCHECKED),
+    "activation_offloading": _OFFLOAD,
+    "chunked_loss": unchecked(f"{PPO_UNCHECKED}: the response tokens are projected in blocks"),
+    "low_precision_optimizers": unchecked(PPO_UNCHECKED),
+    "custom_collate": unchecked(f"{PPO_UNCHECKED}; a collate_fn must return a ftune.data.PromptBatch"),
+    "packing": na(
+        "trajectories are made inside the loop, one row per response; dataset.packed does not apply"
+    ),
+    "padding_free": na("a trajectory's rows are prompt + response, right-padded"),
+    "validation": unchecked(PPO_UNCHECKED),
+    "step_checkpointing": unchecked(PPO_UNCHECKED),
+    "resume": unchecked(PPO_UNCHECKED),
+    "metric_logging": unchecked(PPO_UNCHECKED),
+    "profiler": unchecked(PPO_UNCHECKED),
+    "qat": na("no QAT RL recipe"),
+    "learned_ranges": na("no QAT RL recipe"),
+    "mixture_of_experts": unchecked(PPO_UNCHECKED),
+    "optimizer_in_backward": na(
+        "a trajectory's clipped ratios need each step to end before the weights change; refused with a message"
+    ),
+}
 # The recipes that do not train: a cell for each feature they offer, none for the training features.
 GENERATE = {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES}
 QUANTIZE = {"quantization": YES, "qat": YES, "learned_ranges": YES}

@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from ftune.training.methods.ppo_advantages import masked_mean
-from ftune.training.step.metric import Metric
+from ftune.training.methods.ppo_trajectory import Trajectory, response_logps, response_values
+from ftune.training.step.metric import Loss, Metric
 from ftune.training.step.micro_batch import MicroBatch
 
 
@@ -135,3 +136,40 @@ class PPOLoss(nn.Module):
             approx_kl = (0.5 * (logps - old_logps).pow(2)).mean()
         return PPOLosses(loss, policy_loss.detach(), value_loss.detach(), ratios.mean().detach(), clipfrac.detach(),
                          approx_kl)  # fmt: skip
+
+
+def ppo_loss(
+    loss_fn: PPOLoss, model: nn.Module, hidden: torch.Tensor, value_model: nn.Module, batch: MicroBatch
+) -> Loss:
+    """A PPO micro-batch's loss (its own mean, count 1), and the figures logged with it.
+
+    Args:
+        loss_fn: the recipe's :class:`PPOLoss`.
+        model: the policy whose ``hidden`` these are (its output head).
+        hidden: the policy's final hidden states ``[b, s, dim]`` of ``batch.tokens``.
+        value_model: the value model (its forward runs here, on the same rows).
+        batch: a :class:`ftune.training.methods.ppo_trajectory.Trajectory`.
+
+    Raises:
+        ValueError: ``batch`` is not a Trajectory, or ``loss_fn`` not a PPOLoss.
+    """
+    if not isinstance(batch, Trajectory) or not isinstance(loss_fn, PPOLoss):
+        raise ValueError(
+            f"ppo_loss: got a {type(batch).__name__} and a {type(loss_fn).__name__}; a PPO recipe's batches come "
+            "from training.PPOLoader (prompts in, trajectories out) and its loss is "
+            "loss._component_=ftune.training.PPOLoss."
+        )
+    logps = response_logps(model.head, hidden, batch)
+    values = response_values(value_model, value_model.hidden(batch.tokens), batch)
+    out = loss_fn(batch.logps, logps, batch.advantages, batch.values, values, batch.returns, ~batch.padding,
+                  ~batch.value_padding)  # fmt: skip
+    metrics = {
+        **out.metrics(),
+        "scores": Metric.mean(batch.scores),
+        "rlhf_reward": Metric.mean(batch.scores + batch.kl_reward),
+        "kl": Metric.mean(batch.kl),
+        "kl_reward": Metric.mean(batch.kl_reward),
+        "response_lengths": Metric.mean(batch.last.float()),  # torchtune's seq_lens: the last index
+        "stopped": Metric.mean(batch.padding.any(-1).float()),  # the share of torchtune's num_stop_tokens
+    }
+    return Loss(out.loss, 1, metrics)

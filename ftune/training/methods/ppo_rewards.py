@@ -100,3 +100,28 @@ class AdaptiveKLController:
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.value = float(state["value"])
+
+
+class FixedKLController:
+    """A constant β (torchtune's ``kl_coeff``): the same interface as :class:`AdaptiveKLController`."""
+
+    def __init__(self, kl_coeff: float) -> None:
+        self.value = float(kl_coeff)
+
+    def update(self, current_kl: float, n_steps: int) -> float:
+        return self.value
+
+    def state_dict(self) -> dict[str, float]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.value = float(state["value"])
+
+
+def kl_controller(
+    kl_coeff: float, *, target: float | None, horizon: int
+) -> FixedKLController | AdaptiveKLController:
+    """β's controller: fixed at ``kl_coeff`` when ``target`` is None, else adaptive from it."""
+    if target is None:
+        return FixedKLController(kl_coeff)
+    return AdaptiveKLController(kl_coeff, target=target, horizon=horizon)
