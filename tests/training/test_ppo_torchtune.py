@@ -3,9 +3,8 @@
 The reference values are torchtune's own outputs on seeded inputs, recorded into
 tests/assets/ppo_torchtune.json by tests/training/ppo_torchtune_golden.py (rerun it with a torchtune
 0.6.1 environment: ``/tmp/ttenv/bin/python tests/training/ppo_torchtune_golden.py``). Measured
-difference on this machine (torch as ftune pins it, fp32): 0 for every mask, index and penalty, at most
-~1e-7 absolute for the floats (rewards, GAE, whitening, the loss and its gradients); the tolerance
-below is 1e-6. torchtune 0.6.1 has no adaptive KL controller: ``AdaptiveKLController`` is checked
+difference on this machine (torch 2.13.0 on both sides, fp32): 0, for every mask, index, penalty,
+reward, GAE advantage and return, whitened value, loss figure and gradient; the tolerance below is 1e-6. torchtune 0.6.1 has no adaptive KL controller: ``AdaptiveKLController`` is checked
 against Ziegler et al.'s formula by hand.
 """
 
