@@ -277,9 +277,7 @@ PPO = {
     "qat": na("no QAT RL recipe"),
     "learned_ranges": na("no QAT RL recipe"),
     "mixture_of_experts": unchecked(PPO_UNCHECKED),
-    "optimizer_in_backward": na(
-        "a trajectory's clipped ratios need each step to end before the weights change; refused with a message"
-    ),
+    "optimizer_in_backward": YES,  # each step's forwards run before its backward (grad_accum_steps 1)
 }
 # The recipes that do not train: a cell for each feature they offer, none for the training features.
 GENERATE = {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES}

@@ -92,9 +92,4 @@ class PPOSettings(FullSettings):
                 out.append(
                     f"{key}: must be in [0, 1], got {getattr(self, key)!r}; torchtune's configs use gamma 1, lmbda 0.95."
                 )
-        if self.optimizer_in_backward:
-            out.append(
-                "optimizer_in_backward: not supported by the PPO recipe (a trajectory's ratios need each step to "
-                "end before the weights change); set optimizer_in_backward=false."
-            )
         return out

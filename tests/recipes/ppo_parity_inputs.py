@@ -34,6 +34,16 @@ SETTINGS = {
 STOPS_AT = [1, 3, 5, None, 0, 2, 4, None]
 
 
+def make_tiny_reward_model(folder: Path, tiny: Path, generator: torch.Generator) -> Path:
+    """A reward model of the tiny checkpoint's weights with a score head drawn from ``generator`` (0.5 std):
+    ``folder/step_0``, a LlamaForSequenceClassification folder written by ftune's HFCheckpointer."""
+    checkpointer = HFCheckpointer(tiny, output_dir=folder)
+    state = checkpointer.load().model
+    state["score.weight"] = torch.randn(1, state["tok_embeddings.weight"].shape[1], generator=generator) * 0.5
+    checkpointer.save(0, state, pad_token_id=PAD)
+    return folder / "step_0"
+
+
 def write_inputs(folder: Path) -> Path:
     """Write the inputs into ``folder`` (emptied first) and return it."""
     shutil.rmtree(folder, ignore_errors=True)
@@ -47,10 +57,7 @@ def write_inputs(folder: Path) -> Path:
         if at is not None:
             row[at] = STOP
         responses.append(row)
-    checkpointer = HFCheckpointer(ckpt, output_dir=folder / "rm")
-    state = checkpointer.load().model
-    state["score.weight"] = torch.randn(1, state["tok_embeddings.weight"].shape[1], generator=g) * 0.5
-    checkpointer.save(0, state, pad_token_id=PAD)
+    make_tiny_reward_model(folder / "rm", ckpt, g)
     shutil.copy(ckpt / "model.safetensors", folder / "policy.safetensors")
     save_file(
         load_file(str(folder / "rm" / "step_0" / "model.safetensors")), str(folder / "reward.safetensors")
