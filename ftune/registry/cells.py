@@ -17,8 +17,10 @@ _OFFLOAD = gpu_only(
     "and refuses it (the test machines have no GPU)"
 )
 _NOT_RM = na("trains a language model: train a reward model with reward_model_single_device / _distributed")
+_NOT_PPO = na("not PPO: PPO with a value model is ppo_full_finetune_single_device")
 SFT_COMMON = {
     "reward_model": _NOT_RM,
+    "ppo": _NOT_PPO,
     "grad_accumulation": YES,
     "grad_clipping": YES,
     "compile": YES,
@@ -92,6 +94,7 @@ DPO_UNCHECKED = (
 )
 DPO_COMMON = {
     "reward_model": _NOT_RM,
+    "ppo": _NOT_PPO,
     "knowledge_distillation": na(
         "preference tuning has no teacher: distil with the knowledge_distillation recipes"
     ),
@@ -153,6 +156,7 @@ GRPO_UNCHECKED = (
 )
 GRPO_COMMON = {
     "reward_model": _NOT_RM,
+    "ppo": _NOT_PPO,
     "knowledge_distillation": na("online RL has no teacher: distil with the knowledge_distillation recipes"),
     "multi_turn": na(
         "single-turn GRPO: one completion per prompt; conversations: lora_grpo_agent_single_device"
@@ -203,6 +207,7 @@ RM_UNCHECKED = (
 )
 RM_COMMON = {
     "reward_model": YES,
+    "ppo": _NOT_PPO,
     "multi_turn": na("pairs come from the data; agents train with lora_grpo_agent_single_device"),
     "off_policy_correction": na("no rollouts: a reward model trains on fixed pairs"),
     "knowledge_distillation": na(
@@ -251,6 +256,7 @@ PPO_UNCHECKED = (
     "runs in the test suite are kept to what PPO changes or must not break"
 )
 PPO = {
+    "ppo": YES,  # tests/recipes/features_ppo.py: the KL penalty, the value clip and GAE's lambda
     "reward_model": na(
         "uses a frozen reward model (reward_checkpointer); train one with reward_model_single_device"
     ),

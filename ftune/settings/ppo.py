@@ -14,10 +14,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ftune.config.settings import setting
 from ftune.settings.training import FullSettings
+
+_PPO_LOSS = ("ftune.training.PPOLoss", "ftune.training.methods.ppo_loss.PPOLoss")
+
+
+def loss_problems(args: dict[str, Any]) -> list[str]:
+    """What is wrong with each of PPOLoss's arguments in `args` (one left out is not checked): the
+    messages `ftune.training.PPOLoss` raises, which `ftune run` gives before torch is imported."""
+    out = []
+    for name in ("epsilon", "value_clip_range", "value_coeff"):
+        if name not in args:
+            continue
+        value = args[name]
+        number = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        if not number or value < 0 or (name == "epsilon" and value == 0):
+            accepted = "> 0" if name == "epsilon" else ">= 0"
+            out.append(
+                f"loss.{name}: PPOLoss needs a number {accepted}, got {value!r}; torchtune's PPO configs use "
+                "epsilon 0.2, value_clip_range 0.2, value_coeff 0.1."
+            )
+    return out
 
 
 @dataclass
@@ -92,4 +112,12 @@ class PPOSettings(FullSettings):
                 out.append(
                     f"{key}: must be in [0, 1], got {getattr(self, key)!r}; torchtune's configs use gamma 1, lmbda 0.95."
                 )
+        return out
+
+    @classmethod
+    def section_problems(cls, data: dict[str, Any]) -> list[str]:
+        out = super().section_problems(data)
+        loss = data.get("loss") if isinstance(data.get("loss"), dict) else {}
+        if loss.get("_component_") in _PPO_LOSS:  # PPOLoss's own checks, before torch is imported
+            out += loss_problems(loss)
         return out

@@ -1,4 +1,4 @@
-"""The fixed inputs of PPO's per-step parity with torchtune 0.6.1 (tests/recipes/test_ppo_torchtune.py).
+"""The fixed inputs of PPO's per-step parity with torchtune 0.6.1 (tests/recipes/test_ppo_recipe_vs_torchtune.py).
 
     python tests/recipes/ppo_parity_inputs.py /tmp/ppo_parity
 

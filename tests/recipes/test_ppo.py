@@ -3,7 +3,7 @@ resume, and the refusals.
 
 The reward and value models start from a tiny full reward model (1 step of reward_model_single_device
 with smollm2/135M_demo_full_rm). Per-step parity with torchtune 0.6.1's own recipe is
-tests/recipes/test_ppo_torchtune.py; the maths against torchtune.rlhf, tests/training/test_ppo_torchtune.py.
+tests/recipes/test_ppo_recipe_vs_torchtune.py; the maths against torchtune.rlhf, tests/training/test_ppo_torchtune.py.
 """
 
 import math

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ftune.settings.ppo import loss_problems
 from ftune.training.methods.ppo_advantages import masked_mean
 from ftune.training.methods.ppo_trajectory import Trajectory, response_logps, response_values
 from ftune.training.step.metric import Loss, Metric
@@ -63,19 +64,9 @@ class PPOLoss(nn.Module):
 
     def __init__(self, epsilon: float = 0.1, value_clip_range: float = 0.2, value_coeff: float = 0.1) -> None:
         super().__init__()
-        for name, value, low in (("epsilon", epsilon, 0.0), ("value_clip_range", value_clip_range, 0.0),
-                                 ("value_coeff", value_coeff, 0.0)):  # fmt: skip
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or value < low
-                or (name == "epsilon" and value == 0)
-            ):
-                accepted = "> 0" if name == "epsilon" else ">= 0"
-                raise ValueError(
-                    f"loss.{name}: PPOLoss needs a number {accepted}, got {value!r}; torchtune's PPO configs use "
-                    "epsilon 0.2, value_clip_range 0.2, value_coeff 0.1."
-                )
+        args = {"epsilon": epsilon, "value_clip_range": value_clip_range, "value_coeff": value_coeff}
+        if problems := loss_problems(args):  # the checks `ftune run` makes before torch (ftune.settings.ppo)
+            raise ValueError(problems[0])
         self.epsilon, self.value_clip_range, self.value_coeff = (
             float(epsilon),
             float(value_clip_range),
