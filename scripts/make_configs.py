@@ -21,6 +21,8 @@ sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the ftune besi
 from ftune import registry  # noqa: E402 - pure Python, no torch
 from scripts.config_grpo import GRPO, agent_config, grpo_data, grpo_loss, grpo_settings, reasoning_gym_config  # noqa: E402
 from scripts.config_models import MODELS, QAT_MODELS, Model  # noqa: E402
+from scripts.config_ppo import NAME as PPO_NAME  # noqa: E402
+from scripts.config_ppo import PPO_CONFIG  # noqa: E402
 from scripts.config_preference import ORPO_KTO_LOSS, kto_dataset  # noqa: E402
 from scripts.config_rm import RM, RM_LOSS, RM_PAIRS_NOTE, with_reward_model  # noqa: E402
 from scripts.config_vlm import vlm_configs  # noqa: E402
@@ -366,6 +368,7 @@ def expected() -> dict[Path, str]:
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)
     files.update(vlm_configs(CONFIGS))  # image-text models: scripts/config_vlm.py
+    files[CONFIGS / f"{PPO_NAME}.yaml"] = PPO_CONFIG  # PPO: scripts/config_ppo.py
     return files
 
 

@@ -78,7 +78,7 @@ def objective_of(recipe_name: str) -> str | None:
         return None
     if any("dpo" in m for m in recipe.methods):
         return "preference"
-    if any("grpo" in m for m in recipe.methods):
+    if any("grpo" in m or m == "ppo" for m in recipe.methods):
         return "online RL"
     if any(m.endswith("_rm") for m in recipe.methods):
         return "reward model"

@@ -17,8 +17,10 @@ _OFFLOAD = gpu_only(
     "and refuses it (the test machines have no GPU)"
 )
 _NOT_RM = na("trains a language model: train a reward model with reward_model_single_device / _distributed")
+_NOT_PPO = na("not PPO: PPO with a value model is ppo_full_finetune_single_device")
 SFT_COMMON = {
     "reward_model": _NOT_RM,
+    "ppo": _NOT_PPO,
     "grad_accumulation": YES,
     "grad_clipping": YES,
     "compile": YES,
@@ -92,6 +94,7 @@ DPO_UNCHECKED = (
 )
 DPO_COMMON = {
     "reward_model": _NOT_RM,
+    "ppo": _NOT_PPO,
     "knowledge_distillation": na(
         "preference tuning has no teacher: distil with the knowledge_distillation recipes"
     ),
@@ -153,6 +156,7 @@ GRPO_UNCHECKED = (
 )
 GRPO_COMMON = {
     "reward_model": _NOT_RM,
+    "ppo": _NOT_PPO,
     "knowledge_distillation": na("online RL has no teacher: distil with the knowledge_distillation recipes"),
     "multi_turn": na(
         "single-turn GRPO: one completion per prompt; conversations: lora_grpo_agent_single_device"
@@ -203,6 +207,7 @@ RM_UNCHECKED = (
 )
 RM_COMMON = {
     "reward_model": YES,
+    "ppo": _NOT_PPO,
     "multi_turn": na("pairs come from the data; agents train with lora_grpo_agent_single_device"),
     "off_policy_correction": na("no rollouts: a reward model trains on fixed pairs"),
     "knowledge_distillation": na(
@@ -243,6 +248,42 @@ RM_DIST = {
         "QLoRA under FSDP2 is checked in lora_finetune_distributed only, so the launcher refuses it here; run "
         "a QLoRA reward model with reward_model_single_device"
     ),
+}
+# PPO (ppo_full_finetune_single_device): torchtune 0.6.1's PPO recipe. What a PPO run is checked for is
+# ✓; what runs but is not checked on a PPO run is `unchecked`; what cannot apply is n/a.
+PPO_UNCHECKED = (
+    "runs in the PPO recipe (the same lines as the SFT recipes), but is not checked on a PPO run: the PPO "
+    "runs in the test suite are kept to what PPO changes or must not break"
+)
+PPO = {
+    "ppo": YES,  # tests/recipes/features_ppo.py: the KL penalty, the value clip and GAE's lambda
+    "reward_model": na(
+        "uses a frozen reward model (reward_checkpointer); train one with reward_model_single_device"
+    ),
+    "knowledge_distillation": na("online RL has no teacher: distil with the knowledge_distillation recipes"),
+    "multi_turn": na("one response a prompt; conversations: lora_grpo_agent_single_device"),
+    "off_policy_correction": na("trajectories are sampled in the step, by the current policy"),
+    "grad_accumulation": unchecked(PPO_UNCHECKED),
+    "grad_clipping": unchecked(PPO_UNCHECKED),
+    "compile": unchecked(PPO_UNCHECKED),
+    "activation_checkpointing": unchecked(PPO_UNCHECKED),
+    "activation_offloading": _OFFLOAD,
+    "chunked_loss": unchecked(f"{PPO_UNCHECKED}: the response tokens are projected in blocks"),
+    "low_precision_optimizers": unchecked(PPO_UNCHECKED),
+    "custom_collate": unchecked(f"{PPO_UNCHECKED}; a collate_fn must return a ftune.data.PromptBatch"),
+    "packing": na(
+        "trajectories are made inside the loop, one row per response; dataset.packed does not apply"
+    ),
+    "padding_free": na("a trajectory's rows are prompt + response, right-padded"),
+    "validation": unchecked(PPO_UNCHECKED),
+    "step_checkpointing": unchecked(PPO_UNCHECKED),
+    "resume": unchecked(PPO_UNCHECKED),
+    "metric_logging": unchecked(PPO_UNCHECKED),
+    "profiler": unchecked(PPO_UNCHECKED),
+    "qat": na("no QAT RL recipe"),
+    "learned_ranges": na("no QAT RL recipe"),
+    "mixture_of_experts": unchecked(PPO_UNCHECKED),
+    "optimizer_in_backward": YES,  # each step's forwards run before its backward (grad_accum_steps 1)
 }
 # The recipes that do not train: a cell for each feature they offer, none for the training features.
 GENERATE = {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES}

@@ -29,6 +29,7 @@ METHODS: tuple[str, ...] = (
     "lora_grpo",
     "lora_grpo_agent",
     "full_grpo",
+    "ppo",
     "kd",
     "kd_lora",
     "generation",

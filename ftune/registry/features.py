@@ -36,6 +36,7 @@ FEATURES: dict[str, str] = {
     "chat_template": "the model's own chat template",
     "knowledge_distillation": "(1 - kd_ratio) CE + kd_ratio KL(teacher || student), chunked, frozen teacher",
     "reward_model": "a scalar head on the last real token, Bradley-Terry loss; saved as a sequence classifier",
+    "ppo": "PPO with a value model: KL-penalised rewards, GAE advantages, clipped policy and value losses",
     "mixture_of_experts": "MoE models (Qwen3-MoE, Mixtral): the balancing loss of the policy's forward, once",
     "multi_turn": "conversations with an environment on the KV cache; only the model's tokens trained",
     "off_policy_correction": "rollouts sampled beside training by a worker, stale by a bounded number of steps, "

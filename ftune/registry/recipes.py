@@ -29,6 +29,7 @@ from ftune.registry.cells import (
     NO_QAT,
     NOT_LORA,
     OPT_BWD,
+    PPO,
     QAT,
     QAT_LORA,
     QUANTIZE,
@@ -216,6 +217,15 @@ _RECIPES = [
         same_losses_as="full_grpo_single_device",
     ),
     Recipe(
+        "ppo_full_finetune_single_device",
+        "Full PPO (RLHF) on one device: policy, value model, frozen reward model and reference (torchtune's).",
+        False,
+        "smollm2/135M_ppo",
+        ("ppo",),
+        {**PPO, **NOT_LORA, **SINGLE},
+        tags=frozenset({"ppo", "full", "ref"}),
+    ),
+    Recipe(
         "generate",
         "Generate text from a prompt or a chat with KV-cache decoding; base, adapter or merged models.",
         False,
@@ -291,7 +301,7 @@ TAGS: dict[str, str] = _tag_references()
 
 # The one order of a combined tag's parts (# [grpo+full+dist], never # [full+grpo]): the method kind,
 # then the frozen reference it runs (ref: DPO's and GRPO's), then full or LoRA, then FSDP2.
-TAG_ORDER = ("sft", "dpo", "grpo", "agent", "kd", "rm", "qat", "ref", "full", "lora", "dist")
+TAG_ORDER = ("sft", "dpo", "grpo", "ppo", "agent", "kd", "rm", "qat", "ref", "full", "lora", "dist")
 
 
 def recipe_for_config(config: str) -> Recipe | None:

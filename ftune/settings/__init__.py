@@ -12,6 +12,7 @@ from ftune.settings.eval import EvalSettings
 from ftune.settings.generate import GenerateSettings
 from ftune.settings.grpo import GRPOSettings, LoRAGRPOSettings
 from ftune.settings.inference import InferenceModelSettings
+from ftune.settings.ppo import PPOSettings
 from ftune.settings.quantize import QuantizeSettings
 from ftune.settings.training import (
     FullSettings,
@@ -34,6 +35,7 @@ __all__ = [
     "KDSettings",
     "LoRAGRPOSettings",
     "LoRASettings",
+    "PPOSettings",
     "QATLoRASettings",
     "QATSettings",
     "QuantizeSettings",

@@ -54,14 +54,14 @@ def infer_recipe(tt: dict[str, Any]) -> str:
     is returned where torchtune has one.
 
     Raises:
-        ValueError: for configs of recipes ftune has no counterpart for (PPO).
+        ValueError: never for a config of torchtune 0.6.1 (every one of its recipes has an ftune counterpart).
     """
     model = str((tt.get("model") or {}).get("_component_", ""))
     quantizer = str((tt.get("quantizer") or {}).get("_component_", ""))
     loss = str((tt.get("loss") or {}).get("_component_", ""))
     lora = model.rsplit(".", 1)[-1].startswith(("lora_", "qlora_"))
     if "reward_and_value_model" in tt or "ref_policy_checkpointer" in tt:
-        raise ValueError(f"a PPO config: {table.MISSING_RECIPES['ppo_full_finetune_single_device']}.")
+        return "ppo_full_finetune_single_device"
     if "teacher_model" in tt or "kd_loss" in tt:
         return "knowledge_distillation_single_device"
     if loss.startswith("torchtune.rlhf.") or "ref_checkpointer" in tt:
@@ -78,7 +78,8 @@ def infer_recipe(tt: dict[str, Any]) -> str:
 
 
 def _convert_model(c: Converter, node: dict[str, Any], section: str = "model") -> None:
-    """The student's (or only) model, with its peft section; or, as section teacher_model, the teacher."""
+    """The student's (or only) model, with its peft section; PPO's policy_model, which is ftune's model; or, as
+    section teacher_model, the teacher."""
     component = str(node.get("_component_", ""))
     parts = component.split(".")
     if len(parts) != 4 or parts[:2] != ["torchtune", "models"] or parts[2] not in table.FAMILIES:
@@ -87,7 +88,8 @@ def _convert_model(c: Converter, node: dict[str, Any], section: str = "model") -
     tt_family, name = parts[2], parts[3]
     family = table.FAMILIES[tt_family]
     lora = name.startswith(("lora_", "qlora_"))
-    if section == "model":
+    policy = section in ("model", "policy_model")
+    if policy:
         c.family = family
     else:
         c.teacher_family = family
@@ -110,9 +112,10 @@ def _convert_model(c: Converter, node: dict[str, Any], section: str = "model") -
             f"{component}: ftune has no builder {base}; {family} has {builders}",
         )
         return
-    c.set(f"{section}._component_", f"ftune.models.{family}.{base}")
+    c.set(f"{'model' if policy else section}._component_", f"ftune.models.{family}.{base}")
     detail = f"ftune.models.{family}.{base}" + (" + peft section" if lora else "")
-    if section != "model":
+    detail = f"model: {detail}" if section == "policy_model" else detail
+    if not policy:
         detail += "; teacher_tokenizer is the student's tokenizer (torchtune tokenizes once, for both models)"
     c.note(f"{section}._component_", "mapped", detail + (f" ({variant_note})" if variant_note else ""))
     if family == vision.FAMILY:
@@ -269,6 +272,7 @@ def convert_torchtune_config(tt: dict[str, Any], *, recipe: str | None = None) -
     c = Converter(tt, ftune_recipe)
     fields = _settings_fields(ftune_recipe)
     models = ("model", "teacher_model") if tt_recipe in table.KD_RECIPES else ("model",)
+    models = ("policy_model",) if tt_recipe in table.POLICY_RECIPES else models
     for key in models:  # first: the tokenizer and each checkpointer's model_type follow a model's family
         if isinstance(tt.get(key), dict):
             _convert_model(c, tt[key], key)

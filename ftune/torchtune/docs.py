@@ -122,7 +122,7 @@ def _mapping_tables() -> str:
         f"{tokenizer}).\n\n" + families + "\n\n"
         "A `lora_<model>` or `qlora_<model>` builder becomes the base builder plus a `peft` section:\n\n"
         + lora
-        + "\n\n## Preference, distillation and evaluation configs\n\n"
+        + "\n\n## Preference, distillation, evaluation and PPO configs\n\n"
         "- DPO: a `lora_dpo` config's reference model is the policy with its adapters off, in both projects. "
         "torchtune's full DPO loads the reference with its own `ref_checkpointer`; ftune's "
         "`full_dpo_distributed` takes it from the checkpointer's starting weights, so a `ref_checkpointer` "
@@ -133,6 +133,15 @@ def _mapping_tables() -> str:
         "because torchtune tokenizes once for both models.\n"
         "- lm-eval: `eleuther_eval` configs run with ftune's `eval` recipe and its `lm_eval_*` keys (table "
         "above); `heldout_file` and `text_files` stay unset, so only the lm-eval tasks run.\n"
+        "- PPO: `policy_model` becomes `model`; `value_checkpointer` and `reward_checkpointer` keep their names "
+        "(the value model resumes with the run, the frozen reward model saves nothing); "
+        "`reward_and_value_model` is covered (ftune builds both models from their checkpoints' config.json, "
+        "with a one-output score head) and so is a `ref_policy_checkpointer` of the checkpointer's folder (the "
+        "reference is the starting weights); `num_steps` counts prompts in torchtune and becomes `max_steps`, "
+        "optimizer steps (`num_steps // batch_size` trajectories of `ppo_epochs * batch_size / ppo_batch_size` "
+        "steps); a `text_completion_dataset` of prompts becomes `ftune.datasets.prompt_dataset` (each prompt "
+        "in the model's chat format, where torchtune tokenizes the raw text); `forward_batch_size` equal to "
+        "`batch_size` is covered.\n"
         "\n## Components\n\n" + _table(["torchtune _component_", "ftune _component_", "details"], components)
     )
 

@@ -11,6 +11,8 @@
   ftune `loss` section (ftune.training.KDLoss); the teacher gets the student's tokenizer, because
   torchtune tokenizes once for both models.
 - inference recipes: keys they have no use for (eval's output_dir and seed, a null quantizer).
+- PPO (`ftune.torchtune.ppo`): the reward and value models' builder, the reference's checkpointer,
+  the prompt dataset, `num_steps` (prompts, in torchtune) and `forward_batch_size`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import ftune.torchtune.table as table
 from ftune import registry
+from ftune.torchtune import ppo
 from ftune.torchtune.conversion import Converter
 
 # (ftune recipe, torchtune key) -> why the ftune recipe needs no key for it.
@@ -52,6 +55,8 @@ def unused_by_recipe(recipe: str, key: str, value: Any) -> tuple[str, str] | Non
 
 def convert_special(c: Converter, tt_recipe: str, key: str, value: Any) -> bool:
     """Report (and convert) a top-level key the generic rules would get wrong; False when it is not one."""
+    if tt_recipe in table.POLICY_RECIPES and ppo.convert_special(c, key, value):
+        return True
     if key == "ref_checkpointer" and isinstance(value, dict):
         _reference(c, value)
     elif key == "loss" and tt_recipe in table.KD_RECIPES and isinstance(value, dict):
@@ -73,7 +78,10 @@ def convert_special(c: Converter, tt_recipe: str, key: str, value: Any) -> bool:
 
 
 def method_defaults(c: Converter, tt_recipe: str) -> None:
-    """What torchtune implies for a distillation config and ftune's schema states: kd_ratio, the teacher's tokenizer."""
+    """What torchtune implies for a distillation config and ftune's schema states: kd_ratio, the teacher's
+    tokenizer; for a PPO config, where its value and reward models resume and save (`ppo.defaults`)."""
+    if tt_recipe in table.POLICY_RECIPES:
+        ppo.defaults(c)
     if tt_recipe not in table.KD_RECIPES:
         return
     loss = c.out.get("loss")

@@ -33,14 +33,15 @@ RECIPES: dict[str, str] = {
     "dev/generate_v2": "generate",  # its configs differ from generate's in log_level and the prompt's image
     "quantize": "quantize",
     "eleuther_eval": "eval",
+    "ppo_full_finetune_single_device": "ppo_full_finetune_single_device",
 }
 # The torchtune recipes whose ftune recipe distils (tagged [kd] in ftune/registry/recipes.py): their configs have a teacher.
 KD_RECIPES = tuple(tt for tt, ours in RECIPES.items() if "kd" in registry.RECIPES[ours].tags)
 
 # torchtune recipes ftune has no counterpart for yet, with what to do instead.
-MISSING_RECIPES: dict[str, str] = {
-    "ppo_full_finetune_single_device": "not in ftune (PPO)",
-}
+MISSING_RECIPES: dict[str, str] = {}
+# The torchtune recipes whose model section is `policy_model` (PPO's), ftune's `model`.
+POLICY_RECIPES = ("ppo_full_finetune_single_device",)
 
 # torchtune model family (torchtune.models.<family>) -> ftune family (ftune.models.<family>).
 FAMILIES: dict[str, str] = {
@@ -152,6 +153,13 @@ RECIPE_SETTINGS: dict[str, dict[str, Key]] = {
         "include_path": Key("lm_eval_include_path"),
     },
     **{r: {"kd_ratio": Key("loss.kd_ratio", "an argument of ftune.training.KDLoss")} for r in KD_RECIPES},
+    "ppo_full_finetune_single_device": {
+        **{k: Key(k) for k in "ppo_epochs ppo_batch_size max_generated_tokens min_response_length".split()},
+        **{k: Key(k) for k in "penalise_no_eos reward_penalty stop_token_ids kl_coeff gamma lmbda".split()},
+        "whiten_rewards": Key(
+            None, "torchtune 0.6.1's PPO recipe reads it and never uses it (nor does ftune's)"
+        ),
+    },
 }
 # torchtune sections that become another ftune section: KD's KL loss is ftune's one `loss` (KDLoss).
 SECTION_INTO: dict[str, str] = {"kd_loss": "loss"}
@@ -247,6 +255,13 @@ COMPONENTS: dict[str, Component] = {
         note="the loss section: KDLoss mixes kd_ratio (torchtune's top-level key, default 0.5) of this KL "
         "with the cross-entropy of torchtune's loss section; its KL adds the teacher's entropy, a constant "
         "torchtune leaves out (the same gradients)",
+    ),
+    "torchtune.rlhf.loss.PPOLoss": Component(
+        "ftune.training.PPOLoss",
+        args={k: k for k in ("epsilon", "value_clip_range", "value_coeff")},
+        set_args={"epsilon": 0.1, "value_clip_range": 0.2, "value_coeff": 0.1},
+        note="the same clipped policy and value losses; torchtune's defaults (epsilon 0.1, value_clip_range 0.2, "
+        "value_coeff 0.1) are written out",
     ),
     "torchtune.rlhf.loss.RSOLoss": Component(
         "ftune.training.DPOLoss",

@@ -38,6 +38,7 @@ from ftune.settings import (
     KDSettings,
     LoRAGRPOSettings,
     LoRASettings,
+    PPOSettings,
     QATLoRASettings,
     QATSettings,
     RewardModelSettings,
@@ -62,6 +63,11 @@ from ftune.training.methods.kto_loss import KTOLoss
 from ftune.training.methods.off_policy import importance_weights
 from ftune.training.methods.off_policy_loader import OffPolicyLoader, Sampled, rollouts_beside_training
 from ftune.training.methods.peft_setup import apply_peft
+from ftune.training.methods.ppo_loader import PPOLoader
+from ftune.training.methods.ppo_loss import PPOLoss, ppo_loss
+from ftune.training.methods.ppo_models import build_reward_model, build_value_model
+from ftune.training.methods.ppo_rewards import AdaptiveKLController, kl_controller
+from ftune.training.methods.ppo_trajectory import Trajectory, ppo_sampling, ppo_trajectory
 from ftune.training.methods.preference_loss import preference_loss
 from ftune.training.methods.reference import ReferenceModel
 from ftune.training.methods.reward_loss import RewardLoss, reward_loss, reward_scores
@@ -86,7 +92,7 @@ from ftune.training.run.metric_logging import (
 )
 from ftune.training.run.profiler import Profiler
 from ftune.training.run.reporter import Reporter, count_tokens
-from ftune.training.run.resume import restore, save_checkpoint, snapshot
+from ftune.training.run.resume import restore, save_checkpoint, save_weights, snapshot
 from ftune.training.run.signals import StopOnSignal
 from ftune.training.step.loss import ChunkedCrossEntropyLoss, CrossEntropyLoss
 from ftune.training.step.metric import Loss, Metric
@@ -110,14 +116,16 @@ __all__ = [
     "Sampling", "PromptBatch", "build_prompt_collate", "RolloutLoader", "RolloutBatch",
     "sample_rollout", "score_rollout", "rollout_batch", "grpo_loss",
     "add_score_head", "reward_loss", "reward_scores",
+    "PPOLoader", "ppo_sampling", "ppo_trajectory", "ppo_loss", "AdaptiveKLController", "kl_controller", "Trajectory",
+    "build_value_model", "build_reward_model", "save_weights",
     "Agent", "TrajectorySampler", "sample_trajectories", "score_trajectories", "Sampled",
     "rollouts_beside_training", "OffPolicyLoader", "ProcessSampler", "RolloutSampler", "importance_weights",
     # What configs name as components (_component_: ftune.training.X), and the settings recipes read.
-    "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss", "KTOLoss", "RewardLoss",
+    "CrossEntropyLoss", "ChunkedCrossEntropyLoss", "DPOLoss", "GRPOLoss", "KDLoss", "KTOLoss", "RewardLoss", "PPOLoss",
     "cosine_with_warmup", "linear_with_warmup", "constant_with_warmup", "AdamWBf16State",
     "MetricLogger", "DiskLogger", "StdoutLogger", "TensorBoardLogger", "WandBLogger",
     "FullSettings", "LoRASettings", "QATSettings", "QATLoRASettings", "KDSettings", "GRPOSettings",
-    "LoRAGRPOSettings", "AgentGRPOSettings", "RewardModelSettings",
+    "LoRAGRPOSettings", "AgentGRPOSettings", "RewardModelSettings", "PPOSettings",
     # The types a recipe's code meets, and helpers benchmarks and copies of recipes read.
     "MicroBatch", "Loss", "Metric", "StepStats", "NonFiniteError", "PairLogps", "on_device",
     "batch_loss", "group_advantages", "zero_variance_share", "per_sequence", "optimizer_state_bytes",

@@ -54,8 +54,8 @@ def test_corpus_is_every_config_of_ftune_recipes_and_families(corpus):
     configs, results = corpus
     assert len(configs) == 156  # the wheel's recipes/configs/**.yaml
     # 86 + qwen2 15 + gemma 9 + code_llama2 4 + phi3 6 + phi4 6 + gemma2 12 + llama3_2_vision 11 + llama2's
-    # generation_v2 (dev/generate_v2, generate's config with log_level)
-    assert len(results) == 150
+    # generation_v2 (dev/generate_v2, generate's config with log_level) + PPO 1
+    assert len(results) == 151
     assert {r.recipe for r in results} == {
         "full_finetune_single_device",
         "full_finetune_distributed",
@@ -72,6 +72,7 @@ def test_corpus_is_every_config_of_ftune_recipes_and_families(corpus):
         "generate",
         "dev/generate_v2",
         "quantize",
+        "ppo_full_finetune_single_device",
     }
 
 
@@ -218,12 +219,32 @@ def test_unknown_keys_and_arguments_are_reported_not_dropped():
     assert "wait_steps=5" in report["profiler.wait_steps"].detail  # an enabled profiler's schedule matters
 
 
-def test_configs_of_recipes_ftune_lacks_are_refused_with_the_reason():
-    extra = "ref_policy_checkpointer:\n  _component_: torchtune.training.FullModelHFCheckpointer\n"
-    with pytest.raises(ValueError, match=r"a PPO config: not in ftune \(PPO\)"):
-        convert_torchtune_config(load_torchtune_yaml(TT_LORA + extra))
-    with pytest.raises(ValueError, match="torchtune recipe ppo_full_finetune_single_device: not in ftune"):
-        convert_torchtune_config(load_torchtune_yaml(TT_LORA), recipe="ppo_full_finetune_single_device")
+def test_an_unknown_recipe_is_refused_with_the_known_ones():
+    with pytest.raises(
+        ValueError, match=r"unknown torchtune recipe 'ppo_lora'; known: .*ppo_full_finetune_single_device"
+    ):
+        convert_torchtune_config(load_torchtune_yaml(TT_LORA), recipe="ppo_lora")
+
+
+def test_a_ppo_config_converts_its_special_keys(torchtune_configs):
+    """The PPO rules (ftune.torchtune.ppo): num_steps in prompts becomes max_steps in optimizer steps, the
+    reference of the checkpointer's folder is covered, another folder is not."""
+    _, configs = torchtune_configs
+    (ppo,) = [c for c in configs if c.recipe == "ppo_full_finetune_single_device"]
+    conv = convert_torchtune_config(ppo.data)
+    assert conv.recipe == "ppo_full_finetune_single_device" and not conv.unsupported
+    assert conv.config["max_steps"] == 10000 // 128 and conv.config["model"]["_component_"].endswith(
+        "mistral_7b"
+    )
+    moved = {
+        **ppo.data,
+        "ref_policy_checkpointer": {**ppo.data["ref_policy_checkpointer"], "checkpoint_dir": "/x"},
+    }
+    report = {r.key: r for r in convert_torchtune_config(moved).unsupported}
+    assert (
+        "ftune's reference is the checkpointer's starting weights"
+        in report["ref_policy_checkpointer.checkpoint_dir"].detail
+    )
 
 
 def test_cli_writes_a_config_that_validates_and_reports(tmp_path, capsys):

@@ -289,6 +289,14 @@ def make_outputs(ws: Workspace, load_recipe) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checkpointing"))
     from tiny_gguf import Q, write_tiny_gguf
 
+    # The PPO config's reward and value model: the demo reward model run's last step (a seeded score head).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
+    import torch
+    from ppo_parity_inputs import make_tiny_reward_model
+
+    rm = make_tiny_reward_model(ws.root / "tiny_rm", ws.model, torch.Generator().manual_seed(1))
+    shutil.copytree(rm, shared / "output/smollm2_135M_demo_full_rm/step_60")
+
     write_tiny_gguf(shared / GGUF, qtype=Q.Q8_0)
     make_gemma3_image_text(ws)
     from tiny_vlm_gguf import tiny_vlm_folder  # a SmolVLM fine-tune for the image-text GGUF export

@@ -3,6 +3,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from ftune import registry
 from ftune.config import load_config
@@ -26,6 +27,7 @@ from tiny_preference import tiny_kto_overrides, tiny_preference_overrides  # noq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from features import read_log  # noqa: E402
+from ppo_parity_inputs import make_tiny_reward_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +39,14 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
 def tiny_teacher(tmp_path_factory) -> Path:
     """The KD tests' teacher: wider than tiny_checkpoint, other weights, the same tokenizer."""
     return make_tiny_checkpoint(tmp_path_factory.mktemp("teacher") / "ckpt", seed=1, sizes=TEACHER_SIZES)
+
+
+@pytest.fixture(scope="session")
+def tiny_reward_model(tiny_checkpoint, tmp_path_factory) -> Path:
+    """The PPO runs' reward and value model: tiny_checkpoint's weights with a seeded score head."""
+    return make_tiny_reward_model(
+        tmp_path_factory.mktemp("rm") / "rm", tiny_checkpoint, torch.Generator().manual_seed(1)
+    )
 
 
 @pytest.fixture(scope="session")
@@ -91,6 +101,10 @@ def run_recipe(tiny_checkpoint, demo_dir, tmp_path, request):
     def run(recipe: str, config: str, *overrides: str, output_dir: Path | None = None):
         out = output_dir or tmp_path / "out"
         teacher = kd_overrides(request.getfixturevalue("tiny_teacher")) if is_kd(config) else []
+        if registry.method_of(config) == "ppo":  # its reward and value model, short responses, a constant lr
+            rm = request.getfixturevalue("tiny_reward_model")
+            models = [f"{k}.checkpoint_dir={rm}" for k in ("reward_checkpointer", "value_checkpointer")]
+            teacher = [*teacher, *models, "max_generated_tokens=6", "lr_scheduler.num_warmup_steps=0"]
         agent = registry.method_of(config) == "lora_grpo_agent"
         checkpoint = request.getfixturevalue("talkative_checkpoint") if agent else tiny_checkpoint
         cfg = load_config(config, [*overrides_for(config, checkpoint, demo_dir, out), *teacher, *overrides])

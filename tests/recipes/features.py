@@ -28,6 +28,7 @@ from features_methods import (
     qat_lora_base,
     qat_off,
 )
+from features_ppo import ppo
 from features_rewards import reward_model
 from run_logs import _assert_same_weights, _column, _weights, losses, read_log  # noqa: F401 - read_log: re-exported
 from spies import (
@@ -349,6 +350,7 @@ CHECKS = {
         dora,
         mixture_of_experts,
         reward_model,
+        ppo,
         multi_turn,
         off_policy_correction,
     )

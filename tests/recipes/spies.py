@@ -186,7 +186,8 @@ class BackwardCall:
 
 @contextlib.contextmanager
 def backward_calls(models: list[nn.Module]) -> Iterator[list[BackwardCall]]:
-    """Record, after every `Tensor.backward()`, the state of the trainable parameters of `models[-1]`.
+    """Record, after every `Tensor.backward()`, the state of the trainable parameters of the last model of
+    `models` that has any (a frozen reference, teacher or reward model that ran later is skipped).
 
     Use inside `models_run()` (which fills `models`): the model exists once its first forward ran,
     which is before its first backward.
@@ -195,7 +196,8 @@ def backward_calls(models: list[nn.Module]) -> Iterator[list[BackwardCall]]:
     real = torch.Tensor.backward
 
     def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        params = [p for p in models[-1].parameters() if p.requires_grad] if models else []
+        trained = [m for m in models if any(p.requires_grad for p in m.parameters())]
+        params = [p for p in trained[-1].parameters() if p.requires_grad] if trained else []
         before = [p.detach().clone() for p in params]
         real(self, *args, **kwargs)
         changed = sum(not torch.equal(b, p.detach()) for b, p in zip(before, params))

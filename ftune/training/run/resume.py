@@ -261,3 +261,22 @@ def save_checkpoint(
         checkpointer.save(step, weights, recipe_state=state, adapter_config=adapter_config, **extra)
     if world_size() > 1:
         dist.barrier()
+
+
+def save_weights(checkpointer: Any, step: int, model: nn.Module) -> None:
+    """Write a second trained model's weights (PPO's value model) to its own checkpointer's
+    ``output_dir/step_<step>/`` (no recipe state: the run's own step folder holds it).
+
+    Args:
+        checkpointer: that model's checkpointer component (its own ``output_dir``).
+        step: optimizer steps done.
+        model: the model.
+    """
+    weights = model_state(model)
+    if is_rank_zero():
+        extra = {}
+        if isinstance(score := getattr(model, "score", None), ScoreHead):  # a score-head model's config
+            extra["pad_token_id"] = score.pad_id
+        checkpointer.save(step, weights, **extra)
+    if world_size() > 1:
+        dist.barrier()
