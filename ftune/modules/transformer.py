@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftune.modules.context_exchange import ContextSplit
 from ftune.modules.softcap import softcap
 
 
@@ -67,6 +68,8 @@ class TransformerDecoder(nn.Module):
         self.output = output
         self.max_seq_len = max_seq_len
         self.final_logit_softcap = final_logit_softcap
+        # Context parallel: the ranks holding the other slices of each sequence (`ContextSplit`); None = whole sequences.
+        self.context_split: ContextSplit | None = None
 
     @property
     def head(self) -> OutputHead:
@@ -112,6 +115,11 @@ class TransformerDecoder(nn.Module):
                 `also_attend`, or a missing `input_pos` while caches are enabled.
         """
         input_pos = self._check_inputs(tokens, input_pos, mask)
+        split = self.context_split
+        if split is not None:  # this rank runs its slice of every sequence; the end gathers them back
+            split.check(mask=mask, embeds=embeds, also_attend=also_attend, caches=self.caches_are_enabled())
+            length = tokens.shape[1]
+            tokens, input_pos = split.slice(tokens, input_pos)  # (b, ceil(s / cp)) each
         if mask is None and self.caches_are_enabled():
             # Attend to every cached position up to one's own; built once here rather than per layer.
             cache_len = self.layers[0].attn.kv_cache.max_seq_len
@@ -125,7 +133,7 @@ class TransformerDecoder(nn.Module):
             h = self._checked_embeds(tokens, embeds)  # (b, s, d)
         for layer in self.layers:
             h = layer(h, input_pos=input_pos, mask=mask)
-        return self.norm(h)
+        return self.norm(h) if split is None else split.gather(self.norm(h), length)  # (b, s, d)
 
     def _checked_embeds(self, tokens: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         d = self.tok_embeddings.weight.shape[1]

@@ -22,8 +22,11 @@ from torch.distributed.fsdp import (
 )
 
 from ftune.peft.nf4 import is_nf4
+from ftune.runtime.mesh import ParallelMesh
 from ftune.runtime.rank import world_size
+from ftune.training.features.context_parallel import context_parallel
 from ftune.training.features.layers import block_layers
+from ftune.training.features.tensor_parallel import tensor_parallel
 
 
 def is_sharded(model: nn.Module) -> bool:
@@ -38,6 +41,7 @@ def shard_model(
     *,
     param_dtype: torch.dtype | None = None,
     reduce_dtype: torch.dtype | None = None,
+    mesh: ParallelMesh | None = None,
 ) -> nn.Module:
     """Shard `model` in place with FSDP2: every decoder layer (and an image-text model's every
     vision encoder layer), then the root.
@@ -63,6 +67,9 @@ def shard_model(
         param_dtype: compute dtype of the gathered parameters (bf16 mixed precision); None keeps
             the parameters' dtype.
         reduce_dtype: dtype of the gradient reduction; None keeps the gradients' dtype.
+        mesh: the run's device mesh (`ftune.runtime.mesh.device_mesh`): with tensor parallel, the
+            layers' projections are split over its ``tp`` ranks first and FSDP2 shards over ``dp``;
+            with context parallel FSDP2 shards over ``dp`` and ``cp``. None: FSDP2 over every rank.
 
     Returns:
         The same model, now an FSDPModule.
@@ -74,9 +81,12 @@ def shard_model(
     """
     ranks = world_size()
     _check_nf4_shardable(model, ranks, param_dtype)
-    mesh = None  # the default: a 1-D mesh over every rank
+    if mesh is not None and mesh.tp > 1:
+        tensor_parallel(model, mesh.tp_mesh)
+    if mesh is not None and mesh.cp > 1:
+        context_parallel(model, mesh.cp_group)
     kwargs = {
-        "mesh": mesh,
+        "mesh": None if mesh is None else mesh.fsdp_mesh,  # None: a 1-D mesh over every rank
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
     }
     if ranks == 1 and (nf4 := {p for p in model.parameters() if is_nf4(p)}):
