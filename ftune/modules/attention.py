@@ -109,14 +109,9 @@ class GroupedQueryAttention(nn.Module):
         if self.q_multiplier != 1.0:
             q = q * self.q_multiplier
 
-        if self.context_group is not None:
-            if mask is not None or self.kv_cache is not None:
-                raise ValueError(
-                    "GroupedQueryAttention: context parallel attends causally over the whole sequence; "
-                    "it takes no mask (packed documents) and no KV cache. Set context_parallel_dim=1."
-                )
+        if self.context_group is not None:  # this slice's queries over every slice's keys
             k, v, key_pos = gather_context(k, v, input_pos, self.context_group)  # (b, h_kv, s * cp, d)
-            mask = global_causal_mask(input_pos, key_pos, self.sliding_window)  # (b or 1, s, s * cp)
+            mask = global_causal_mask(input_pos, key_pos, self.sliding_window, mask)  # (b or 1, s, s * cp)
         elif self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)  # (b, h_kv, max_seq_len, d)
             cache_pos = torch.arange(k.shape[2], device=x.device)

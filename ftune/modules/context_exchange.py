@@ -9,7 +9,9 @@ elsewhere. The backward sums every rank's gradient for the gathered keys and val
 rank's own slice (an all-reduce: gloo's stand-in for a reduce-scatter).
 
 The mask is built from global positions (the slices' ``input_pos``), so it is causal over the whole
-sequence and RoPE already rotated each key by its global position.
+sequence and RoPE already rotated each key by its global position. A packed batch's mask (per-document,
+positions restarting in each document) is sliced by rows: each rank keeps its queries' rows over every
+key.
 """
 
 from __future__ import annotations
@@ -64,11 +66,19 @@ def gather_context(
 
 
 def global_causal_mask(
-    query_pos: torch.Tensor, key_pos: torch.Tensor, sliding_window: int | None
+    query_pos: torch.Tensor, key_pos: torch.Tensor, sliding_window: int | None, mask: torch.Tensor | None
 ) -> torch.Tensor:
-    """bool (b or 1, s_q, s_kv), True where a query may attend a key: key position <= query position
-    (and within the window); positions are global, so this is the whole sequence's causal mask."""
-    mask = key_pos[:, None, :] <= query_pos[:, :, None]  # (b or 1, s_q, s_kv)
+    """bool (b or 1, s_q, s_kv), True where a query of this slice may attend a key of the sequence.
+
+    Args:
+        query_pos: (b or 1, s_q) the slice's positions.
+        key_pos: (b or 1, s_kv) every slice's positions, in order.
+        sliding_window: attend only within this many positions, or None.
+        mask: the slice's rows of a packed batch's mask (b, s_q, s_kv), or None: causal over the
+            positions, which are global, so this is the whole sequence's causal mask.
+    """
+    if mask is None:
+        mask = key_pos[:, None, :] <= query_pos[:, :, None]  # (b or 1, s_q, s_kv)
     if sliding_window is not None:
         mask = mask & (query_pos[:, :, None] - key_pos[:, None, :] < sliding_window)
     return mask
@@ -87,21 +97,30 @@ class ContextSplit:
         self.group = group
         self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
 
-    def check(self, *, mask: Any, embeds: Any, also_attend: Any, caches: bool) -> None:
-        """Refuse the inputs a causal split cannot take (a packed batch's mask, images, KV caches)."""
-        given = [
-            n for n, v in (("mask", mask), ("embeds", embeds), ("also_attend", also_attend)) if v is not None
-        ]
-        if given or caches:
-            what = ", ".join(given + ["KV caches"] * caches)
+    def check(self, *, embeds: Any, caches: bool) -> None:
+        """Refuse the inputs this split cannot take: image embeddings and KV caches (decoding)."""
+        if embeds is not None or caches:
+            what = "image embeddings" if embeds is not None else "KV caches (decoding)"
             raise ValueError(
-                f"context parallel ({self.size} ranks per sequence) runs plain causal attention over global "
-                f"positions; this forward has {what}: packed documents' masks, image inputs and decoding "
-                "would need their own exchange. Set context_parallel_dim=1, or packed=false for packed data."
+                f"context parallel ({self.size} ranks per sequence) splits the token sequences of training "
+                f"forwards; this forward has {what}, which would need an exchange of their own. Set "
+                "context_parallel_dim=1 for image-text models; generation runs on one device."
             )
 
-    def slice(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's slice of `tokens` (b, s) and of their global positions (b or 1, s)."""
+    def slice(
+        self, tokens: torch.Tensor, input_pos: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """This rank's slice of `tokens` (b, s), of their positions (b or 1, s) and of the mask's rows.
+
+        Args:
+            tokens: (b, s) token ids.
+            input_pos: (b or 1, s) positions (global, or per document in a packed row).
+            mask: bool (b, s, s) (packed documents), or None: causal over the positions.
+
+        Returns:
+            (b, chunk) tokens, (b or 1, chunk) positions, and the mask's rows of this slice over every
+            key, (b, chunk, chunk * cp), or None.
+        """
         b, s = tokens.shape
         chunk = -(-s // self.size)  # ceil
         pad = chunk * self.size - s
@@ -109,7 +128,12 @@ class ContextSplit:
             tokens = torch.cat([tokens, tokens.new_zeros(b, pad)], dim=1)  # (b, chunk * cp)
             more = input_pos[:, -1:] + torch.arange(1, pad + 1, device=input_pos.device)  # (b or 1, pad)
             input_pos = torch.cat([input_pos, more], dim=1)
-        return tokens.narrow(1, self.rank * chunk, chunk), input_pos.narrow(1, self.rank * chunk, chunk)
+            if mask is not None:  # padding rows attend to themselves only (no all-masked row: no NaN)
+                padded = torch.eye(s + pad, dtype=torch.bool, device=mask.device).repeat(b, 1, 1)
+                padded[:, :s, :s] = mask
+                mask = padded  # (b, chunk * cp, chunk * cp)
+        rows = slice(self.rank * chunk, (self.rank + 1) * chunk)
+        return tokens[:, rows], input_pos[:, rows], None if mask is None else mask[:, rows]
 
     def gather(self, hidden: torch.Tensor, length: int) -> torch.Tensor:
         """Every rank's slice of `hidden` (b, chunk, d) put back in order: (b, length, d), differentiable."""

@@ -115,11 +115,6 @@ class TransformerDecoder(nn.Module):
                 `also_attend`, or a missing `input_pos` while caches are enabled.
         """
         input_pos = self._check_inputs(tokens, input_pos, mask)
-        split = self.context_split
-        if split is not None:  # this rank runs its slice of every sequence; the end gathers them back
-            split.check(mask=mask, embeds=embeds, also_attend=also_attend, caches=self.caches_are_enabled())
-            length = tokens.shape[1]
-            tokens, input_pos = split.slice(tokens, input_pos)  # (b, ceil(s / cp)) each
         if mask is None and self.caches_are_enabled():
             # Attend to every cached position up to one's own; built once here rather than per layer.
             cache_len = self.layers[0].attn.kv_cache.max_seq_len
@@ -127,6 +122,11 @@ class TransformerDecoder(nn.Module):
             mask = mask.expand(tokens.shape[0], -1, -1)  # (b, s, cache_len)
         if also_attend is not None:
             mask = self._add_pairs(mask, also_attend, input_pos, tokens.shape)
+        split = self.context_split
+        if split is not None:  # this rank runs its slice of every sequence; the end gathers them back
+            split.check(embeds=embeds, caches=self.caches_are_enabled())
+            length = tokens.shape[1]
+            tokens, input_pos, mask = split.slice(tokens, input_pos, mask)  # (b, chunk), mask (b, chunk, s)
         if embeds is None:
             h = self.tok_embeddings(tokens)  # (b, s, d)
         else:

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from ftune.runtime.distributed import DistInfo
+from ftune.settings.dist import mesh_problems
+
 
 @dataclass(frozen=True)
 class ParallelMesh:
@@ -63,61 +66,28 @@ class ParallelMesh:
         return None
 
 
-def mesh_problems(world_size: int, *, tensor_parallel_dim: int, context_parallel_dim: int) -> list[str]:
-    """What is wrong with a ``dp x tp x cp`` grid over `world_size` ranks (empty when nothing is)."""
-    out = [
-        f"{key}: must be an int >= 1, got {value!r}. 1 turns it off."
-        for key, value in (
-            ("tensor_parallel_dim", tensor_parallel_dim),
-            ("context_parallel_dim", context_parallel_dim),
-        )
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1
-    ]
-    if out:
-        return out
-    if tensor_parallel_dim > 1 and context_parallel_dim > 1:
-        out.append(
-            f"tensor_parallel_dim={tensor_parallel_dim} and context_parallel_dim={context_parallel_dim}: "
-            "one of the two at a time (a dp x tp or a dp x cp mesh). Set one of them to 1."
-        )
-    inner = tensor_parallel_dim * context_parallel_dim
-    if world_size % inner:
-        out.append(
-            f"the world size ({world_size} processes) is not a multiple of tensor_parallel_dim x "
-            f"context_parallel_dim ({tensor_parallel_dim} x {context_parallel_dim} = {inner}): the ranks "
-            "form a grid of data-parallel rows of that many ranks each. Launch a multiple of "
-            f"{inner} processes (--nproc_per_node) or lower the parallel dimension."
-        )
-    return out
-
-
 def device_mesh(
-    device: torch.device,
-    rank: int,
-    world_size: int,
-    *,
-    tensor_parallel_dim: int = 1,
-    context_parallel_dim: int = 1,
+    device: torch.device, info: DistInfo, tensor_parallel_dim: int = 1, context_parallel_dim: int = 1
 ) -> ParallelMesh:
     """The run's mesh: ``dp x tp`` or ``dp x cp``, with dp = world_size / (tp x cp).
 
     Args:
         device: this rank's device (its type names the mesh's device type).
-        rank: this rank's global rank.
-        world_size: the number of processes.
+        info: this rank's place in the process group (`init_distributed`).
         tensor_parallel_dim: ranks that split each layer's projections (1: none).
         context_parallel_dim: ranks that split each sequence (1: none).
 
     Raises:
         ValueError: a grid that does not fit the world size, or both tensor and context parallel.
     """
+    world_size = info.world_size
     if problems := mesh_problems(
         world_size, tensor_parallel_dim=tensor_parallel_dim, context_parallel_dim=context_parallel_dim
     ):
-        raise ValueError("Bad device mesh: " + " ".join(problems))
+        raise ValueError(problems[0])
     inner = tensor_parallel_dim * context_parallel_dim
     if inner == 1:
-        return ParallelMesh(None, 1, 1, rank, world_size)
+        return ParallelMesh(None, 1, 1, info.rank, world_size)
     name = "tp" if tensor_parallel_dim > 1 else "cp"
     dp = world_size // inner
     mesh = init_device_mesh(device.type, (dp, inner), mesh_dim_names=("dp", name))

@@ -4,7 +4,8 @@ to <out.pt>.
 
     torchrun --nproc_per_node N parallel_driver.py <out.pt> <case>...
 
-A case is "tp<N>" or "cp<N>" (dp = world size / N), optionally "@<mutant>" of parallel_mutants.py.
+A case is "tp<N>" or "cp<N>" (dp = world size / N), optionally ":packed" (rows of three documents,
+a per-document mask) and "@<mutant>" of parallel_mutants.py.
 
 `steps(model, batches, ...)` is also what the test runs on one device, so both runs compute the same
 thing: the global batch's summed token loss over its labelled-token count.
@@ -24,6 +25,8 @@ sys.path.insert(0, str(HERE))
 from parallel_mutants import mutant_patch  # noqa: E402
 
 from ftune.models.smollm2 import smollm2  # noqa: E402
+from ftune.modules.masks import document_causal_mask  # noqa: E402
+from ftune.runtime.distributed import DistInfo  # noqa: E402
 from ftune.runtime.mesh import device_mesh  # noqa: E402
 from ftune.training import shard_model  # noqa: E402
 
@@ -40,8 +43,9 @@ def tiny_model() -> torch.nn.Module:
     return model
 
 
-def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """STEPS global batches of (tokens, labels), labels -100 on a prompt-like prefix of each row."""
+def batches(packed: bool = False) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """STEPS global batches of (tokens, labels, document ids or None), labels -100 on a prompt-like
+    prefix of each row; packed: each row holds documents of 4, 5 and 6 tokens (positions restart)."""
     g = torch.Generator().manual_seed(1)
     out = []
     for _ in range(STEPS):
@@ -50,7 +54,11 @@ def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
         labels[:, -1] = -100
         for row in range(BATCH):
             labels[row, : row + 1] = -100  # a different number of labelled tokens per row
-        out.append((tokens, labels))
+        documents = None
+        if packed:
+            documents = torch.tensor([0] * 4 + [1] * 5 + [2] * 6).expand(BATCH, -1)  # (b, 15)
+            labels[:, [3, 8]] = -100  # a document's last token does not predict the next one's first
+        out.append((tokens, labels, documents))
     return out
 
 
@@ -63,11 +71,17 @@ def steps(model, data, *, data_rank=0, data_ranks=1):
     """
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     losses = []
-    for tokens, labels in data:
+    for tokens, labels, documents in data:
         rows = slice(data_rank * BATCH // data_ranks, (data_rank + 1) * BATCH // data_ranks)
         tokens, labels = tokens[rows], labels[rows]
         count = (labels != -100).sum()  # this row group's; summed below
-        hidden = model.hidden(tokens)
+        inputs = {}
+        if documents is not None:
+            documents = documents[rows]
+            starts = torch.cat([torch.zeros_like(documents[:, :1]), documents[:, 1:] != documents[:, :-1]], 1)
+            first = torch.cummax(starts * torch.arange(SEQ), dim=1).values  # (b, s) each document's start
+            inputs = {"input_pos": torch.arange(SEQ) - first, "mask": document_causal_mask(documents)}
+        hidden = model.hidden(tokens, **inputs)
         logits = model.head.logits(hidden)
         loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
         total = count.clone().float()
@@ -79,6 +93,7 @@ def steps(model, data, *, data_rank=0, data_ranks=1):
             dist.all_reduce(counts, op=dist.ReduceOp.MAX)
             total = counts.sum()
         (loss_sum / total * data_ranks).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)  # the norm of every gradient, on one mesh
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append((figures[0] / figures[1]).item())
@@ -88,13 +103,18 @@ def steps(model, data, *, data_rank=0, data_ranks=1):
 def run_case(case: str) -> dict:
     """One case's losses and full weights (every rank gathers; rank 0 keeps them)."""
     layout, _, mutant = case.partition("@")
+    layout, _, packed = layout.partition(":")
     size = int(layout[2:])
     kind = {"tp": "tensor_parallel_dim", "cp": "context_parallel_dim"}[layout[:2]]
-    mesh = device_mesh(torch.device("cpu"), dist.get_rank(), dist.get_world_size(), **{kind: size})
+    mesh = device_mesh(
+        torch.device("cpu"), DistInfo(dist.get_rank(), dist.get_world_size(), 0), **{kind: size}
+    )
     model = tiny_model()
     with mutant_patch(mutant):
         shard_model(model, mesh=mesh)
-        losses = steps(model, batches(), data_rank=mesh.data_rank, data_ranks=mesh.data_ranks)
+        losses = steps(
+            model, batches(packed == "packed"), data_rank=mesh.data_rank, data_ranks=mesh.data_ranks
+        )
     weights = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     return {"losses": losses, "weights": weights}
 

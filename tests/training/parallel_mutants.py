@@ -20,9 +20,9 @@ def _own_keys_only(x, group, dim):
     return _real_gather(x, group, dim) if x.dim() == 3 else x
 
 
-def _local_positions(self, tokens, input_pos):
-    tokens, pos = _real_slice(self, tokens, input_pos)
-    return tokens, pos - pos[:, :1]  # each slice numbered from 0
+def _local_positions(self, tokens, input_pos, mask):
+    tokens, pos, mask = _real_slice(self, tokens, input_pos, mask)
+    return tokens, pos - pos[:, :1], mask  # each slice numbered from 0
 
 
 def _unreduced_rowwise():

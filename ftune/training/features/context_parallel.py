@@ -8,8 +8,9 @@ so the loss, its token count and everything after the forward read the whole seq
 device: the layers' activations, the largest memory of a long sequence, are split, while the output
 projection runs on every rank (the chunked losses keep its logits at one chunk).
 
-Refused: packed batches (their per-document masks would need their own exchange), image-text
-models, KV caches (generation) and attention other than `GroupedQueryAttention`.
+Packed and padding-free batches work: their per-document mask is sliced by query rows (each rank
+keeps its rows over every key). Refused: image-text models, KV caches (generation) and attention
+other than `GroupedQueryAttention`.
 """
 
 from __future__ import annotations

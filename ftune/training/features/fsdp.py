@@ -20,6 +20,7 @@ from torch.distributed.fsdp import (
     fully_shard,
     register_fsdp_forward_method,
 )
+from torch.distributed.tensor import DTensor
 
 from ftune.peft.nf4 import is_nf4
 from ftune.runtime.mesh import ParallelMesh
@@ -96,12 +97,27 @@ def shard_model(
     on_cpu = next(model.parameters()).device.type == "cpu"
     if cpu_offload and not on_cpu:  # on a CPU-only run the parameters are on the CPU already
         kwargs["offload_policy"] = CPUOffloadPolicy()
+    whole = {**kwargs, "mesh": mesh.mesh} if mesh is not None and mesh.tp > 1 else kwargs
     for layer in block_layers(model, feature="shard_model"):
+        if whole is not kwargs:
+            _shard_whole_parts(layer, reshard_after_forward, whole)
         fully_shard(layer, reshard_after_forward=reshard_after_forward, **kwargs)
-    fully_shard(model, reshard_after_forward=False, **kwargs)
+    fully_shard(model, reshard_after_forward=False, **whole)
     # The recipes run `model.hidden(...)` (the loss projects in chunks), not `model(...)`.
     register_fsdp_forward_method(model, "hidden")
     return model
+
+
+def _shard_whole_parts(layer: nn.Module, reshard_after_forward: bool, kwargs: dict) -> None:
+    """Beside tensor parallel: each sub-module of `layer` that holds parameters tensor parallel left
+    whole (norms) becomes its own unit, sharded like the root (embeddings, final norm, output) over the
+    tp ranks and replicated over dp (HSDP on the dp x tp mesh). Every parameter then lives on the one
+    2-D mesh, which the gradient-norm clipping's sum over all gradients needs; and the average over
+    all ranks is the average over dp, the tp ranks' gradients of these parts being equal."""
+    for module in layer.modules():
+        own = list(module.parameters(recurse=False))
+        if module is not layer and own and not any(isinstance(p, DTensor) for p in own):
+            fully_shard(module, reshard_after_forward=reshard_after_forward, **kwargs)
 
 
 def _check_nf4_shardable(model: nn.Module, ranks: int, param_dtype: torch.dtype | None) -> None:
