@@ -5,7 +5,7 @@ to <out.pt>.
     torchrun --nproc_per_node N parallel_driver.py <out.pt> <case>...
 
 A case is "tp<N>" or "cp<N>" (dp = world size / N), optionally ":packed" (rows of three documents,
-a per-document mask) and "@<mutant>" of parallel_mutants.py.
+a per-document mask), ":ac" (activation checkpointing) and "@<mutant>" of parallel_mutants.py.
 
 `steps(model, batches, ...)` is also what the test runs on one device, so both runs compute the same
 thing: the global batch's summed token loss over its labelled-token count.
@@ -28,7 +28,7 @@ from ftune.models.smollm2 import smollm2  # noqa: E402
 from ftune.modules.masks import document_causal_mask  # noqa: E402
 from ftune.runtime.distributed import DistInfo  # noqa: E402
 from ftune.runtime.mesh import device_mesh  # noqa: E402
-from ftune.training import shard_model  # noqa: E402
+from ftune.training import apply_activation_checkpointing, shard_model  # noqa: E402
 
 SIZES = dict(vocab_size=96, num_layers=2, num_heads=4, num_kv_heads=2, embed_dim=32, intermediate_dim=64)
 BATCH, SEQ, STEPS = 4, 15, 3  # an odd length: context parallel pads the last slice
@@ -103,17 +103,19 @@ def steps(model, data, *, data_rank=0, data_ranks=1):
 def run_case(case: str) -> dict:
     """One case's losses and full weights (every rank gathers; rank 0 keeps them)."""
     layout, _, mutant = case.partition("@")
-    layout, _, packed = layout.partition(":")
+    layout, *options = layout.split(":")
     size = int(layout[2:])
     kind = {"tp": "tensor_parallel_dim", "cp": "context_parallel_dim"}[layout[:2]]
     mesh = device_mesh(
         torch.device("cpu"), DistInfo(dist.get_rank(), dist.get_world_size(), 0), **{kind: size}
     )
     model = tiny_model()
+    if "ac" in options:
+        apply_activation_checkpointing(model)
     with mutant_patch(mutant):
         shard_model(model, mesh=mesh)
         losses = steps(
-            model, batches(packed == "packed"), data_rank=mesh.data_rank, data_ranks=mesh.data_ranks
+            model, batches("packed" in options), data_rank=mesh.data_rank, data_ranks=mesh.data_ranks
         )
     weights = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     return {"losses": losses, "weights": weights}

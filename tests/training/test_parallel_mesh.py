@@ -77,11 +77,14 @@ def test_tp2_and_cp2_equal_one_device(tmp_path, one_device, one_device_packed):
 
 
 @pytest.mark.matrix
-def test_dp2_x_tp2_and_dp2_x_cp2_equal_one_device(tmp_path, one_device, one_device_packed):
-    results = launch(tmp_path, 4, "tp2", "cp2", "cp2:packed")
-    for case in ("tp2", "cp2"):
+def test_dp2_x_tp2_and_dp2_x_cp2_equal_one_device_with_and_without_checkpointing(
+    tmp_path, one_device, one_device_packed
+):
+    results = launch(tmp_path, 4, "tp2", "cp2", "cp2:packed", "tp2:ac", "cp2:packed:ac")  # ac: checkpointed
+    for case in ("tp2", "cp2", "tp2:ac"):
         assert_equal_to_one_device(results[case], one_device)
-    assert_equal_to_one_device(results["cp2:packed"], one_device_packed)
+    for case in ("cp2:packed", "cp2:packed:ac"):
+        assert_equal_to_one_device(results[case], one_device_packed)
 
 
 @pytest.mark.matrix
