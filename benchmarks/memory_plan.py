@@ -84,6 +84,9 @@ RUNS: dict[str, tuple[str, str, int, dict, list[str]]] = {
                          ["batch_size=2", "tokenizer.max_seq_len=512"]),
     "dpo-full-256-ws2": ("full_dpo_distributed", "smollm2/135M_full_dpo", 2, CUT_12,
                          ["batch_size=2", "tokenizer.max_seq_len=256"]),
+    # One data-parallel row split two ways by context parallel (packed rows: the sliced mask).
+    "sft-full-512-ws2-cp2": ("full_finetune_distributed", "smollm2/135M_full", 2, SMOLLM2_135M,
+                             ["batch_size=2", "tokenizer.max_seq_len=512", "context_parallel_dim=2"]),
 }  # fmt: skip
 
 

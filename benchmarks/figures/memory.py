@@ -12,6 +12,8 @@ def _setting(row: dict) -> str:
         "activation_checkpointing=",
         "group_size=",
         "max_new_tokens=",
+        "context_parallel_dim=",
+        "tensor_parallel_dim=",
     )
     parts = [o for o in row["overrides"] if o.startswith(keep)]
     if any(o.startswith("optimizer._component_=") for o in row["overrides"]):

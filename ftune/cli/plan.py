@@ -72,6 +72,12 @@ def _lora_shape(cfg) -> object:
     return build
 
 
+def _split(p: Plan) -> str:
+    """ ", tensor parallel 2" / ", context parallel 2" when the plan has either."""
+    tp, cp = p.parallelism.tp, p.parallelism.cp
+    return f", tensor parallel {tp}" if tp > 1 else f", context parallel {cp}" if cp > 1 else ""
+
+
 def render(p: Plan, title: str) -> list[str]:
     """The plan as lines: the model, the workload, each term and the peak."""
     s, w = p.shape, p.workload
@@ -79,7 +85,8 @@ def render(p: Plan, title: str) -> list[str]:
     ranks = p.parallelism.world_size
     lines = [
         f"Memory plan for {title}, per rank ({ranks} rank{'s' if ranks > 1 else ''}"
-        f"{', FSDP2' if p.parallelism.fsdp and ranks > 1 else ''}, {w.device}, {str(w.dtype).replace('torch.', '')}):",
+        f"{', FSDP2' if p.parallelism.fsdp and ranks > 1 else ''}{_split(p)}, {w.device}, "
+        f"{str(w.dtype).replace('torch.', '')}):",
         f"  model: {s.params / 1e6:.1f}M parameters, trainable: {trains}; {s.num_layers} layers, "
         f"dim {s.embed_dim}, vocabulary {s.vocab_size}",
         f"  step: {w.method}, {w.rows} sequences x {w.seq} tokens a micro-batch"

@@ -13,6 +13,7 @@ from ftune.config.errors import ConfigError
 from ftune.config.loading import Config
 from ftune.config.run_config import shipped_recipe
 from ftune.registry.states import NA, YES, reason, state
+from ftune.settings.dist import mesh_problems
 
 # torchrun's own spellings of --nproc_per_node that are not a number.
 _NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
@@ -50,8 +51,10 @@ def check_distributed_config(cfg: Config, recipe: Path) -> None:
         recipe: the recipe file.
 
     Raises:
-        ConfigError: `peft.quantize_base` true with such a recipe.
+        ConfigError: `peft.quantize_base` true with such a recipe, or tensor_parallel_dim /
+            context_parallel_dim above 1 with a recipe that does not split (its cell is not YES).
     """
+    _check_split(cfg, recipe)
     peft = cfg.node.get("peft") if "peft" in cfg else None
     if peft is None or not hasattr(peft, "get") or peft.get("quantize_base") is not True:
         return
@@ -70,3 +73,50 @@ def check_distributed_config(cfg: Config, recipe: Path) -> None:
         ],
         cfg.source,
     )
+
+
+def check_mesh(cfg: Config, launcher: list[str]) -> None:
+    """Refuse tensor_parallel_dim x context_parallel_dim that does not divide the launch's world size
+    (`--nproc_per_node` x `--nnodes`, when both are numbers), before any rank starts."""
+    dims = [
+        cfg.node.get(key, 1) if key in cfg else 1 for key in ("tensor_parallel_dim", "context_parallel_dim")
+    ]
+    world = 1
+    for names in (("--nproc_per_node", "--nproc-per-node"), ("--nnodes",)):
+        value = _option(launcher, names) or "1"
+        if not value.isdigit():
+            return  # auto, gpu, a range of nodes: the ranks check it (ftune.runtime.mesh)
+        world *= int(value)
+    if all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
+        if problems := mesh_problems(world, tensor_parallel_dim=dims[0], context_parallel_dim=dims[1]):
+            raise ConfigError(problems, cfg.source)
+
+
+def _option(launcher: list[str], names: tuple[str, ...]) -> str | None:
+    for i, arg in enumerate(launcher):
+        name, eq, value = arg.partition("=")
+        if name in names:
+            return value if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
+    return None
+
+
+def _check_split(cfg: Config, recipe: Path) -> None:
+    """Refuse tensor_parallel_dim / context_parallel_dim > 1 with a shipped recipe that would ignore it."""
+    shipped = shipped_recipe(recipe)
+    for key, feature in (
+        ("tensor_parallel_dim", "tensor_parallel"),
+        ("context_parallel_dim", "context_parallel"),
+    ):
+        value = cfg.node.get(key) if key in cfg else None
+        cell = shipped.features.get(feature, "") if shipped is not None else YES
+        if value in (None, 1) or not isinstance(value, int) or cell == YES:
+            continue
+        supported = [r.name for r in registry.TRAINING.values() if r.features.get(feature) == YES]
+        raise ConfigError(
+            [
+                f"{key}: {value} ({cfg.where(key)}) asks for {feature.replace('_', ' ')}, and {shipped.name} "
+                f"does not run it: {reason(cell) or 'no cell'}. Set {key}=1, or run it with "
+                f"{' or '.join(supported)} (`ftune run --nproc_per_node N {supported[0]} --config ...`)."
+            ],
+            cfg.source,
+        )

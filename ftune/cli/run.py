@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ftune import registry
 from ftune.cli.fast_check import fast_check
-from ftune.cli.preflight import check_distributed_config, check_launcher_options
+from ftune.cli.preflight import check_distributed_config, check_launcher_options, check_mesh
 from ftune.config.errors import ConfigError, did_you_mean
 from ftune.config.launch_checked import launch_stamp
 from ftune.config.model_source import missing_checkpoint_dirs
@@ -127,6 +127,7 @@ def main(argv: list[str]) -> int:
         if cfg is not None:
             if launcher:
                 check_distributed_config(cfg, path)
+                check_mesh(cfg, launcher)
             # keys, types, ranges, trust, a GRPO config's built-in rewards, files, folders: before torch
             fast_check(cfg, path, more=builtin_reward_problems)
             if missing := missing_checkpoint_dirs(cfg, resume_folder):

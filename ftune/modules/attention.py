@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftune.modules.context_exchange import gather_context, global_causal_mask
 from ftune.modules.cpu_attention import CPU_QUERY_BLOCK, cpu_attention
 from ftune.modules.kv_cache import KVCache
 from ftune.modules.rope import RotaryEmbedding
@@ -73,6 +74,9 @@ class GroupedQueryAttention(nn.Module):
         self.q_multiplier = 1.0 if softmax_scale is None else softmax_scale * head_dim**0.5
         self.logit_softcap = logit_softcap
         self.kv_cache: KVCache | None = None
+        # Context parallel (`ftune.training.features.context_parallel`): the ranks holding the other
+        # slices of each sequence, whose keys and values this layer gathers; None = the whole sequence here.
+        self.context_group: torch.distributed.ProcessGroup | None = None
 
     def setup_cache(
         self, batch_size: int, max_seq_len: int, dtype: torch.dtype, device: torch.device | str | None
@@ -105,7 +109,10 @@ class GroupedQueryAttention(nn.Module):
         if self.q_multiplier != 1.0:
             q = q * self.q_multiplier
 
-        if self.kv_cache is not None:
+        if self.context_group is not None:  # this slice's queries over every slice's keys
+            k, v, key_pos = gather_context(k, v, input_pos, self.context_group)  # (b, h_kv, s * cp, d)
+            mask = global_causal_mask(input_pos, key_pos, self.sliding_window, mask)  # (b or 1, s, s * cp)
+        elif self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)  # (b, h_kv, max_seq_len, d)
             cache_pos = torch.arange(k.shape[2], device=x.device)
             if mask is None:
@@ -121,7 +128,7 @@ class GroupedQueryAttention(nn.Module):
             attn_mask = mask[:, None] if mask is not None else None  # (b, 1, s, s_kv)
             out = softcapped_attention(q, k, v, attn_mask, cap=self.logit_softcap)
             return self.o_proj(out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim))
-        if self.kv_cache is None and x.device.type == "cpu" and s >= 2 * CPU_QUERY_BLOCK:
+        if self.kv_cache is None and x.device.type == "cpu" and s == k.shape[2] >= 2 * CPU_QUERY_BLOCK:
             # CPU kernels compute every (query, key) pair: skip the blocks the mask excludes.
             return cpu_attention(q, k, v, mask, gqa=self.num_kv_heads != self.num_heads, o_proj=self.o_proj)
         # No mask left means plain causal (with a cache there always is one): is_causal lets SDPA pick

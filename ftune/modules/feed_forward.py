@@ -5,6 +5,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 
 class SwiGLU(nn.Module):
@@ -35,11 +36,16 @@ class SwiGLU(nn.Module):
         needs_grad = torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)
         if needs_grad and self.lean_backward and not torch.compiler.is_compiling():
             down = self.down_proj
-            if type(down) is nn.Linear and down.weight.requires_grad:
+            if type(down) is nn.Linear and down.weight.requires_grad and not _is_dtensor(down.weight):
                 # A trained plain projection: its input, the product, is recomputed in backward too.
+                # (A tensor-parallel one runs through its module: its hooks redistribute the input.)
                 return _SiluMulLinear.apply(gate, up, down.weight, down.bias)
             return down(_SiluMul.apply(gate, up))
         return self.down_proj(F.silu(gate) * up)
+
+
+def _is_dtensor(weight: torch.Tensor) -> bool:
+    return isinstance(weight, DTensor)
 
 
 class _SiluMul(torch.autograd.Function):

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftune.modules.context_exchange import ContextSplit
 from ftune.modules.cross_attention_layer import CrossAttendInputs, CrossAttentionLayer
 from ftune.modules.softcap import softcap
 
@@ -68,6 +69,8 @@ class TransformerDecoder(nn.Module):
         self.output = output
         self.max_seq_len = max_seq_len
         self.final_logit_softcap = final_logit_softcap
+        # Context parallel: the ranks holding the other slices of each sequence (`ContextSplit`); None = whole sequences.
+        self.context_split: ContextSplit | None = None
 
     @property
     def head(self) -> OutputHead:
@@ -124,6 +127,13 @@ class TransformerDecoder(nn.Module):
             mask = mask.expand(tokens.shape[0], -1, -1)  # (b, s, cache_len)
         if also_attend is not None:
             mask = self._add_pairs(mask, also_attend, input_pos, tokens.shape)
+        split = self.context_split
+        if split is not None:  # this rank runs its slice of every sequence; the end gathers them back
+            split.check(
+                images=embeds is not None or cross_attend is not None, caches=self.caches_are_enabled()
+            )
+            length = tokens.shape[1]
+            tokens, input_pos, mask = split.slice(tokens, input_pos, mask)  # (b, chunk), mask (b, chunk, s)
         if embeds is None:
             h = self.tok_embeddings(tokens)  # (b, s, d)
         else:
@@ -133,7 +143,7 @@ class TransformerDecoder(nn.Module):
                 h = layer(h, cross_attend)
             else:
                 h = layer(h, input_pos=input_pos, mask=mask)
-        return self.norm(h)
+        return self.norm(h) if split is None else split.gather(self.norm(h), length)  # (b, s, d)
 
     def _checked_embeds(self, tokens: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
         d = self.tok_embeddings.weight.shape[1]

@@ -7,13 +7,14 @@ the step's peak. The constants measured on CPU (the process's fixed overhead, th
 share) are named below with where they come from: benchmarks/memory_plan.py checks the whole
 prediction against real runs (docs/memory.md shows the table).
 
-Tensor and context parallelism do not exist in ftune yet: `Parallelism.tp` and `.cp` are the
-extension point (a plan with either above 1 is refused until the recipes shard that way).
+Tensor parallel (`Parallelism.tp`) splits the layers' weights, gradients, optimizer state and most of
+their activations over the tp ranks (the embeddings and norms stay whole on each: HSDP over tp);
+context parallel (`.cp`) splits the activations of each sequence, and FSDP2 shards over dp x cp.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from ftune.config.model_source import is_checkpoint_model
 from ftune.config.recipe_file import recipe_settings
 from ftune.planning import terms
 from ftune.planning.shapes import GIB, ModelShape, dtype_bytes, shape_of
+from ftune.settings.dist import mesh_problems
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "auto": torch.float32}
 
@@ -43,14 +45,14 @@ CPU_ALLOCATOR_SHARE = 0.25
 
 @dataclass(frozen=True)
 class Parallelism:
-    """How a run is spread over ranks. Only data parallel (FSDP2) exists: tp and cp stay 1.
+    """How a run is spread over ranks: FSDP2 over data-parallel rows, tensor or context parallel within.
 
     Attributes:
         world_size: ranks.
         fsdp: parameters, gradients and optimizer state are sharded over the ranks (the
             distributed recipes), else each rank holds them whole.
-        tp: tensor-parallel degree (extension point: not implemented, must be 1).
-        cp: context-parallel degree (extension point: not implemented, must be 1).
+        tp: tensor-parallel ranks (``tensor_parallel_dim``): the layers' projections split over them.
+        cp: context-parallel ranks (``context_parallel_dim``): each sequence split over them.
     """
 
     world_size: int = 1
@@ -59,11 +61,10 @@ class Parallelism:
     cp: int = 1
 
     def __post_init__(self) -> None:
-        if self.tp != 1 or self.cp != 1:
-            raise ValueError(
-                f"the memory plan has no tensor or context parallelism (tp={self.tp}, cp={self.cp}): ftune's "
-                "recipes shard by FSDP2 only. Plan with tp=1 and cp=1."
-            )
+        if problems := mesh_problems(
+            self.world_size, tensor_parallel_dim=self.tp, context_parallel_dim=self.cp
+        ):
+            raise ValueError(f"memory plan: {problems[0]}")
 
 
 @dataclass(frozen=True)
@@ -148,14 +149,21 @@ def plan(
     """
     e = dtype_bytes(work.dtype)
     shard = parallel.world_size if parallel.fsdp else 1
+    tp, cp = parallel.tp, parallel.cp
+    # Beside tensor parallel the embeddings (and norms, not counted apart) are split over tp only.
+    root = shape.vocab_size * shape.embed_dim * (1 if shape.tied_output else 2) if tp > 1 else 0
+
+    def sharded(total: float, elem: float) -> float:
+        return (total - root * elem) / shard + root * elem / tp
+
     tokens = work.rows * work.seq
     t: dict[str, float] = {}
     notes: list[str] = []
     if work.device == "cpu":
         t["runtime (Python, torch, data)"] = CPU_RUNTIME_GIB * GIB
-    t["weights"] = terms.weight_bytes(shape, e) / shard
+    t["weights"] = sharded(terms.weight_bytes(shape, e), e)
     if shard > 1:  # FSDP2 all-gathers one layer's parameters at a time around its forward and backward
-        t["weights: one layer gathered"] = terms.weight_bytes(shape, e) / shape.num_layers
+        t["weights: one layer gathered"] = terms.weight_bytes(shape, e) / shape.num_layers / tp
         # the root (embedding, final norm) stays gathered after forward: the loss uses it at once
         t["weights: root gathered (embedding)"] = shape.vocab_size * shape.embed_dim * e
         if work.device == "cpu":
@@ -167,18 +175,26 @@ def plan(
         t["reference model"] = terms.weight_bytes(shape, e) / shard
     if teacher is not None:
         t["teacher weights"] = terms.weight_bytes(teacher, e) / shard  # the distributed recipe shards it too
-    t["optimizer state"] = terms.optimizer_state_bytes(shape, e, work.optimizer, work.momentum) / shard
     full = shape.trainable >= shape.vocab_size * shape.embed_dim  # the embedding trains (no adapters)
+    state = terms.optimizer_state_bytes(shape, e, work.optimizer, work.momentum)
+    t["optimizer state"] = sharded(state, state / max(shape.trainable, 1)) if full else state / shard
+    layer_shape, rows, seq = _split_layers(shape, tp), work.rows, work.seq
     step: dict[str, float] = {}
+    seq = -(-seq // cp)  # context parallel: this rank's slice of each sequence
     if work.activation_offloading and work.device != "cpu":
-        acts = terms.layer_activation_bytes(shape, work.rows, work.seq, e)
+        acts = terms.layer_activation_bytes(layer_shape, rows, seq, e)
         step["activations (offloaded: one layer on the device)"] = acts
     elif work.activation_checkpointing:
-        acts = terms.checkpointed_activation_bytes(shape, work.rows, work.seq, e)
+        acts = terms.checkpointed_activation_bytes(layer_shape, rows, seq, e)
         step["activations (checkpointed)"] = acts
     else:
-        acts = shape.num_layers * terms.layer_activation_bytes(shape, work.rows, work.seq, e)
+        acts = shape.num_layers * terms.layer_activation_bytes(layer_shape, rows, seq, e)
         step["activations"] = acts
+    if cp > 1:  # each layer keeps the gathered keys and values; the loss reads the gathered hidden states
+        kv = 2 * rows * (work.seq - seq) * layer_shape.kv_dim * e
+        step["context parallel: gathered keys, values, hidden states"] = (
+            shape.num_layers * kv + terms.hidden_bytes(shape, tokens, e)
+        )
     copies = 4 if work.method == "kd" else 3  # KD: the teacher's block of logits beside the student's
     loss_tokens = work.loss_tokens * work.rows // max(work.rollout_rows, 1) if work.loss_tokens else tokens
     step["loss blocks"] = terms.loss_bytes(
@@ -190,13 +206,15 @@ def plan(
     # Backward makes the gradients layer by layer while it frees that layer's activations: the
     # embedding's comes first (the loss made it), the layers' add to the peak only where they
     # outgrow the activations already freed. Then the optimizer step holds them all, no activations.
-    grads = terms.gradient_bytes(shape, e) / shard
+    grads = sharded(terms.gradient_bytes(shape, e), e) if full else terms.gradient_bytes(shape, e) / shard
     embedding = (
-        shape.vocab_size * shape.embed_dim * e * (1 if shape.tied_output else 2) / shard if full else 0.0
+        shape.vocab_size * shape.embed_dim * e * (1 if shape.tied_output else 2) / (tp if tp > 1 else shard)
+        if full
+        else 0.0
     )
     step["gradients (beyond the activations freed)"] = embedding + max(0.0, grads - embedding - acts)
     if shard > 1:
-        step["gradients: one layer unsharded"] = terms.gradient_bytes(shape, e) / shape.num_layers
+        step["gradients: one layer unsharded"] = terms.gradient_bytes(shape, e) / shape.num_layers / tp
     train = sum(step.values())
     if work.method == "grpo":
         rollout = terms.kv_cache_bytes(shape, work.rollout_rows, work.rollout_len, e)
@@ -215,6 +233,21 @@ def plan(
     if work.device == "cpu":
         t["allocator (CPU heap)"] = CPU_ALLOCATOR_SHARE * transient
     return Plan(terms=t, workload=work, shape=shape, parallelism=parallel, teacher=teacher, notes=notes)
+
+
+def _split_layers(shape: ModelShape, tp: int) -> ModelShape:
+    """The part of each layer one tensor-parallel rank holds: its heads and its slice of the feed-forward."""
+    if tp == 1:
+        return shape
+    kv_heads = shape.kv_dim * shape.num_heads // shape.q_dim
+    if shape.num_heads % tp or kv_heads % tp or shape.ffn_dim % tp:
+        raise ValueError(
+            f"memory plan: tensor_parallel_dim={tp} does not divide the model's {shape.num_heads} heads, "
+            f"{kv_heads} key/value heads and feed-forward width {shape.ffn_dim}: each tensor-parallel rank "
+            "holds whole heads. Set tensor_parallel_dim to a divisor of all three."
+        )
+    return replace(shape, q_dim=shape.q_dim // tp, kv_dim=shape.kv_dim // tp, ffn_dim=shape.ffn_dim // tp,
+                   num_heads=shape.num_heads // tp)  # fmt: skip
 
 
 def _component(node: Any) -> str:
@@ -313,5 +346,7 @@ def plan_config(cfg: Any, recipe: str | Path, *, world_size: int = 1, fsdp: bool
     teacher = None
     if work.method == "kd":
         teacher = model_shape(cfg, "teacher_model", "teacher_checkpointer", work.dtype, peft=False)
-    parallel = Parallelism(world_size=world_size, fsdp=world_size > 1 if fsdp is None else fsdp)
+    split = (getattr(settings, "tensor_parallel_dim", 1), getattr(settings, "context_parallel_dim", 1))
+    tp, cp = split if world_size > 1 else (1, 1)  # one device: the recipe ignores them
+    parallel = Parallelism(world_size=world_size, fsdp=world_size > 1 if fsdp is None else fsdp, tp=tp, cp=cp)
     return plan(shape, work, parallel, teacher=teacher)

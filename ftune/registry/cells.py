@@ -55,14 +55,31 @@ NOT_LORA = {
 LORA = {"lora": YES, "qlora": YES, "dora": YES}
 SINGLE = {
     "fsdp2": na("one device: nothing to shard"),
+    "tensor_parallel": na("one device: nothing to split"),
+    "context_parallel": na("one device: nothing to split"),
     "cpu_offload": na("one device: FSDP2's offload needs the distributed recipe"),
 }
+_SPLIT_LATER = (
+    "FSDP2 only: the mesh and the split are in full_finetune_distributed and lora_finetune_distributed, "
+    "and the launcher refuses the setting here"
+)
 DIST = {
     "fsdp2": YES,
+    "tensor_parallel": na(_SPLIT_LATER),
+    "context_parallel": na(_SPLIT_LATER),
     "cpu_offload": gpu_only(
         "FSDP2's CPU offload moves parameters and optimizer state off the accelerator; on a CPU-only "
         "machine (the test machines) they are on the CPU already and the setting changes nothing"
     ),
+}
+# Tensor and context parallel (full_finetune_distributed, lora_finetune_distributed): after DIST.
+SPLIT_FULL = {"tensor_parallel": YES, "context_parallel": YES}
+SPLIT_LORA = {
+    "tensor_parallel": na(
+        "a LoRA layer reads its whole base weight (merged, NF4 paths) where tensor parallel's hooks see "
+        "only nn.Linear; context_parallel_dim splits long sequences with LoRA"
+    ),
+    "context_parallel": YES,
 }
 NO_QAT = {
     "qat": na("use qat_single_device or qat_distributed"),
@@ -289,4 +306,8 @@ PPO = {
 GENERATE = {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES}
 QUANTIZE = {"quantization": YES, "qat": YES, "learned_ranges": YES}
 EVAL = {"kv_cache": YES, "lora": YES, "quantization": YES}
-DIST_CHECK = {"fsdp2": na("a launch check: it shards nothing")}
+DIST_CHECK = {
+    "fsdp2": na("a launch check: it shards nothing"),
+    "tensor_parallel": na("a launch check: it splits nothing"),
+    "context_parallel": na("a launch check: it splits nothing"),
+}

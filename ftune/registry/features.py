@@ -31,6 +31,8 @@ FEATURES: dict[str, str] = {
     "learned_ranges": "QAT trains its weight scales (torchao range learning); saved, resumed, converted with",
     "fsdp2": "shard parameters, gradients and optimizer state across ranks",
     "cpu_offload": "keep sharded parameters and optimizer state on CPU (FSDP2)",
+    "tensor_parallel": "split each layer's projections over the tp ranks of a dp x tp mesh (FSDP2 over dp)",
+    "context_parallel": "split each sequence over the cp ranks of a dp x cp mesh, keys and values exchanged",
     "quantization": "post-training quantization or QAT convert with torchao",
     "kv_cache": "KV-cache decoding",
     "chat_template": "the model's own chat template",

@@ -38,6 +38,8 @@ from ftune.registry.cells import (
     RM_SINGLE,
     SFT_COMMON,
     SINGLE,
+    SPLIT_FULL,
+    SPLIT_LORA,
 )
 from ftune.registry.configs import method_of
 from ftune.registry.recipe import Recipe
@@ -71,7 +73,7 @@ _RECIPES = [
         True,
         "smollm2/135M_full",
         ("full",),
-        {**SFT_COMMON, **NOT_LORA, **DIST, **NO_QAT, **NO_OPT_BWD_DIST},
+        {**SFT_COMMON, **NOT_LORA, **DIST, **SPLIT_FULL, **NO_QAT, **NO_OPT_BWD_DIST},
         tags=frozenset({"full", "dist", "sft"}),
         same_losses_as="full_finetune_single_device",
     ),
@@ -81,7 +83,7 @@ _RECIPES = [
         True,
         "smollm2/135M_lora",
         ("lora", "qlora", "dora"),
-        {**SFT_COMMON, **LORA, **DIST, **NO_QAT, **NO_OPT_BWD_DIST},
+        {**SFT_COMMON, **LORA, **DIST, **SPLIT_LORA, **NO_QAT, **NO_OPT_BWD_DIST},
         tags=frozenset({"lora", "dist", "sft"}),
         same_losses_as="lora_finetune_single_device",
     ),

@@ -25,6 +25,43 @@ def dist_timeout_problems(value: Any) -> list[str]:
     ]
 
 
+def parallel_dims_problems(tensor_parallel_dim: Any, context_parallel_dim: Any) -> list[str]:
+    """``tensor_parallel_dim`` and ``context_parallel_dim``: ints >= 1, at most one of them above 1.
+
+    The world size is known only at the launch: ``ftune.runtime.mesh.device_mesh`` checks that it is
+    a multiple of their product."""
+    dims = (("tensor_parallel_dim", tensor_parallel_dim), ("context_parallel_dim", context_parallel_dim))
+    out = [
+        f"{key}: must be an int >= 1, got {value!r}. 1 turns it off."
+        for key, value in dims
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1
+    ]
+    if not out and tensor_parallel_dim > 1 and context_parallel_dim > 1:
+        out.append(
+            f"tensor_parallel_dim={tensor_parallel_dim} and context_parallel_dim={context_parallel_dim}: one "
+            "of the two at a time (a dp x tp or a dp x cp mesh). Set one of them to 1."
+        )
+    return out
+
+
+def mesh_problems(world_size: int, *, tensor_parallel_dim: int, context_parallel_dim: int) -> list[str]:
+    """What is wrong with a ``dp x tp x cp`` grid over `world_size` ranks (empty when nothing is)."""
+    if tensor_parallel_dim > 1 and context_parallel_dim > 1:
+        return [
+            f"tensor_parallel_dim={tensor_parallel_dim} and context_parallel_dim={context_parallel_dim}: "
+            "one of the two at a time (a dp x tp or a dp x cp mesh). Set one of them to 1."
+        ]
+    inner = tensor_parallel_dim * context_parallel_dim
+    if world_size % inner:
+        key = "tensor_parallel_dim" if tensor_parallel_dim > 1 else "context_parallel_dim"
+        return [
+            f"{key}={inner} does not divide the world size ({world_size} processes): the ranks form a "
+            f"grid of data-parallel rows of {inner} ranks each. Launch a multiple of {inner} processes "
+            f"(--nproc_per_node) or set {key} to a divisor of {world_size}."
+        ]
+    return []
+
+
 @dataclass
 class DistCheckSettings(Settings):
     """The dist_check recipe."""

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from ftune.config.positions import max_seq_len_problems
 from ftune.config.settings import Settings, setting
-from ftune.settings.dist import dist_timeout_problems
+from ftune.settings.dist import dist_timeout_problems, parallel_dims_problems
 
 
 def check_optimizer_in_backward(*, grad_accum_steps: int, clip_grad_norm: float | None) -> None:
@@ -99,6 +99,16 @@ class FullSettings(Settings):
     dist_timeout_s: float = setting(
         1800.0, "distributed only: seconds a rank waits for the others in a collective before the run fails"
     )
+    tensor_parallel_dim: int = setting(
+        1,
+        "distributed only: ranks that split each layer's projections (a dp x tp mesh, FSDP2 over dp); "
+        "1: none. full_finetune_distributed",
+    )
+    context_parallel_dim: int = setting(
+        1,
+        "distributed only: ranks that split each sequence (a dp x cp mesh, FSDP2 over both); 1: none. "
+        "full_finetune_distributed, lora_finetune_distributed",
+    )
     stop_grace_s: float | None = setting(
         600.0,
         "seconds the step in flight and its save may take after a first SIGTERM/Ctrl-C; past them the run "
@@ -122,6 +132,7 @@ class FullSettings(Settings):
             if (value is not None or not nullable) and (value is None or value < 1)
         ]
         out += dist_timeout_problems(self.dist_timeout_s)
+        out += parallel_dims_problems(self.tensor_parallel_dim, self.context_parallel_dim)
         if self.stop_grace_s is not None and not (math.isfinite(self.stop_grace_s) and self.stop_grace_s > 0):
             out.append(
                 f"stop_grace_s: must be a finite number of seconds > 0 or null (no bound), got "
@@ -209,6 +220,18 @@ class LoRASettings(FullSettings):
     """LoRA / QLoRA / DoRA fine-tuning: adds the `peft` section (e.g. ftune.peft.apply_lora)."""
 
     COMPONENTS: ClassVar[dict[str, bool]] = {**FullSettings.COMPONENTS, "peft": True}
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.tensor_parallel_dim != 1:
+            out.append(
+                f"tensor_parallel_dim: {self.tensor_parallel_dim} with LoRA: a LoRA layer computes its frozen "
+                "base from the whole weight (merged, NF4 or fake-quantized paths) where tensor parallel's "
+                "hooks would see only nn.Linear, and its adapters would need a plan of their own (A whole "
+                "beside a column-split base, B split). Set tensor_parallel_dim=1; context_parallel_dim "
+                "splits long sequences with LoRA."
+            )
+        return out
 
 
 @dataclass

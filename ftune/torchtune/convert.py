@@ -216,13 +216,21 @@ def _convert_component(c: Converter, section: str, node: dict[str, Any]) -> None
             c.note(path, "unsupported", f"{rule.target or section} has no argument for {key}={value!r}")
 
 
+def _splits(recipe: str, feature: str) -> bool:
+    return registry.RECIPES[recipe].features.get(feature) == registry.YES
+
+
 def _settings_fields(recipe: str) -> set[str]:
     return {f.name for f in dataclasses.fields(recipe_settings(registry.RECIPES[recipe].file))}
 
 
 def _convert_setting(c: Converter, key: str, rule: table.Key, value: Any, fields: set[str]) -> None:
-    if key in ("tensor_parallel_dim",) and value not in (1, None):
-        c.note(key, "unsupported", f"{value}: ftune has no tensor parallelism (FSDP2 only)")
+    if key == "tensor_parallel_dim" and value not in (1, None) and not _splits(c.recipe, "tensor_parallel"):
+        c.note(
+            key,
+            "unsupported",
+            f"{value}: {c.recipe} has no tensor parallelism (full_finetune_distributed has)",
+        )
     elif key == "max_steps_per_epoch" and value is not None and c.tt.get("epochs", 1) != 1:
         c.note(
             key,

@@ -129,8 +129,13 @@ SETTINGS: dict[str, Key] = {
     "custom_sharded_layers": Key(
         None, "ftune's FSDP2 wrapping shards each decoder layer and the embeddings/output itself"
     ),
-    "tensor_parallel_dim": Key(None, "1 (no tensor parallelism) is ftune's only mode"),
-    "tensor_parallel_plan": Key(None, "unused with tensor_parallel_dim 1"),
+    "tensor_parallel_dim": Key(
+        "tensor_parallel_dim",
+        "a dp x tp device mesh as torchtune's (full_finetune_distributed; LoRA refuses it)",
+    ),
+    "tensor_parallel_plan": Key(
+        None, "ftune's plan is base_llama_tp_plan's: q/k/v and gate/up by columns, o and down by rows"
+    ),
     "enable_kv_cache": Key(None, "ftune always decodes with a KV cache (generate, and eval's generation)"),
     "log_level": Key(None, "ftune logs at INFO, the level torchtune's configs set"),
     "max_new_tokens": Key("max_new_tokens"),
@@ -355,7 +360,9 @@ COMPONENTS: dict[str, Component] = {
         args=_QUANT,
         covered={"inner_k_tiles": "torchao picks the layout"},
     ),
-    "torchtune.models.llama3.base_llama_tp_plan": Component(None, note="unused with tensor_parallel_dim 1"),
+    "torchtune.models.llama3.base_llama_tp_plan": Component(
+        None, note="ftune's plan is this one: q/k/v and gate/up by columns, o and down by rows"
+    ),
     "torchtune.datasets.preference_dataset": Component("ftune.datasets.preference_dataset", args=_PREFERENCE),
     "torchtune.datasets.hh_rlhf_helpful_dataset": Component(
         "ftune.datasets.preference_dataset",

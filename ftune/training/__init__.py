@@ -30,6 +30,7 @@ from ftune.modules.score_head import add_score_head
 from ftune.peft.apply import trainable_params
 from ftune.runtime.device import get_device
 from ftune.runtime.distributed import destroy_distributed, init_distributed
+from ftune.runtime.mesh import ParallelMesh, device_mesh
 from ftune.runtime.seed import get_rng_state, seed_everything, set_rng_state
 from ftune.settings import (
     AgentGRPOSettings,
@@ -104,7 +105,7 @@ from ftune.training.step.token_loss import batch_loss, token_loss
 
 __all__ = [
     # What recipes call: the run around the steps and the step.
-    "seed_everything", "get_device", "resolve_dtype", "init_distributed", "destroy_distributed",
+    "seed_everything", "get_device", "resolve_dtype", "init_distributed", "destroy_distributed", "device_mesh",
     "build_model", "trainable_params", "apply_peft", "apply_activation_checkpointing",
     "apply_activation_offloading", "compile_model", "compile_loss", "shard_model",
     "build_collate", "validation_loader", "build_optimizer", "total_steps", "restore", "Reporter",
@@ -127,7 +128,7 @@ __all__ = [
     "FullSettings", "LoRASettings", "QATSettings", "QATLoRASettings", "KDSettings", "GRPOSettings",
     "LoRAGRPOSettings", "AgentGRPOSettings", "RewardModelSettings", "PPOSettings",
     # The types a recipe's code meets, and helpers benchmarks and copies of recipes read.
-    "MicroBatch", "Loss", "Metric", "StepStats", "NonFiniteError", "PairLogps", "on_device",
+    "MicroBatch", "ParallelMesh", "Loss", "Metric", "StepStats", "NonFiniteError", "PairLogps", "on_device",
     "batch_loss", "group_advantages", "zero_variance_share", "per_sequence", "optimizer_state_bytes",
     "get_rng_state", "set_rng_state", "snapshot",
 ]  # fmt: skip

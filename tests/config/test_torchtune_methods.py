@@ -327,3 +327,20 @@ def test_eleuther_eval_config_runs_its_tasks_with_the_eval_recipe():
         "quantizer._component_": "eval does not quantize at load: it reads the quantize recipe's output "
         "(quantized_checkpoint=<its output_dir>)",
     }
+
+
+TP = """
+tensor_parallel_dim: 2
+tensor_parallel_plan:
+  _component_: torchtune.models.llama3.base_llama_tp_plan
+"""
+
+
+def test_tensor_parallel_keys_map_to_ftunes_mesh_and_plan():
+    conv = convert(COMMON + FULL_MODEL + TP, recipe="full_finetune_distributed")
+    assert conv.recipe == "full_finetune_distributed" and not conv.unsupported
+    assert conv.config["tensor_parallel_dim"] == 2 and "tensor_parallel_plan" not in conv.config
+    lora = convert(COMMON + LORA_MODEL + TP, recipe="lora_finetune_distributed")
+    assert unsupported(lora) == {
+        "tensor_parallel_dim": "2: lora_finetune_distributed has no tensor parallelism (full_finetune_distributed has)"
+    }

@@ -45,9 +45,43 @@ def test_fsdp_divides_weights_gradients_and_optimizer_state_by_the_world_size():
     assert "checkpoint and unsharded model (before sharding)" not in gpu.terms
 
 
-def test_tensor_and_context_parallel_are_refused_until_the_recipes_have_them():
-    with pytest.raises(ValueError, match=r"no tensor or context parallelism \(tp=2, cp=1\).*tp=1 and cp=1"):
-        Parallelism(world_size=2, tp=2)
+def test_tensor_parallel_splits_the_layers_and_leaves_the_embedding_whole_on_each_tp_rank():
+    one, six = plan(SHAPE, WORK), plan(SHAPE, WORK, Parallelism(world_size=6, fsdp=True, tp=3))  # dp=2 x tp=3
+    emb = 49152 * 576 * 4  # tied: one embedding
+    assert six.terms["weights"] == pytest.approx((SHAPE.params * 4 - emb) / 6 + emb / 3)
+    assert six.terms["optimizer state"] == pytest.approx(2 * six.terms["weights"])  # AdamW: two moments
+    assert six.terms["weights: one layer gathered"] == pytest.approx(SHAPE.params * 4 / 30 / 3)
+    local = dataclasses.replace(SHAPE, q_dim=192, kv_dim=64, ffn_dim=512, num_heads=3)  # a third of each
+    assert six.terms["activations"] == 30 * terms.layer_activation_bytes(local, 4, 512, 4)
+    assert six.terms["activations"] < one.terms["activations"]
+    assert six.terms["loss blocks"] == one.terms["loss blocks"]  # the whole batch's, on every rank
+
+
+def test_context_parallel_splits_the_sequences_and_keeps_the_gathered_keys_and_values():
+    one, four = (
+        plan(SHAPE, WORK),
+        plan(SHAPE, WORK, Parallelism(world_size=4, fsdp=True, cp=2)),
+    )  # dp=2 x cp=2
+    assert four.terms["weights"] == one.terms["weights"] / 4  # FSDP2 over dp x cp
+    assert four.terms["activations"] == 30 * terms.layer_activation_bytes(SHAPE, 4, 256, 4)
+    gathered = 30 * 2 * 4 * 256 * 192 * 4 + 4 * 512 * 576 * 4  # the other slice's k, v; all hidden states
+    assert four.terms["context parallel: gathered keys, values, hidden states"] == gathered
+    assert four.terms["loss blocks"] == one.terms["loss blocks"]
+
+
+def test_a_mesh_that_does_not_fit_the_world_size_is_refused():
+    with pytest.raises(
+        ValueError, match=r"memory plan: tensor_parallel_dim=2 does not divide the world size \(3"
+    ):
+        Parallelism(world_size=3, fsdp=True, tp=2)
+    with pytest.raises(
+        ValueError, match=r"memory plan: tensor_parallel_dim=2 and context_parallel_dim=2: one of"
+    ):
+        Parallelism(world_size=4, fsdp=True, tp=2, cp=2)
+    with pytest.raises(
+        ValueError, match=r"tensor_parallel_dim=2 does not divide the model's 9 heads, 3 key/value"
+    ):
+        plan(SHAPE, WORK, Parallelism(world_size=2, fsdp=True, tp=2))
 
 
 def test_activation_checkpointing_keeps_layer_inputs_only():

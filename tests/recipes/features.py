@@ -28,6 +28,7 @@ from features_methods import (
     qat_lora_base,
     qat_off,
 )
+from features_parallel import context_parallel, tensor_parallel
 from features_ppo import ppo
 from features_rewards import reward_model
 from run_logs import _assert_same_weights, _column, _weights, losses, read_log  # noqa: F401 - read_log: re-exported
@@ -330,6 +331,8 @@ CHECKS = {
         qat,
         learned_ranges,
         fsdp2,
+        tensor_parallel,
+        context_parallel,
         grad_accumulation,
         grad_clipping,
         compile,

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from features import CHECKS
 from mutants_agent import agent_mutants
+from mutants_parallel import parallel_mutants
 from mutants_ppo import ppo_mutants
 from mutants_rewards import reward_mutants
 
@@ -368,6 +369,7 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
 MUTANTS.update(reward_mutants(Mutant))
 MUTANTS.update(ppo_mutants(Mutant))  # tests/recipes/mutants_ppo.py
 MUTANTS.update(agent_mutants(Mutant, _wrap))  # tests/recipes/mutants_agent.py
+MUTANTS.update(parallel_mutants(Mutant, _wrap))  # tests/recipes/mutants_parallel.py
 
 # The one table: feature -> (its check, its mutants).
 TABLE: dict[str, tuple[Callable[..., None], tuple[Mutant, ...]]] = {

@@ -20,10 +20,14 @@ from torch.distributed.fsdp import (
     fully_shard,
     register_fsdp_forward_method,
 )
+from torch.distributed.tensor import DTensor
 
 from ftune.peft.nf4 import is_nf4
+from ftune.runtime.mesh import ParallelMesh
 from ftune.runtime.rank import world_size
+from ftune.training.features.context_parallel import context_parallel
 from ftune.training.features.layers import block_layers
+from ftune.training.features.tensor_parallel import tensor_parallel
 
 
 def is_sharded(model: nn.Module) -> bool:
@@ -38,6 +42,7 @@ def shard_model(
     *,
     param_dtype: torch.dtype | None = None,
     reduce_dtype: torch.dtype | None = None,
+    mesh: ParallelMesh | None = None,
 ) -> nn.Module:
     """Shard `model` in place with FSDP2: every decoder layer (and an image-text model's every
     vision encoder layer), then the root.
@@ -63,6 +68,9 @@ def shard_model(
         param_dtype: compute dtype of the gathered parameters (bf16 mixed precision); None keeps
             the parameters' dtype.
         reduce_dtype: dtype of the gradient reduction; None keeps the gradients' dtype.
+        mesh: the run's device mesh (`ftune.runtime.mesh.device_mesh`): with tensor parallel, the
+            layers' projections are split over its ``tp`` ranks first and FSDP2 shards over ``dp``;
+            with context parallel FSDP2 shards over ``dp`` and ``cp``. None: FSDP2 over every rank.
 
     Returns:
         The same model, now an FSDPModule.
@@ -74,9 +82,12 @@ def shard_model(
     """
     ranks = world_size()
     _check_nf4_shardable(model, ranks, param_dtype)
-    mesh = None  # the default: a 1-D mesh over every rank
+    if mesh is not None and mesh.tp > 1:
+        tensor_parallel(model, mesh.tp_mesh)
+    if mesh is not None and mesh.cp > 1:
+        context_parallel(model, mesh.cp_group)
     kwargs = {
-        "mesh": mesh,
+        "mesh": None if mesh is None else mesh.fsdp_mesh,  # None: a 1-D mesh over every rank
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
     }
     if ranks == 1 and (nf4 := {p for p in model.parameters() if is_nf4(p)}):
@@ -86,12 +97,27 @@ def shard_model(
     on_cpu = next(model.parameters()).device.type == "cpu"
     if cpu_offload and not on_cpu:  # on a CPU-only run the parameters are on the CPU already
         kwargs["offload_policy"] = CPUOffloadPolicy()
+    whole = {**kwargs, "mesh": mesh.mesh} if mesh is not None and mesh.tp > 1 else kwargs
     for layer in block_layers(model, feature="shard_model"):
+        if whole is not kwargs:
+            _shard_whole_parts(layer, reshard_after_forward, whole)
         fully_shard(layer, reshard_after_forward=reshard_after_forward, **kwargs)
-    fully_shard(model, reshard_after_forward=False, **kwargs)
+    fully_shard(model, reshard_after_forward=False, **whole)
     # The recipes run `model.hidden(...)` (the loss projects in chunks), not `model(...)`.
     register_fsdp_forward_method(model, "hidden")
     return model
+
+
+def _shard_whole_parts(layer: nn.Module, reshard_after_forward: bool, kwargs: dict) -> None:
+    """Beside tensor parallel: each sub-module of `layer` that holds parameters tensor parallel left
+    whole (norms) becomes its own unit, sharded like the root (embeddings, final norm, output) over the
+    tp ranks and replicated over dp (HSDP on the dp x tp mesh). Every parameter then lives on the one
+    2-D mesh, which the gradient-norm clipping's sum over all gradients needs; and the average over
+    all ranks is the average over dp, the tp ranks' gradients of these parts being equal."""
+    for module in layer.modules():
+        own = list(module.parameters(recurse=False))
+        if module is not layer and own and not any(isinstance(p, DTensor) for p in own):
+            fully_shard(module, reshard_after_forward=reshard_after_forward, **kwargs)
 
 
 def _check_nf4_shardable(model: nn.Module, ranks: int, param_dtype: torch.dtype | None) -> None:
