@@ -198,3 +198,37 @@ def dpo_packing() -> str:
         "answers are dates, close in length, so there is little padding to save."
     )
     return "\n\n".join((table(header, rows, "lrrrrrr"), run_line, provenance("dpo_packing", up="../../")))
+
+
+def grpo_packing() -> str:
+    """Packed GRPO updates against right padding (benchmarks/grpo_packing.py): positions, time and memory."""
+    r = load("grpo_packing")
+    rows = [
+        [
+            f"{row['layout']} (round {row['round'] + 1})",
+            f"{row['positions_per_step']:.0f}",
+            f"{row['labelled_per_step']:.0f}",
+            f"{row['update_s_median']:.2f}",
+            f"{row['rollout_s_median']:.2f}",
+            f"{row['positions_per_s']:.0f}",
+            f"{row['peak_rss_gib']:.2f}",
+            f"{row['load1_before']:.1f}",
+        ]
+        for row in r["rows"]
+    ]
+    header = ["layout", "positions a step", "completion tokens a step", "median update s", "median rollout s",
+              "positions/s of update", "peak RSS GiB", "load before"]  # fmt: skip
+    command = r["command"].split(" --note")[0]  # the note follows in full
+
+    def mean(layout: str, key: str) -> float:
+        values = [x[key] for x in r["rows"] if x["layout"] == layout]
+        return sum(values) / len(values)
+
+    positions = 1 - mean("packed", "positions_per_step") / mean("padded", "positions_per_step")
+    speed = mean("padded", "update_s_median") / mean("packed", "update_s_median")
+    run_line = (
+        f"`{command}`: {r['note']} Packing computes {positions:.1%} fewer positions a step (prompts and "
+        f"completions of unequal lengths); its update takes {1 / speed:.2f}x the padded one's time, the "
+        "rollout (sampling on the KV cache) is the same in both."
+    )
+    return "\n\n".join((table(header, rows, "lrrrrrrr"), run_line, provenance("grpo_packing", up="../../")))

@@ -183,3 +183,9 @@ def test_a_packed_rollout_batch_survives_its_saved_state():
     assert torch.equal(again.input_pos, batch.input_pos) and torch.equal(
         again.document_ids, batch.document_ids
     )
+
+
+def test_a_batch_with_what_one_row_cannot_carry_is_refused():
+    parts = {**_rollout().training_batch(), "pixel_values": torch.zeros(1, 3, 4, 4)}
+    with pytest.raises(ValueError, match=r"padding_free: .*\['pixel_values'\].*set padding_free=false"):
+        pack_rows(parts)

@@ -48,8 +48,16 @@ def pack_rows(parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         ``document_ids`` ``[1, n]`` (the row each position comes from: 0, 1, ..., in order).
 
     Raises:
-        ValueError: a key is missing or the shapes differ.
+        ValueError: a key is missing, the shapes differ, or the batch holds what one row cannot carry
+            (images: their rows would have to be renumbered; not done yet).
     """
+    unknown = sorted(set(parts) - set(_PER_POSITION))
+    if unknown:
+        raise ValueError(
+            f"padding_free: a rollout's training batch with {unknown} cannot be laid end to end yet (only "
+            f"{list(_PER_POSITION)} are packed: an image batch's rows would need renumbering); set "
+            "padding_free=false for this run."
+        )
     missing = [k for k in _PER_POSITION if k not in parts]
     shapes = {k: list(parts[k].shape) for k in _PER_POSITION if k in parts}
     if missing or parts["tokens"].dim() != 2 or len({str(s) for s in shapes.values()}) != 1:
