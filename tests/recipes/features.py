@@ -190,8 +190,8 @@ def packing(run, tmp_path):
 
 def padding_free(run, tmp_path):
     flat, _ = run("max_steps=2", output_dir=tmp_path / "flat")
-    if "completions/mean_length" in flat[0]:  # a GRPO recipe: its rollouts are packed for the update
-        return padding_free_rollouts(run, tmp_path, flat)
+    if "completions/mean_length" in flat[0]:  # a GRPO recipe: padding_free=true packs its rollouts
+        return padding_free_rollouts(run, tmp_path)
     # The shipped configs lay a batch's samples end to end; collate_fn=null right-pads them instead.
     padded, _ = run("max_steps=2", "collate_fn=null", output_dir=tmp_path / "padded")
     # The tiny model's samples are 41-53 tokens: right padding computes positions that hold nothing.
