@@ -244,11 +244,7 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
         ),
     ),
     "padding_free": (
-        Mutant(
-            "padding_free_collate_pads",
-            "ftune.data.padding_free_collate, rollout_batch.pack_rows",
-            _padding_free_pads,
-        ),
+        Mutant("padding_free_collate_pads", "ftune.data.padding_free_collate, pack_rows", _padding_free_pads),
     ),
     "validation": (
         Mutant(
