@@ -83,6 +83,7 @@ def main(cfg: config.Config) -> None:
             device=device,
             scale_rewards=s.scale_rewards,
             keep_old_logps=s.num_iterations > 1,
+            padding_free=s.padding_free,
             importance_cap=s.importance_sampling_cap if sampled.stale else None,
         )
 

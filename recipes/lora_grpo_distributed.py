@@ -73,6 +73,7 @@ def main(cfg: config.Config) -> None:
             device=device,
             scale_rewards=s.scale_rewards,
             keep_old_logps=s.num_iterations > 1,
+            padding_free=s.padding_free,
         )
 
     def loss_on(batch: training.MicroBatch) -> training.Loss:

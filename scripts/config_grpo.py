@@ -20,6 +20,7 @@ def grpo_settings(demo: bool) -> str:
         "stop_strings: []  # strings that end a completion (e.g. ['</answer>']), besides the stop tokens\n"
         "num_iterations: 1  # optimizer steps per rollout (> 1: PPO-style, the ratio clipped by loss.epsilon)\n"
         "scale_rewards: true  # divide advantages by the group's reward std (false: Dr. GRPO)\n"
+        "padding_free: false  # true: the update lays the rollout's rows end to end (no compute on padding)\n"
     )
 
 

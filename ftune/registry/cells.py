@@ -192,7 +192,7 @@ GRPO_COMMON = {
     "low_precision_optimizers": unchecked(GRPO_UNCHECKED),
     "custom_collate": unchecked(f"{GRPO_UNCHECKED}; a collate_fn must return a ftune.data.PromptBatch"),
     "packing": na("rollouts are made inside the loop, one row per completion; dataset.packed does not apply"),
-    "padding_free": na("a rollout's rows are prompt + completion, right-padded"),
+    "padding_free": YES,  # padding_free: true lays a rollout's rows end to end for the update
     "validation": YES,
     "step_checkpointing": YES,
     "resume": YES,

@@ -101,6 +101,9 @@ class GRPOSettings(FullSettings):
     )
     num_iterations: int = setting(1, "optimizer steps per rollout (PPO-style; > 1 clips the policy ratio)")
     scale_rewards: bool = setting(True, "divide advantages by the group's reward std (false: Dr. GRPO)")
+    padding_free: bool = setting(
+        False, "the update lays a rollout's rows end to end in one row: no compute on padding (same loss)"
+    )
 
     def problems(self) -> list[str]:
         out = super().problems()

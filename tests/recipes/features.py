@@ -19,6 +19,7 @@ import shutil
 import pytest
 import torch
 from features_agent import multi_turn, off_policy_correction
+from features_grpo import padding_free_rollouts
 from features_methods import (
     VOCAB,
     knowledge_distillation,
@@ -190,9 +191,11 @@ def packing(run, tmp_path):
 
 
 def padding_free(run, tmp_path):
+    flat, _ = run("max_steps=2", output_dir=tmp_path / "flat")
+    if "completions/mean_length" in flat[0]:  # a GRPO recipe: padding_free=true packs its rollouts
+        return padding_free_rollouts(run, tmp_path)
     # The shipped configs lay a batch's samples end to end; collate_fn=null right-pads them instead.
     padded, _ = run("max_steps=2", "collate_fn=null", output_dir=tmp_path / "padded")
-    flat, _ = run("max_steps=2", output_dir=tmp_path / "flat")
     # The tiny model's samples are 41-53 tokens: right padding computes positions that hold nothing.
     # (At world size 2 a rank's samples can happen to be of one length in a step: nothing to save there.)
     flat_tokens, padded_tokens = _column(flat, "tokens"), _column(padded, "tokens")

@@ -42,6 +42,7 @@ from ftune.peft import DoRALinear, LoRALinear
 from ftune.training.methods import distill_loss as distill_loss_module
 from ftune.training.methods import grpo_loss as grpo_loss_module
 from ftune.training.methods import preference_loss as preference_loss_module
+from ftune.training.methods import rollout_batch as rollout_batch_module
 from ftune.training.step import token_loss as token_loss_module
 from ftune.training.step.aux_loss import with_aux_loss
 
@@ -149,10 +150,12 @@ def _ranges_frozen(real):
 
 
 def _padding_free_pads(mp: pytest.MonkeyPatch) -> None:
-    """padding_free_collate right-pads: where configs name it (ftune.data) and where DPO's calls it."""
+    """padding_free_collate right-pads: where configs name it (ftune.data) and where DPO's calls it; and a
+    GRPO rollout's rows stay right-padded (pack_rows a no-op where rollout_batch calls it)."""
     pads = partial(ftune.data.padded_collate_sft, pad_id=0)
     mp.setattr(ftune.data, "padding_free_collate", lambda batch: pads(batch))
     mp.setattr(ftune.data.collate, "padding_free_collate", lambda batch: pads(batch))
+    mp.setattr(rollout_batch_module, "pack_rows", lambda parts: parts)
 
 
 def _noop(result: Callable[..., Any]):
@@ -243,7 +246,7 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
         ),
     ),
     "padding_free": (
-        Mutant("padding_free_collate_pads", "ftune.data.padding_free_collate", _padding_free_pads),
+        Mutant("padding_free_collate_pads", "ftune.data.padding_free_collate, pack_rows", _padding_free_pads),
     ),
     "validation": (
         Mutant(

@@ -47,6 +47,7 @@ from ftune.modules.transformer import OutputHead
 from ftune.settings.grpo import loss_problems
 from ftune.training.methods.logps import target_logps
 from ftune.training.methods.rollout_batch import RolloutBatch
+from ftune.training.methods.rollout_packing import rows_of
 from ftune.training.step.aux_loss import with_aux_loss
 from ftune.training.step.loss import IGNORE_INDEX
 from ftune.training.step.metric import Loss, Metric
@@ -84,7 +85,9 @@ class GRPOLosses:
 
 
 def per_sequence(batch: MicroBatch) -> torch.Tensor:
-    """A step normaliser: the batch's sequences (rows)."""
+    """A step normaliser: the batch's sequences (rows; a packed batch's documents, numbered 0, 1, ...)."""
+    if batch.document_ids is not None:
+        return (batch.document_ids[:, -1] + 1).sum()
     return torch.tensor(batch.rows, device=batch.tokens.device)
 
 
@@ -243,7 +246,7 @@ def grpo_loss(loss_fn: GRPOLoss, model: nn.Module, hidden: torch.Tensor, batch: 
     Args:
         loss_fn: the recipe's :class:`GRPOLoss`.
         model: the policy whose ``hidden`` these are (its output head, and its router logits).
-        hidden: the policy's final hidden states ``[b, s, dim]`` of ``batch``.
+        hidden: the policy's final hidden states ``[b, s, dim]`` of ``batch`` (``[1, n, dim]``: packed).
         batch: a :class:`ftune.training.RolloutBatch` (``rollout_on``'s).
 
     Raises:
@@ -256,9 +259,12 @@ def grpo_loss(loss_fn: GRPOLoss, model: nn.Module, hidden: torch.Tensor, batch: 
         )
     scaled = hidden if batch.temperature == 1.0 else hidden / batch.temperature
     logps = loss_fn.token_logps(model.head, scaled, batch.labels)  # (b, s), 0 off the completions
-    mask = batch.labels != IGNORE_INDEX
     old = batch.old_logps if batch.old_logps is not None else logps.detach()
-    stale = {} if batch.is_weights is None else {"is_weights": batch.is_weights}  # a stale rollout's weights
-    losses = loss_fn(logps, old, batch.ref_logps, batch.advantages, mask, **stale)
+    labels, ref, weights = batch.labels, batch.ref_logps, batch.is_weights
+    if batch.document_ids is not None:  # packed (padding_free): each completion back at its own row
+        logps, old, ref, weights, labels = rows_of(batch, logps, old, ref, weights, labels)
+    mask = labels != IGNORE_INDEX
+    stale = {} if weights is None else {"is_weights": weights}  # a stale rollout's weights
+    losses = loss_fn(logps, old, ref, batch.advantages, mask, **stale)
     loss = Loss(losses.sum, int(loss_fn.per(batch)), {**losses.metrics(), **batch.metrics})
     return with_aux_loss(model, batch, loss)

@@ -31,6 +31,7 @@ from ftune.generation.rollout import Rollout, rollout
 from ftune.rewards import RewardSet
 from ftune.training.methods.grpo_rewards import group_advantages, reward_metrics
 from ftune.training.methods.off_policy import importance_weights, shift_logps
+from ftune.training.methods.rollout_packing import pack_rows
 from ftune.training.step.loss import IGNORE_INDEX
 from ftune.training.step.metric import Metric
 from ftune.training.step.micro_batch import MicroBatch, on_device
@@ -218,6 +219,8 @@ class RolloutBatch(MicroBatch):
             "device": str(self.tokens.device),
             "tokens": self.tokens,
             "labels": self.labels,
+            "input_pos": self.input_pos,
+            "document_ids": self.document_ids,
             "advantages": self.advantages,
             "old_logps": self.old_logps,
             "ref_logps": self.ref_logps,
@@ -237,8 +240,8 @@ class RolloutBatch(MicroBatch):
         return cls(
             move(state["tokens"]),
             move(state["labels"]),
-            None,
-            None,
+            move(state.get("input_pos")),  # a packed rollout's (padding_free); None before they were saved
+            move(state.get("document_ids")),
             advantages=move(state["advantages"]),
             old_logps=move(state["old_logps"]),
             ref_logps=move(state["ref_logps"]),
@@ -255,7 +258,7 @@ def _metric(state: dict[str, Any], move: Callable[[torch.Tensor | None], torch.T
 
 def _policy_logps(policy: nn.Module, loss_fn: Any, batch: MicroBatch, temperature: float) -> torch.Tensor:
     with torch.no_grad():
-        hidden = policy.hidden(batch.tokens, input_pos=None, mask=None)
+        hidden = policy.hidden(batch.tokens, **batch.model_inputs)  # a packed batch's positions and mask
         return loss_fn.token_logps(policy.head, hidden / temperature, batch.labels)
 
 
@@ -283,6 +286,7 @@ def rollout_batch(
     scale_rewards: bool,
     keep_old_logps: bool,
     importance_cap: float | None = None,
+    padding_free: bool = False,
 ) -> RolloutBatch:
     """The micro-batch a GRPO ``loss_on`` reads: advantages, old and reference log-probabilities, sums to log.
 
@@ -300,6 +304,8 @@ def rollout_batch(
         importance_cap: set when an older policy sampled the rollout (rollouts beside training): the
             current policy's log-probabilities are kept as the old ones and each token is weighted by
             ``min(exp(old - sampled), importance_cap)`` (``ftune.training.methods.off_policy``).
+        padding_free: lay the rows end to end in one row (``ftune.training.methods.rollout_packing``):
+            the forwards compute no padding; ``grpo_loss`` maps the packed row back to rows.
     """
     if not callable(getattr(loss_fn, "token_logps", None)) or not hasattr(loss_fn, "needs_reference"):
         raise ValueError(
@@ -307,7 +313,9 @@ def rollout_batch(
             f"{type(loss_fn).__module__}.{type(loss_fn).__name__}."
         )
     parts = rollout.training_batch()
-    batch = on_device({"tokens": parts["tokens"], "labels": parts["labels"]}, device)
+    if padding_free:
+        parts = pack_rows(parts)  # one row, with input_pos and document_ids
+    batch = on_device({k: v for k, v in parts.items() if k != "old_logps"}, device)
     total = torch.tensor(scores.total, dtype=torch.float32, device=device)
     g = rollout.group_size
     advantages = group_advantages(total, g, scale_rewards=scale_rewards)
@@ -337,8 +345,8 @@ def rollout_batch(
     return RolloutBatch(
         batch.tokens,
         batch.labels,
-        None,
-        None,
+        batch.input_pos,
+        batch.document_ids,
         advantages=advantages,
         old_logps=old,
         ref_logps=ref,

@@ -86,6 +86,8 @@ class Reporter:
             metrics["grad_norm"] = stats.grad_norm
         if peak is not None:
             metrics["peak_memory_gib"] = peak
+            # On CUDA the allocator's own peaks too (the device's memory, apart from the host's RSS).
+            metrics.update({k: v for k, v in mem.items() if k != "peak_rss_gib"})
         self.bar.update(step, loss=stats.loss, lr=stats.lr, tokens_per_second=tps, peak_memory_gib=peak)
         if self.metric_logger is not None and every(step, self.every):
             self.metric_logger.log_dict(metrics, step)
