@@ -18,6 +18,7 @@ from pathlib import Path
 
 import ftune.torchtune.table as table
 from ftune import registry
+from ftune.torchtune.commands import COMMANDS
 from ftune.torchtune.conversion import KeyReport
 from ftune.torchtune.convert import convert_torchtune_config
 from ftune.torchtune.corpus import TorchtuneConfig, read_wheel_configs
@@ -70,7 +71,7 @@ def _code(text: str | None) -> str:
 def _mapping_tables() -> str:
     commands = _table(
         ["torchtune", "ftune", "note"],
-        [[_code(k), _code(cmd), note] for k, (cmd, note) in table.COMMANDS.items()],
+        [[_code(k), _code(cmd), note] for k, (cmd, note) in COMMANDS.items()],
     )
     recipes = _table(
         ["torchtune recipe", "ftune recipe"],

@@ -393,24 +393,3 @@ TOKENIZER_COVERED: dict[str, str] = {
     "prompt_template": "null: the model's own chat format, which ftune's tokenizer applies",
     "special_tokens_path": "null: the model's own special tokens",
 }
-
-# The command line: torchtune command -> (ftune command, note).
-COMMANDS: dict[str, tuple[str, str]] = {
-    "tune ls": ("ftune ls", "--features adds the feature matrix"),
-    "tune cp <name> <dest>": ("ftune cp <name> <dest>", "a recipe or a config"),
-    "tune cat <config>": ("ftune cat <config> [key=value ...]", "prints the resolved config"),
-    "tune validate <config>": (
-        "ftune validate <config> [key=value ...]",
-        "also checks every component's arguments",
-    ),
-    "tune run <recipe> --config <config>": ("ftune run <recipe> --config <config>", ""),
-    "tune run --nproc_per_node N <recipe> ...": (
-        "ftune run --nproc_per_node N <recipe> ...",
-        "through torchrun",
-    ),
-    "tune download <repo> --output-dir <dir>": (
-        "ftune download <repo> [--output-dir <dir>]",
-        "default: $FTUNE_HOME/models",
-    ),
-    "": ("ftune convert torchtune-config <torchtune.yaml> -o <ftune.yaml>", "this page's converter"),
-}

@@ -369,8 +369,7 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
     ),
 }
 
-MUTANTS.update(reward_mutants(Mutant))
-MUTANTS.update(ppo_mutants(Mutant))  # tests/recipes/mutants_ppo.py
+MUTANTS.update({**reward_mutants(Mutant), **ppo_mutants(Mutant)})  # tests/recipes/mutants_{rewards,ppo}.py
 MUTANTS.update(agent_mutants(Mutant, _wrap))  # tests/recipes/mutants_agent.py
 MUTANTS.update(parallel_mutants(Mutant, _wrap))  # tests/recipes/mutants_parallel.py
 
