@@ -104,6 +104,10 @@ _KTO_BUILDERS = ("ftune.datasets.kto_dataset", "ftune.datasets.kto.kto_dataset")
 _IMAGE_BUILDERS = (
     "ftune.datasets.multimodal_chat_dataset",
     "ftune.datasets.multimodal.multimodal_chat_dataset",
+    "ftune.datasets.image_preference_dataset",
+    "ftune.datasets.image_preference.image_preference_dataset",
+    "ftune.datasets.image_prompt_dataset",
+    "ftune.datasets.image_prompts.image_prompt_dataset",
 )
 
 
