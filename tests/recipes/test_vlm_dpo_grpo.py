@@ -6,7 +6,8 @@ image task (`ftune.datasets.image_task`):
   DPO loss computed by hand from each model's logits with the images, and changes when the images do;
 - GRPO: a rollout samples with the prompts' images, its training rows carry each row's images, and
   the policy's and the reference's log-probabilities of the completions change when the images do;
-- the shipped configs smolvlm/256M_lora_dpo and smolvlm/256M_lora_grpo run 2 steps on the tiny model.
+- the shipped configs smolvlm/256M_lora_dpo and smolvlm/256M_lora_grpo run 2 steps on the tiny model,
+  and their distributed recipes as a world of one give the same losses.
 """
 
 from __future__ import annotations
@@ -189,21 +190,23 @@ def _run(config: str, recipe: str, folder: Path, task: Path, out: Path, *extra: 
     return got
 
 
-def test_the_shipped_image_dpo_config_runs(tiny, tmp_path) -> None:
+@pytest.mark.parametrize(
+    "config, recipe, extra, logged",
+    [
+        ("smolvlm/256M_lora_dpo", "lora_dpo", ("optimizer.lr=1e-2",), "val_logps/reference_accuracy"),
+        ("smolvlm/256M_lora_grpo", "lora_grpo", ("group_size=2", "max_new_tokens=3"), "rewards/correct/mean"),
+    ],
+)
+def test_the_shipped_configs_run_and_the_distributed_recipe_as_a_world_of_one_agrees(
+    config, recipe, extra, logged, tiny, tmp_path, monkeypatch
+) -> None:
+    """The shipped config runs 2 steps with validation and saves the adapters; the distributed sibling
+    (the recipe file torchrun would run on each rank) gives the same losses with the images."""
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
     folder, task, _ = tiny
-    _run(
-        "smolvlm/256M_lora_dpo", "lora_dpo_single_device", folder, task, tmp_path / "out", "optimizer.lr=1e-2"
-    )
-    log = read_log(tmp_path / "out")
-    assert any("val_logps/reference_accuracy" in row for row in log)
-    assert (tmp_path / "out" / "step_2" / "adapter_model.safetensors").is_file()
-
-
-def test_the_shipped_image_grpo_config_runs(tiny, tmp_path) -> None:
-    folder, task, _ = tiny
-    _run(
-        "smolvlm/256M_lora_grpo", "lora_grpo_single_device", folder, task, tmp_path / "out",
-        "group_size=2", "max_new_tokens=3",
-    )  # fmt: skip
-    log = read_log(tmp_path / "out")
-    assert any("rewards/correct/mean" in row or "val_rewards/correct/mean" in row for row in log), log[0]
+    one = _run(config, f"{recipe}_single_device", folder, task, tmp_path / "one", *extra)
+    assert any(logged in row for row in read_log(tmp_path / "one")), read_log(tmp_path / "one")
+    assert (tmp_path / "one" / "step_2" / "adapter_model.safetensors").is_file()
+    dist = _run(config, f"{recipe}_distributed", folder, task, tmp_path / "dist", *extra)
+    assert max(abs(a - b) for a, b in zip(one, dist)) <= 1e-5, (one, dist)
