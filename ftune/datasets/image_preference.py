@@ -25,6 +25,7 @@ import torch
 
 from ftune.config.data_files import json_records
 from ftune.config.image_checks import check_image_rows
+from ftune.config.record_checks import answer_problem, check_answer_rows
 from ftune.data.image_messages import ImageMessagesTransform
 from ftune.data.messages import Message
 from ftune.datasets.multimodal import MultimodalSFTDataset, _image_transform
@@ -37,22 +38,18 @@ if TYPE_CHECKING:
 SIDES = ("chosen", "rejected")
 
 
-def answer_turns(value: Any, where: str) -> list[dict[str, Any]]:
+def answer_turns(value: Any, column: str) -> list[dict[str, Any]]:
     """An answer as assistant turns: a string or content parts make one turn, a list of turns stays.
 
     Raises:
-        ValueError: an empty answer, or one of another type (`where` names the record and column).
+        ValueError: an empty answer, or one of another type (naming `column`).
     """
-    if isinstance(value, str) and value.strip():
-        return [{"role": "assistant", "content": value}]
-    if isinstance(value, list) and value:
-        if all(isinstance(t, Mapping) and "role" in t for t in value):
-            return list(value)
-        return [{"role": "assistant", "content": value}]
-    raise ValueError(
-        f"{where} is {value!r:.60}; an answer is a non-empty string, a list of content parts or a list of "
-        "{'role': 'assistant', 'content': ...} turns. Fix the record or delete it."
-    )
+    problem = answer_problem(value, column)
+    if problem is not None:
+        raise ValueError(f"{problem}.")
+    if isinstance(value, list) and all(isinstance(t, Mapping) and "role" in t for t in value):
+        return list(value)
+    return [{"role": "assistant", "content": value}]
 
 
 class ImagePreferenceDataset(torch.utils.data.Dataset):
@@ -78,7 +75,10 @@ class ImagePreferenceDataset(torch.utils.data.Dataset):
         return len(self.records)
 
     def answer(self, record: Mapping[str, Any], side: str, where: str) -> list[Message]:
-        turns = answer_turns(record.get(self.columns[side]), f"{where}: {self.columns[side]}")
+        try:
+            turns = answer_turns(record.get(self.columns[side]), self.columns[side])
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from e
         return self.answers.messages({"messages": turns})
 
     def __getitem__(self, index: int) -> dict[str, Any]:
@@ -164,12 +164,7 @@ def image_preference_dataset(
             records, [messages.columns["messages"], *columns.values()], "image_preference_dataset", source
         )
         rows = [(f"{source} row {i + 1}", records[i]) for i in range(len(records))]
-    for where, record in rows:  # both answers present, before any image is read
-        for side in SIDES:
-            answer_turns(
-                record.get(columns[side]) if isinstance(record, Mapping) else None,
-                f"{where}: {columns[side]}",
-            )
+    check_answer_rows(rows, columns.values(), source)  # both answers present, before any image is read
     check_image_rows(rows, messages.columns["messages"], messages.columns["images"], base, source)
     layout = MultimodalSFTDataset(
         records, tokenizer, messages, transform, max_seq_len=max_seq_len, source=source
