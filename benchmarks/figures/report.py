@@ -9,7 +9,8 @@ the machine, commit and date its figures were measured on. The renderers, one sm
 block, live beside this file: training.py (docs/benchmarks.md, training recipes), memory.py
 (docs/memory.md: the memory plan against measured peaks), step.py (where one step's time and memory
 go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts), pages.py (README,
-quickstart, QAT tables, inference recipes) and text.py (sentences of prose built from the results);
+quickstart, QAT tables, inference recipes), vision.py (docs/images.md: the image demo) and text.py
+(sentences of prose built from the results);
 tests/docs/test_doc_figures.py also fails on a measured figure written outside a block.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the package `figures`, qat_record
-from figures import memory, methods, pages, step, text, training  # noqa: E402
+from figures import memory, methods, pages, step, text, training, vision  # noqa: E402
 from figures.common import ROOT  # noqa: E402
 
 # block name -> (page, renderer)
@@ -82,6 +83,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "generate_vs_transformers": ("docs/recipes/generate.md", pages.generate_vs_transformers),
     "quantize_speed": ("docs/recipes/quantize.md", pages.quantize_speed),
     "memory_plan": ("docs/memory.md", memory.memory_plan),
+    "vision_demo": ("docs/images.md", vision.vision_demo),
 }
 
 

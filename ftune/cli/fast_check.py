@@ -104,6 +104,15 @@ _KTO_BUILDERS = ("ftune.datasets.kto_dataset", "ftune.datasets.kto.kto_dataset")
 _IMAGE_BUILDERS = (
     "ftune.datasets.multimodal_chat_dataset",
     "ftune.datasets.multimodal.multimodal_chat_dataset",
+    "ftune.datasets.image_preference_dataset",
+    "ftune.datasets.image_preference.image_preference_dataset",
+    "ftune.datasets.image_prompt_dataset",
+    "ftune.datasets.image_prompts.image_prompt_dataset",
+)
+
+_IMAGE_PAIR_BUILDERS = (
+    "ftune.datasets.image_preference_dataset",
+    "ftune.datasets.image_preference.image_preference_dataset",
 )
 
 
@@ -154,7 +163,7 @@ def _check_image_file(node: dict) -> None:
     path = Path(str(node.get("source", ""))).expanduser()
     if (
         not isinstance(column_map, dict)
-        or set(column_map) - {"messages", "images"}
+        or set(column_map) - {"messages", "images", "chosen", "rejected"}
         or node.get("data_files") is not None
         or node.get("split", "train") != "train"
         or not path.is_file()
@@ -165,6 +174,19 @@ def _check_image_file(node: dict) -> None:
         base = Path(str(node["image_dir"])).expanduser() if node.get("image_dir") else path.parent
         columns = (column_map.get("messages", "messages"), column_map.get("images", "images"))
         image_checks.check_image_rows(rows, *columns, base, str(node["source"]))
+
+
+def _check_image_pairs(node: dict) -> None:
+    """Image-grounded preference pairs in a local .json/.jsonl file: both answers of every record (file:line)."""
+    column_map = node.get("column_map") or {}
+    if not isinstance(column_map, dict):
+        return  # the dataset's own load reports a bad column_map
+    found = _local_records(node)
+    if found is not None:
+        path, lines = found
+        columns = [column_map.get(side, side) for side in ("chosen", "rejected")]
+        rows = [(f"{path}:{number}", record) for number, record in lines]
+        record_checks.check_answer_rows(rows, columns, str(node["source"]))
 
 
 def check_data_files(cfg) -> None:
@@ -197,6 +219,8 @@ def check_data_files(cfg) -> None:
             _check_prompt_file(node, data.get("rewards"))
         if component in _IMAGE_BUILDERS:
             _check_image_file(node)
+        if component in _IMAGE_PAIR_BUILDERS:
+            _check_image_pairs(node)
         if component in _KTO_BUILDERS:
             if section == "dataset" and data.get("batch_size") == 1:
                 raise ValueError(

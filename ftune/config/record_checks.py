@@ -195,3 +195,43 @@ def check_kto_rows(rows: Iterable[tuple[str, Any]], columns: Mapping[str, str], 
             "undesirable (false) record(s); KTO needs both kinds. Add records of the missing kind, or train "
             "on the desirable answers alone with an SFT recipe."
         )
+
+
+def answer_problem(value: Any, column: str) -> str | None:
+    """Why `value` cannot be a preference pair's answer in `column` (a non-empty string, content parts,
+    or a list of assistant turns), or None."""
+    if (isinstance(value, str) and value.strip()) or (isinstance(value, list) and value):
+        return None
+    return (
+        f"the answer {column!r} is {_shown(value)}; it must be a non-empty string, a list of content parts or a "
+        "list of {'role': 'assistant', 'content': ...} turns: write the answer or delete the record"
+    )
+
+
+def check_answer_rows(rows: Iterable[tuple[str, Any]], columns: Iterable[str], source: str) -> None:
+    """Refuse preference records with an answer missing or empty (image-grounded pairs).
+
+    Args:
+        rows: (where, record) pairs; `where` is ``file:line`` or ``row N``.
+        columns: the answers' column names (chosen, rejected; the column map applied).
+        source: the dataset source, for the message.
+
+    Raises:
+        ValueError: every unusable record (the first few quoted, the rest counted), with the fix.
+    """
+    columns = list(columns)
+    bad = []
+    for where, record in rows:
+        for column in columns:
+            value = record.get(column) if isinstance(record, Mapping) else None
+            if (problem := answer_problem(value, column)) is not None:
+                bad.append(f"{where}: {problem}.")
+                break
+    if bad:
+        more = f"\n  ... and {len(bad) - _SHOWN} more record(s) like these" if len(bad) > _SHOWN else ""
+        raise ValueError(
+            f"preference dataset {source}: {len(bad)} record(s) cannot train (each needs both answers, "
+            f"{' and '.join(repr(c) for c in columns)}; dataset.column_map names other columns):\n  "
+            + "\n  ".join(bad[:_SHOWN])
+            + more
+        )

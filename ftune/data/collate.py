@@ -262,14 +262,23 @@ def padded_collate_preference(
     Returns:
         {"tokens": [2b, s] long, "labels": [2b, s] long}: rows [0, b) are the chosen answers and
         rows [b, 2b) the rejected answers of the same pairs, in the same order; with margins, also
-        {"margin": [b] fp32}.
+        {"margin": [b] fp32}. Pairs with images ("images": `ftune.datasets.image_preference_dataset`)
+        give each row its pair's images (`padded_collate_vision`: "pixel_values", "image_sample"), so
+        the chosen and the rejected answer are each scored after the same images.
     """
-    rows = [{"tokens": item["chosen_tokens"], "labels": item["chosen_labels"]} for item in batch]
-    rows += [{"tokens": item["rejected_tokens"], "labels": item["rejected_labels"]} for item in batch]
+    rows = [_pair_row(item, "chosen") for item in batch]
+    rows += [_pair_row(item, "rejected") for item in batch]
     out = padded_collate_sft(rows, pad_id, ignore_idx, pad_to_multiple_of)
     if batch and "margin" in batch[0]:
         out["margin"] = torch.tensor([float(item["margin"]) for item in batch], dtype=torch.float32)
     return out
+
+
+def _pair_row(item: dict[str, Any], side: str) -> dict[str, Any]:
+    row = {"tokens": item[f"{side}_tokens"], "labels": item[f"{side}_labels"]}
+    if "images" in item:
+        row["images"] = item["images"]
+    return row
 
 
 def padding_free_collate_preference(batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -287,9 +296,9 @@ def padding_free_collate_preference(batch: Sequence[dict[str, Any]]) -> dict[str
         {"tokens", "labels", "input_pos", "document_ids"}: each [1, n] long (n: the 2b sequences'
         total length); or {"tokens", "labels"} [2b, s] when every sequence is s tokens long.
     """
-    rows = [{"tokens": item["chosen_tokens"], "labels": item["chosen_labels"]} for item in batch]
-    rows += [{"tokens": item["rejected_tokens"], "labels": item["rejected_labels"]} for item in batch]
-    return padding_free_collate(rows)
+    rows = [_pair_row(item, "chosen") for item in batch]
+    rows += [_pair_row(item, "rejected") for item in batch]
+    return padding_free_collate(rows)  # refuses pairs with images
 
 
 # A KTO batch's row kinds (``row_kinds``, one value a row; ``MicroBatch.row_kinds``).

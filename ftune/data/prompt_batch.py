@@ -6,7 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from ftune.config import instantiate
+from ftune.data.collate import padded_collate_vision
 
 
 @dataclass(frozen=True)
@@ -19,12 +22,17 @@ class PromptBatch:
         samples: each record's other fields (a reference answer, ...), as the rewards receive them.
         indices: each prompt's index in its dataset: with the run's seed and the rollout's number it
             seeds the prompt's sampling, so a prompt's completions do not depend on the batch it is in.
+        pixel_values: the prompts' images in prompt order, each prompt's once
+            (``ftune.datasets.image_prompt_dataset``), or None: text prompts.
+        image_sample: ``[n]`` long, the prompt each image belongs to, or None.
     """
 
     tokens: list[list[int]]
     prompts: list[str]
     samples: list[dict[str, Any]]
     indices: list[int]
+    pixel_values: torch.Tensor | None = None
+    image_sample: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -45,11 +53,20 @@ def collate_prompts(batch: Sequence[dict[str, Any]]) -> PromptBatch:
             f"collate_prompts: items lack {missing}; a GRPO dataset gives {list(keys)} per prompt "
             "(ftune.datasets.prompt_dataset)."
         )
+    images = {}
+    if "images" in batch[0]:  # stacked as an image batch's are (the tokens are not needed here)
+        rows = [
+            {"tokens": item["tokens"], "labels": item["tokens"], "images": item["images"]} for item in batch
+        ]
+        images = {
+            k: v for k, v in padded_collate_vision(rows, 0).items() if k in ("pixel_values", "image_sample")
+        }
     return PromptBatch(
         tokens=[list(item["tokens"]) for item in batch],
         prompts=[item["prompt"] for item in batch],
         samples=[item["sample"] for item in batch],
         indices=[int(item["index"]) for item in batch],
+        **images,
     )
 
 

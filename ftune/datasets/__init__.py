@@ -10,7 +10,14 @@ from ftune.datasets.demo import (
     write_demo_data,
     write_demo_preference_data,
 )
-from ftune.datasets.image_task import image_task_dataset, write_image_task
+from ftune.datasets.image_preference import ImagePreferenceDataset, image_preference_dataset
+from ftune.datasets.image_prompts import ImagePromptDataset, image_prompt_dataset
+from ftune.datasets.image_task import (
+    image_task_dataset,
+    image_task_preference_dataset,
+    image_task_prompt_dataset,
+    write_image_task,
+)
 from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
 from ftune.datasets.kto import KTODataset, kto_dataset
 from ftune.datasets.multimodal import MultimodalSFTDataset, multimodal_chat_dataset
@@ -25,6 +32,8 @@ from ftune.datasets.the_cauldron import the_cauldron_dataset
 __all__ = [
     "ConcatDataset",
     "HubUnreachableError",
+    "ImagePreferenceDataset",
+    "ImagePromptDataset",
     "KTODataset",
     "MultimodalSFTDataset",
     "PreferenceDataset",
@@ -38,7 +47,11 @@ __all__ = [
     "demo_preference_dataset",
     "demo_prompt_dataset",
     "exact_match",
+    "image_preference_dataset",
+    "image_prompt_dataset",
     "image_task_dataset",
+    "image_task_preference_dataset",
+    "image_task_prompt_dataset",
     "instruct_dataset",
     "kto_dataset",
     "load_source",

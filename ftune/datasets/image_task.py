@@ -10,7 +10,9 @@ in both splits, so the held-out score is on images the model never saw.
 
 `write_image_task` writes ``train.jsonl``, ``heldout.jsonl`` and the PNGs (``images/``) in the chat
 layout `ftune.datasets.multimodal_chat_dataset` reads; `image_task_dataset` is the dataset
-component that writes them on first use.
+component that writes them on first use. The same files serve DPO (`image_task_preference_dataset`:
+the answer chosen, a wrong answer to the same question rejected) and GRPO (`image_task_prompt_dataset`:
+the question, its answer in the ``answer`` field for a reward such as ``ftune.rewards.ExactMatch``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from PIL import Image, ImageDraw
 
+from ftune.datasets.image_preference import ImagePreferenceDataset, image_preference_dataset
+from ftune.datasets.image_prompts import ImagePromptDataset, image_prompt_dataset
 from ftune.datasets.multimodal import MultimodalSFTDataset, multimodal_chat_dataset
 
 if TYPE_CHECKING:
@@ -40,6 +44,12 @@ QUESTIONS = {
     "position": "Is the shape on the left or on the right? Answer with one word.",
 }
 SPLITS = {"train": "train.jsonl", "heldout": "heldout.jsonl"}
+ANSWERS = {
+    "colour": tuple(sorted(COLOURS)),
+    "shape": SHAPES,
+    "count": ("1", "2", "3", "4"),
+    "position": ("left", "right"),
+}
 
 
 @dataclass(frozen=True)
@@ -192,4 +202,92 @@ def image_task_dataset(
         write_image_task(data_dir, n_train=n_train, n_heldout=n_heldout, seed=seed, size=size)
     return multimodal_chat_dataset(
         tokenizer, source=str(path), image_transform=image_transform, max_seq_len=max_seq_len, packed=packed
+    )
+
+
+def wrong_answer(task: str, answer: str) -> str:
+    """A wrong answer to the question: the next of the task's answers after the right one (`ANSWERS`)."""
+    options = ANSWERS[task]
+    return options[(options.index(answer) + 1) % len(options)]
+
+
+def _split_records(
+    data_dir: str, split: str, n_train: int, n_heldout: int, seed: int, size: int
+) -> tuple[Path, list[dict[str, Any]]]:
+    """The split's file (written first if missing) and its records, each with the question only."""
+    if split not in SPLITS:
+        raise ValueError(f"image task: split={split!r} is not accepted; use 'train' or 'heldout'.")
+    path = Path(data_dir) / SPLITS[split]
+    if not path.is_file():
+        write_image_task(data_dir, n_train=n_train, n_heldout=n_heldout, seed=seed, size=size)
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for record in records:
+        record["messages"] = [m for m in record["messages"] if m["role"] != "assistant"]
+    return path, records
+
+
+def image_task_preference_dataset(
+    tokenizer: Tokenizer,
+    *,
+    data_dir: str,
+    image_transform: Any,
+    split: Literal["train", "heldout"] = "train",
+    max_seq_len: int | None = None,
+    packed: bool = False,
+    n_train: int = 2000,
+    n_heldout: int = 200,
+    seed: int = 0,
+    size: int = 64,
+) -> ImagePreferenceDataset:
+    """The image task as preference pairs (DPO with images): each question's answer chosen, a wrong
+    answer to it rejected (`wrong_answer`); writes the task first if `data_dir` has no such split.
+
+    Args: as `image_task_dataset`'s.
+
+    Raises:
+        ValueError: an unknown `split` (and what `image_preference_dataset` raises).
+    """
+    path, records = _split_records(data_dir, split, n_train, n_heldout, seed, size)
+    for record in records:
+        record["chosen"], record["rejected"] = (
+            record["answer"],
+            wrong_answer(record["task"], record["answer"]),
+        )
+    return image_preference_dataset(
+        tokenizer,
+        source=str(path),
+        image_transform=image_transform,
+        image_dir=str(path.parent),
+        max_seq_len=max_seq_len,
+        packed=packed,
+        records=records,
+    )
+
+
+def image_task_prompt_dataset(
+    tokenizer: Tokenizer,
+    *,
+    data_dir: str,
+    image_transform: Any,
+    split: Literal["train", "heldout"] = "train",
+    n_train: int = 2000,
+    n_heldout: int = 200,
+    seed: int = 0,
+    size: int = 64,
+) -> ImagePromptDataset:
+    """The image task's questions with their images (GRPO with images), each record's ``answer`` and
+    ``task`` for the rewards; writes the task first if `data_dir` has no such split.
+
+    Args: as `image_task_dataset`'s.
+
+    Raises:
+        ValueError: an unknown `split` (and what `image_prompt_dataset` raises).
+    """
+    path, records = _split_records(data_dir, split, n_train, n_heldout, seed, size)
+    return image_prompt_dataset(
+        tokenizer,
+        source=str(path),
+        image_transform=image_transform,
+        image_dir=str(path.parent),
+        records=records,
     )

@@ -185,14 +185,44 @@ class MultimodalSFTDataset(torch.utils.data.Dataset):
         images_end = max((i + 1 for i, t in enumerate(tokens) if t in self.image_token_ids), default=0)
         return tokens, mask, images_end
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        where = f"Dataset {self.source} row {index + 1}"
+    def read(self, record: Mapping[str, Any], where: str) -> tuple[list[Message], list[ImageInputs]]:
+        """A record's conversation and its images through the image transform (read once, for every
+        sequence made of them: a preference pair's two answers, a prompt's completions).
+
+        Raises:
+            ValueError: a record the message transform refuses (`where` prefixed).
+        """
         try:
-            messages, images = self.message_transform(self.records[index])
+            messages, images = self.message_transform(record)
         except (ValueError, KeyError) as e:
             text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             raise ValueError(f"{where}: {text}") from e
-        inputs = [self.image_transform(image) for image in images]
+        return messages, [self.image_transform(image) for image in images]
+
+    def prompt_tokens(self, messages: list[Message], inputs: list[ImageInputs], where: str) -> list[int]:
+        """A prompt's token ids, ending where the assistant's reply begins, its images' tokens laid out
+        (as the processor lays out a prompt it is given whole; for generation and GRPO's rollouts).
+
+        Raises:
+            ValueError: placeholders and images differ in number.
+        """
+        try:
+            text = self.tokenizer.render(messages, add_generation_prompt=True)
+        except (AttributeError, ValueError):  # a prompt format: splice the image tokens into its ids
+            tokens, mask = self.tokenizer.tokenize_messages(
+                messages, add_eos=False, add_generation_prompt=True
+            )
+            expansions = [self._expansion(x.text) for x in inputs]
+            return expand_image_tokens(tokens, mask, self.image_id, expansions, where)[0]
+        text = expand_placeholders(text, self.image_transform.placeholder, [x.text for x in inputs])
+        return self.tokenizer.encode(text, add_bos=False, add_eos=False)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        where = f"Dataset {self.source} row {index + 1}"
+        return self.laid_out(*self.read(self.records[index], where), where)
+
+    def laid_out(self, messages: list[Message], inputs: list[ImageInputs], where: str) -> dict[str, Any]:
+        """The item of a conversation and its transformed images: tokens, labels, images (see the class)."""
         laid_out = self._rendered_layout(messages, [x.text for x in inputs], where)
         if laid_out is None:  # no chat template: splice the image tokens in place of the placeholder ids
             tokens, mask = self.tokenizer.tokenize_messages(messages, add_eos=True)

@@ -52,6 +52,9 @@ class Rollout:
         pad_id: the id padding `completion_ids` and `training_batch()`'s tokens.
         logp_temperature: the temperature the logps were taken at (the sampling temperature, or 1.0
             for greedy decoding); a policy forward must divide its logits by the same value.
+        pixel_values: an image-text rollout's images, each row's (its prompt's images, once a row),
+            in row order, or None: text prompts.
+        image_sample: ``[n]`` long, the row each of `pixel_values` belongs to, or None.
     """
 
     prompt_ids: list[list[int]]
@@ -63,6 +66,8 @@ class Rollout:
     group_size: int
     pad_id: int
     logp_temperature: float
+    pixel_values: torch.Tensor | None = None
+    image_sample: torch.Tensor | None = None
 
     @property
     def num_prompts(self) -> int:
@@ -84,7 +89,8 @@ class Rollout:
         Returns:
             {"tokens": [N, L] long, "labels": [N, L] long, "old_logps": [N, L] fp32 (each
             completion token's sampled log-probability at its label's position, 0 elsewhere)}, with
-            L the longest prompt + completion.
+            L the longest prompt + completion; for an image-text rollout also "pixel_values" and
+            "image_sample" (each row's images, as `ftune.data.padded_collate_vision` lays them out).
         """
         rows = len(self.prompt_ids)
         ends = [len(p) + n for p, n in zip(self.prompt_ids, self.lengths.tolist())]
@@ -99,7 +105,10 @@ class Rollout:
             tokens[i, start:end] = self.completion_ids[i, :n]
             labels[i, start:end] = self.completion_ids[i, :n]
             old_logps[i, start:end] = self.logps[i, :n]
-        return {"tokens": tokens, "labels": labels, "old_logps": old_logps}
+        out = {"tokens": tokens, "labels": labels, "old_logps": old_logps}
+        if self.pixel_values is not None:
+            out["pixel_values"], out["image_sample"] = self.pixel_values, self.image_sample
+        return out
 
 
 def _check_prompts(prompts: object) -> list[list[int]]:
@@ -144,6 +153,7 @@ def rollout(
     generator: torch.Generator | Sequence[torch.Generator] | None,
     stop_when: Callable[[int, list[int]], bool] | None = None,
     pixel_values: torch.Tensor | None = None,
+    image_sample: torch.Tensor | None = None,
 ) -> Rollout:
     """Sample `group_size` completions of every prompt in one batched generation.
 
@@ -166,6 +176,8 @@ def rollout(
             belongs to prompt i // group_size); True ends that row, e.g. at a stop string.
         pixel_values: for an image-text model, the images of every prompt in prompt order, each
             prompt's once (its G rows share its prefill); see `generate_batch`.
+        image_sample: ``[n]`` long, the prompt each of `pixel_values` belongs to; given, the rollout
+            keeps each row's images (``Rollout.pixel_values``) for the policy's forward on its rows.
 
     Returns:
         A `Rollout` with N = len(prompts) * group_size rows, grouped by prompt in prompt order.
@@ -242,6 +254,14 @@ def rollout(
     mask = torch.arange(width, device=device)[None, :] < lengths[:, None]  # (N, T)
     # The loop runs as many steps as the longest row has tokens, so `width` steps were kept.
     logps = torch.stack(step_logps[:width], dim=1).masked_fill(~mask, 0.0)  # (N, T)
+    row_pixels = row_sample = None
+    if pixel_values is not None and image_sample is not None:  # each prompt's images, once a row
+        order = [(p * group_size + g, j) for p in range(len(ids)) for g in range(group_size)
+                 for j in (image_sample == p).nonzero().flatten().tolist()]  # fmt: skip
+        row_pixels = pixel_values[
+            torch.tensor([j for _, j in order], dtype=torch.long, device=pixel_values.device)
+        ]
+        row_sample = torch.tensor([r for r, _ in order], dtype=torch.long, device=image_sample.device)
     return Rollout(
         prompt_ids=rows,
         completion_ids=completion_ids,
@@ -252,4 +272,6 @@ def rollout(
         group_size=group_size,
         pad_id=pad_id,
         logp_temperature=float(logp_temperature),
+        pixel_values=row_pixels,
+        image_sample=row_sample,
     )

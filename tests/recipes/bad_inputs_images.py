@@ -13,6 +13,7 @@ from PIL import Image as _Image
 _IMAGES = ('~dataset', 'dataset._component_=ftune.datasets.multimodal_chat_dataset', 'dataset.source={tmp}/images.jsonl', 'dataset.image_transform=gemma3')
 CASES += [  # noqa: F821
     _c('ckpt-image-text-on-text-folder', 'checkpoints', (*LORA, 'checkpointer.image_text=true'), 'describes a text model', 'config.json', "model_type 'llama'", 'Set checkpointer.image_text=false'),  # noqa: F821
+    _c('image-pair-missing-rejected', 'data', ('validate', 'smolvlm/256M_lora_dpo', '~dataset', 'dataset._component_=ftune.datasets.image_preference_dataset', 'dataset.source={tmp}/image_pairs.jsonl', 'dataset.image_transform=idefics3'), 'cannot train', 'image_pairs.jsonl:2', "the answer 'rejected' is null", 'write the answer or delete the record', 'image_pair_no_rejected'),  # noqa: F821
     _c('image-missing', 'data', (*LORA, *_IMAGES), 'cannot be read', 'images.jsonl:2: messages[0].content[0].image', "image file '{tmp}/gone.png' does not exist", 'fix the path or add the file', 'image_missing'),  # noqa: F821
 ]
 # fmt: on
@@ -38,3 +39,16 @@ def _image_missing(tmp, ckpt):
 
 
 SETUPS["image_missing"] = _image_missing  # noqa: F821
+
+
+def _image_pair_no_rejected(tmp, ckpt):
+    """Image-grounded preference pairs whose second record has no rejected answer."""
+    _Image.new("RGB", (3, 2), (200, 10, 10)).save(tmp / "ok.png")
+    prompt = [
+        {"role": "user", "content": [{"type": "image", "image": "ok.png"}, {"type": "text", "text": "?"}]}
+    ]
+    lines = [{"messages": prompt, "chosen": "red", "rejected": "blue"}, {"messages": prompt, "chosen": "red"}]
+    _write(tmp / "image_pairs.jsonl", "".join(_json.dumps(line) + "\n" for line in lines))  # noqa: F821
+
+
+SETUPS["image_pair_no_rejected"] = _image_pair_no_rejected  # noqa: F821

@@ -48,12 +48,15 @@ COLOURS = {"red": (220, 30, 40), "green": (20, 190, 60), "blue": (30, 60, 220), 
 STEPS = 6
 
 
-def _folder(path: Path) -> tuple[Path, int]:
-    """A tiny random Idefics3 folder (save_pretrained) with the test tokenizer; (folder, <image> id)."""
+def _folder(path: Path, fit_vocab: bool = False) -> tuple[Path, int]:
+    """A tiny random Idefics3 folder (save_pretrained) with the test tokenizer; (folder, <image> id).
+    `fit_vocab`: the model's vocabulary is the tokenizer's (no id a sampler could draw that the
+    tokenizer cannot decode), else 448 (padded, as published models pad theirs)."""
     tokenizer_dir = vlm_tokenizer_folder(path / "tok", "idefics3")
-    image_id = HFTokenizer(tokenizer_dir).token_to_id("<image>")
+    tokenizer = HFTokenizer(tokenizer_dir)
+    image_id = tokenizer.token_to_id("<image>")
     text = transformers.LlamaConfig(
-        vocab_size=448,
+        vocab_size=tokenizer.vocab_size if fit_vocab else 448,
         hidden_size=32,
         intermediate_size=48,
         num_hidden_layers=2,

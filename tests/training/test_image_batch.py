@@ -4,8 +4,10 @@
 import torch
 
 from ftune.data import padded_collate_sft
+from ftune.models.smollm2 import smollm2
 from ftune.models.smolvlm import smolvlm_tiny
 from ftune.training import on_device
+from ftune.training.methods.distill_loss import teacher_hidden
 from ftune.training.step.loss import CrossEntropyLoss
 from ftune.training.step.token_loss import batch_loss
 
@@ -60,3 +62,17 @@ def test_a_text_batch_has_no_image_inputs() -> None:
     )
     assert batch.pixel_values is None and batch.image_sample is None
     assert batch.model_inputs == {"input_pos": None, "mask": None}
+
+
+def test_an_image_text_teacher_sees_the_images_a_text_teacher_the_tokens() -> None:
+    """KD: the teacher pass of an image batch hands an image-text teacher the batch's images."""
+    batch = on_device(_image_batch(), CPU)
+    torch.manual_seed(0)
+    teacher = smolvlm_tiny().eval()
+    with torch.no_grad():
+        expected = teacher.hidden(batch.tokens, batch.pixel_values)
+    assert torch.equal(teacher_hidden(teacher, batch), expected)
+    text = smollm2(vocab_size=64, num_layers=1, num_heads=2, num_kv_heads=1, embed_dim=32,
+                   intermediate_dim=48, max_seq_len=64).eval()  # fmt: skip
+    with torch.no_grad():
+        assert torch.equal(teacher_hidden(text, batch), text.hidden(batch.tokens))

@@ -20,7 +20,13 @@ from ftune.training.step.micro_batch import MicroBatch, labelled_positions, per_
 
 @torch.no_grad()
 def teacher_hidden(teacher: nn.Module, batch: MicroBatch) -> torch.Tensor:
-    """The frozen teacher's final hidden states of a micro-batch ``[b, s, dim_t]``, without gradients."""
+    """The frozen teacher's final hidden states of a micro-batch ``[b, s, dim_t]``, without gradients.
+
+    An image-text teacher (one with ``image_features``) sees the batch's images, as the student does
+    (``batch.model_inputs``); a text teacher reads the tokens alone, whatever the batch holds.
+    """
+    if batch.pixel_values is not None and callable(getattr(teacher, "image_features", None)):
+        return teacher.hidden(batch.tokens, **batch.model_inputs)
     return teacher.hidden(batch.tokens, input_pos=batch.input_pos, mask=batch.mask)
 
 

@@ -159,6 +159,8 @@ def sample_rollout(model: nn.Module, prompts: PromptBatch, sampling: Sampling, *
             pad_id=sampling.pad_id,
             generator=gens,
             stop_when=sampling.stop_when(),
+            pixel_values=prompts.pixel_values,  # an image-text model's prompts' images (None: text)
+            image_sample=prompts.image_sample,
         )
 
 
@@ -227,6 +229,8 @@ class RolloutBatch(MicroBatch):
             "temperature": self.temperature,
             "metrics": {k: vars(m) for k, m in self.metrics.items()},
             "is_weights": self.is_weights,
+            "pixel_values": self.pixel_values,
+            "image_sample": self.image_sample,
         }
 
     @classmethod
@@ -249,6 +253,8 @@ class RolloutBatch(MicroBatch):
             # A rollout saved before metrics carried their own counts logs nothing more (figures only).
             metrics={k: _metric(m, move) for k, m in state["metrics"].items() if isinstance(m, dict)},
             is_weights=move(state.get("is_weights")),  # a rollout saved before off-policy correction: None
+            pixel_values=move(state.get("pixel_values")),  # images: the rows' own (None: text)
+            image_sample=move(state.get("image_sample")),
         )
 
 
@@ -258,7 +264,7 @@ def _metric(state: dict[str, Any], move: Callable[[torch.Tensor | None], torch.T
 
 def _policy_logps(policy: nn.Module, loss_fn: Any, batch: MicroBatch, temperature: float) -> torch.Tensor:
     with torch.no_grad():
-        hidden = policy.hidden(batch.tokens, **batch.model_inputs)  # a packed batch's positions and mask
+        hidden = policy.hidden(batch.tokens, **batch.model_inputs)  # packed positions and mask, or images
         return loss_fn.token_logps(policy.head, hidden / temperature, batch.labels)
 
 
@@ -314,8 +320,8 @@ def rollout_batch(
         )
     parts = rollout.training_batch()
     if padding_free:
-        parts = pack_rows(parts)  # one row, with input_pos and document_ids
-    batch = on_device({k: v for k, v in parts.items() if k != "old_logps"}, device)
+        parts = pack_rows(parts)  # one row, with input_pos and document_ids (images are refused)
+    batch = on_device({k: v for k, v in parts.items() if k != "old_logps"}, device)  # images too
     total = torch.tensor(scores.total, dtype=torch.float32, device=device)
     g = rollout.group_size
     advantages = group_advantages(total, g, scale_rewards=scale_rewards)
@@ -353,4 +359,6 @@ def rollout_batch(
         temperature=temperature,
         metrics=metrics,
         is_weights=weights,
+        pixel_values=batch.pixel_values,
+        image_sample=batch.image_sample,
     )
