@@ -10,6 +10,7 @@ from ftune.datasets.demo import (
     write_demo_data,
     write_demo_preference_data,
 )
+from ftune.datasets.game_tasks import textarena_dataset
 from ftune.datasets.image_task import image_task_dataset, write_image_task
 from ftune.datasets.instruct import alpaca_dataset, instruct_dataset
 from ftune.datasets.kto import KTODataset, kto_dataset
@@ -48,6 +49,7 @@ __all__ = [
     "reasoning_gym_dataset",
     "reasoning_gym_records",
     "text_completion_dataset",
+    "textarena_dataset",
     "write_demo_data",
     "write_image_task",
     "write_demo_preference_data",
