@@ -1,5 +1,5 @@
 """The figures of the preference and distillation demos (benchmarks/method_demos.py) on their recipe pages,
-GRPO against TRL, and the mixture-of-experts expert computation (benchmarks/moe_experts.py)."""
+the GRPO and agent demos, GRPO against TRL, and the mixture-of-experts expert computation (benchmarks/moe_experts.py)."""
 
 from __future__ import annotations
 
@@ -100,6 +100,50 @@ def grpo_demo() -> str:
         for r in runs
     )
     return table(header, rows, "lrrr") + "\n\n" + notes + "\n\n" + provenance("grpo_demo", up="../../")
+
+
+def agent_demo() -> str:
+    """The agent demo (benchmarks/agent_demo.py): held-out exact match with the calculator before, after SFT and
+    after multi-turn GRPO; GRPO steps per hour with the rollouts in the step and beside training."""
+    (r,) = load("agent_demo")["rows"]
+    s = r["settings"]
+
+    def em(result: dict) -> str:
+        return f"{_em(result)}, {result['tool_called']} called the tool"
+
+    rows = [
+        ["SmolLM2-135M-Instruct, base (the tool offered, its format not taught)", em(r["exact_match_base"])],
+        [f"after SFT ({s['sft_steps']} LoRA steps on the tool traces, merged)", em(r["exact_match_sft"])],
+        [f"+ {s['grpo_steps']} multi-turn LoRA GRPO steps (G {s['group_size']}, {s['batch_size']} questions a "
+         f"step, lr {lr_text(s['lr'])}, reward: exact match)", em(r["exact_match_grpo"])],
+    ]  # fmt: skip
+    header = ["", f"exact match (greedy, with the calculator, {s['heldout']} held-out questions)"]
+    sync, beside = r["speed_sync"], r["speed_beside"]
+    speed_rows = [
+        [name, f"{x['steps_per_hour']:.0f}", f"{x['median_step_seconds']:.1f} s", x["steps"]]
+        for name, x in (
+            ("in the step (synchronous)", sync),
+            ("beside training (max_off_policy_steps=1)", beside),
+        )
+    ]
+    speed = table(["GRPO rollouts", "steps per hour", "median step", "steps run"], speed_rows, "lrrr")
+    load_ = r["load_average_1min"]
+    notes = (
+        f"Command: `{r['command']}` (fp32, {'one thread' if r.get('threads') == '1' else 'two threads'} a "
+        f"process). SFT: `{r['sft_command']}`; GRPO: `{r['grpo_command']}`. The machine's 1-minute load average "
+        f"went from {load_[0]} to {max(load_)} during the run: other jobs shared its two cores, so the step times "
+        "are this run's, compared with each other (both GRPO runs back to back, same settings), not an idle "
+        "machine's speed."
+    )
+    return (
+        table(header, rows, "lr")
+        + "\n\n"
+        + speed
+        + "\n\n"
+        + notes
+        + "\n\n"
+        + provenance("agent_demo", up="../../")
+    )
 
 
 def _grpo_rows(part: str) -> dict[tuple[str, bool], dict]:

@@ -1,0 +1,220 @@
+"""The agent demo, measured: SmolLM2-135M-Instruct taught to call a calculator by a short SFT, then multi-turn
+GRPO with the tool; held-out exact match before, after SFT and after GRPO, and GRPO steps per hour with
+the rollouts in the step (synchronous) against rollouts beside training (a worker process), in one run.
+
+    ftune convert gguf smollm2                       # first: the model, offline, into $FTUNE_HOME/models
+    python benchmarks/agent_demo.py [--sft-steps 60] [--grpo-steps 10] [--speed-steps 5] [--heldout 60]
+
+The task (ftune.datasets.tool_demo): word problems of several-digit arithmetic ("A box holds 47 pens. How
+many pens are in 86 boxes and 312 loose pens?"), which a 135M model cannot compute without the tool.
+
+1. **Data**: ``write_tool_demo_data`` writes the SFT traces (question, the call in SmolLM2's documented
+   tool format, the tool's answer, the final answer), the GRPO prompts and the held-out questions.
+2. **SFT**: ``lora_finetune_single_device --config smollm2/135M_lora`` on the traces (``chat_dataset``),
+   saved merged (``step_N/merged``): the model GRPO starts from and its reference.
+3. **GRPO**: ``lora_grpo_agent_single_device --config smollm2/135M_lora_grpo_agent`` from that model, the
+   calculator environment (``ToolEnvironment`` over ``Calculator``, in its sandbox), exact match as the
+   reward, ``--grpo-steps`` steps with the rollouts in the step.
+4. **Speed**: the same GRPO for ``--speed-steps`` steps with ``max_off_policy_steps=1`` (a worker process
+   samples the next step while the trainer trains this one); steps per hour of each from the median of
+   the runs' ``step_seconds`` (the first step, with the worker's start, left out).
+5. **Exact match**: greedy multi-turn rollouts (the same environment, one conversation a question) on
+   the held-out questions, of the base model, the SFT model and the SFT model with the GRPO adapter.
+
+Writes benchmarks/results/agent_demo.json, which benchmarks/figures/report.py renders into
+docs/recipes/lora_grpo_agent_single_device.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from results_file import ROOT, load1, write_results
+
+from ftune import training
+from ftune.checkpointing.inference import load_inference_model
+from ftune.config import instantiate, load_config
+from ftune.datasets.tool_demo import HELDOUT_FILE, SFT_FILE, SYSTEM_PROMPT, TRAIN_FILE, write_tool_demo_data
+from ftune.generation.multi_turn import multi_turn_rollout
+from ftune.rewards import ExactMatch
+
+MODEL, REPO = "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"
+AGENT = "smollm2/135M_lora_grpo_agent"
+
+
+def run(cmd: list[str], env: dict[str, str], log: Path) -> float:
+    """Run one ftune command (its output in `log`); its wall time in seconds."""
+    start = time.perf_counter()
+    with open(log, "w") as f:
+        code = subprocess.run(cmd, env=env, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+    if code:
+        sys.exit(f"agent_demo: `{' '.join(cmd)}` failed (exit {code}); its output: {log}")
+    return round(time.perf_counter() - start, 1)
+
+
+def log_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for f in sorted((run_dir / "logs").glob("*.jsonl"))
+            for line in f.read_text().splitlines() if line.strip()]  # fmt: skip
+
+
+def agent_args(args: argparse.Namespace, data: Path, model: Path, base: Path) -> list[str]:
+    """The agent config's overrides: the demo's prompts, the calculator's instructions, the budgets."""
+    prompts = [f"{k}._component_=ftune.datasets.prompt_dataset" for k in ("dataset", "dataset_val")]
+    return [
+        "~dataset", "~dataset_val", *prompts,
+        f"dataset.source={data / TRAIN_FILE}", f"dataset_val.source={data / HELDOUT_FILE}",
+        "environment.system_prompt=" + json.dumps(SYSTEM_PROMPT),
+        f"tokenizer.path={model}", f"checkpointer.checkpoint_dir={base}", f"checkpointer.hf_repo_id={REPO}",
+        "max_turns=3", f"max_turn_tokens={args.turn_tokens}", f"max_trajectory_tokens={2 * args.turn_tokens + 16}",
+    ]  # fmt: skip
+
+
+def exact_match(overrides: list[str], records: list[dict], adapter_dir: Path | None = None) -> dict:
+    """Greedy multi-turn rollouts of the held-out questions with the calculator: exact match and tool use."""
+    cfg = load_config(AGENT, overrides)
+    s = cfg.settings(training.AgentGRPOSettings)
+    ckpt = instantiate(cfg.checkpointer)
+    model = load_inference_model(
+        ckpt, model=cfg.model, adapter_dir=adapter_dir, device=torch.device("cpu"), dtype=torch.float32
+    )
+    tokenizer = instantiate(cfg.tokenizer)
+    agent = training.Agent.of(instantiate(cfg.environment), tokenizer, instantiate(cfg.tool_format), s)
+    sampling = training.Sampling.of(s, tokenizer)
+    start, rows = time.perf_counter(), []
+    for i in range(0, len(records), 20):
+        with torch.inference_mode():
+            rows += multi_turn_rollout(
+                model, records[i : i + 20], environment=agent.environment, chat=agent.chat, parse=agent.parse,
+                group_size=1, limits=agent.limits, temperature=0.0, top_k=None, top_p=None,
+                stop_ids=list(sampling.stop_ids), pad_id=sampling.pad_id, generator=None,
+            ).rows  # fmt: skip
+    match = ExactMatch(field="answer")
+    correct = [match(r["prompt"], row.answer, r) for r, row in zip(records, rows)]
+    called = [any(m["role"] == "tool" for m in row.messages) for row in rows]
+    return {
+        "accuracy": round(sum(correct) / len(records), 4),
+        "num_correct": int(sum(correct)),
+        "num_total": len(records),
+        "tool_called": int(sum(called)),
+        "example": {
+            "prompt": records[0]["prompt"],
+            "answer": records[0]["answer"],
+            "turns": rows[0].messages[2:],
+        },
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def speed(rows: list[dict]) -> dict:
+    seconds = [r["step_seconds"] for r in rows if "loss" in r][1:]  # the first holds the start-up
+    median = statistics.median(seconds)
+    return {"steps": len(seconds) + 1, "median_step_seconds": round(median, 2),
+            "steps_per_hour": round(3600 / median, 1)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "~/.cache/ftune")))
+    parser.add_argument("--out", type=Path, default=ROOT / "output/agent_demo")
+    parser.add_argument("--sft-steps", type=int, default=60)
+    parser.add_argument("--grpo-steps", type=int, default=10)
+    parser.add_argument("--speed-steps", type=int, default=5, help="steps of each speed run (>= 3)")
+    parser.add_argument("--heldout", type=int, default=60, help="held-out questions measured")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=2, help="prompts per GRPO step")
+    parser.add_argument("--turn-tokens", type=int, default=48, help="max_turn_tokens")
+    parser.add_argument("--lr", type=float, default=1e-4, help="GRPO learning rate")
+    args = parser.parse_args()
+    home = args.home.expanduser().resolve()
+    model = home / "models" / MODEL
+    if not (model / "model.safetensors").exists():
+        sys.exit(f"agent_demo: no converted model in {model}; run `ftune convert gguf smollm2` first.")
+    env = {**os.environ, "FTUNE_HOME": str(home)}
+    ftune = [sys.executable, "-m", "ftune.cli"]
+    out = args.out.resolve()
+    shutil.rmtree(out, ignore_errors=True)
+    data = write_tool_demo_data(out / "data", n_heldout=args.heldout)
+    heldout = [json.loads(line) for line in (data / HELDOUT_FILE).read_text().splitlines()]
+    load, result = [load1()], {}
+    result["exact_match_base"] = exact_match(agent_args(args, data, model, model), heldout)
+
+    sft_dir = out / "sft"
+    chat = [f"{k}={v}" for k, v in (("_component_", "ftune.datasets.chat_dataset"), ("source", data / SFT_FILE),
+                                     ("conversation_style", "openai"), ("max_seq_len", 256))]  # fmt: skip
+    sft_cmd = [*ftune, "run", "lora_finetune_single_device", "--config", "smollm2/135M_lora", f"output_dir={sft_dir}",
+               "~dataset", *[f"dataset.{c}" for c in chat], "~dataset_val", *[f"dataset_val.{c}" for c in chat],
+               f"max_steps={args.sft_steps}", "save_every_n_steps=null", "run_val_every_n_steps=null",
+               f"tokenizer.path={model}", f"checkpointer.checkpoint_dir={model}",
+               "checkpointer.save_adapter_weights_only=false", "progress_bar=false"]  # fmt: skip
+    result["sft_seconds"] = run(sft_cmd, env, out / "sft.log")
+    sft = sft_dir / f"step_{args.sft_steps}" / "merged"
+    on_sft = agent_args(args, data, model, sft)
+    result["exact_match_sft"] = exact_match(on_sft, heldout)
+    load.append(load1())
+
+    grpo = [*ftune, "run", "lora_grpo_agent_single_device", "--config", AGENT, *on_sft,
+            f"group_size={args.group_size}", f"batch_size={args.batch_size}", f"optimizer.lr={args.lr}",
+            "lr_scheduler.num_warmup_steps=1", "save_every_n_steps=null", "run_val_every_n_steps=null",
+            "progress_bar=false"]  # fmt: skip
+    runs = {"grpo": (args.grpo_steps, []), "speed_sync": (args.speed_steps, []),
+            "speed_beside": (args.speed_steps, ["max_off_policy_steps=1"])}  # fmt: skip
+    for name, (steps, extra) in runs.items():
+        cmd = [*grpo, f"output_dir={out / name}", f"max_steps={steps}", *extra]
+        result[f"{name}_seconds"] = run(cmd, env, out / f"{name}.log")
+        load.append(load1())
+    grpo_rows = [r for r in log_rows(out / "grpo") if "loss" in r]
+    result["exact_match_grpo"] = exact_match(
+        on_sft, heldout, adapter_dir=out / "grpo" / f"step_{args.grpo_steps}"
+    )
+    load.append(load1())
+
+    def public(text: str) -> str:  # no path of this machine in a results file the docs show
+        return text.replace(str(out), "output/agent_demo").replace(str(home), "$FTUNE_HOME")
+
+    row = {
+        "command": "python benchmarks/agent_demo.py " + " ".join(sys.argv[1:]),
+        "sft_command": public(" ".join(["ftune", *sft_cmd[3:]])),
+        "grpo_command": public(" ".join(["ftune", *grpo[3:], f"max_steps={args.grpo_steps}"])),
+        "settings": {
+            k: getattr(args, k)
+            for k in (
+                "sft_steps",
+                "grpo_steps",
+                "speed_steps",
+                "heldout",
+                "group_size",
+                "batch_size",
+                "turn_tokens",
+                "lr",
+            )
+        },  # fmt: skip
+        "threads": os.environ.get("OMP_NUM_THREADS", "torch's default (the cores)"),
+        "load_average_1min": load,
+        **result,
+        "speed_sync": speed(log_rows(out / "speed_sync")),
+        "speed_beside": speed(log_rows(out / "speed_beside")),
+        "curve": [
+            {
+                k: r.get(k)
+                for k in ("step", "reward", "rewards/correct/mean", "step_seconds", "time/rollout_s")
+            }
+            for r in grpo_rows
+        ],  # fmt: skip
+    }
+    write_results(ROOT / "benchmarks" / "results" / "agent_demo.json", "agent_demo", [row])
+    print(json.dumps({k: v for k, v in row.items() if k != "curve"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
