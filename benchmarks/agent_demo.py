@@ -3,7 +3,7 @@ GRPO with the tool; held-out exact match before, after SFT and after GRPO, and G
 the rollouts in the step (synchronous) against rollouts beside training (a worker process), in one run.
 
     ftune convert gguf smollm2                       # first: the model, offline, into $FTUNE_HOME/models
-    python benchmarks/agent_demo.py [--sft-steps 60] [--grpo-steps 10] [--speed-steps 5] [--heldout 60]
+    python benchmarks/agent_demo.py [--sft-steps 60] [--grpo-steps 8] [--beside-steps 4] [--heldout 40] [--resume]
 
 The task (ftune.datasets.tool_demo): word problems of several-digit arithmetic ("A box holds 47 pens. How
 many pens are in 86 boxes and 312 loose pens?"), which a 135M model cannot compute without the tool.
@@ -14,10 +14,10 @@ many pens are in 86 boxes and 312 loose pens?"), which a 135M model cannot compu
    saved merged (``step_N/merged``): the model GRPO starts from and its reference.
 3. **GRPO**: ``lora_grpo_agent_single_device --config smollm2/135M_lora_grpo_agent`` from that model, the
    calculator environment (``ToolEnvironment`` over ``Calculator``, in its sandbox), exact match as the
-   reward, ``--grpo-steps`` steps with the rollouts in the step.
-4. **Speed**: the same GRPO for ``--speed-steps`` steps with ``max_off_policy_steps=1`` (a worker process
-   samples the next step while the trainer trains this one); steps per hour of each from the median of
-   the runs' ``step_seconds`` (the first step, with the worker's start, left out).
+   reward, ``--grpo-steps`` steps with the rollouts in the step (synchronous).
+4. **Beside training**: the same GRPO for ``--beside-steps`` steps with ``max_off_policy_steps=1`` (a worker
+   process samples the next step while the trainer trains this one), right after. Steps per hour of each
+   run from the median of its ``step_seconds`` (the first step, with the start-up, left out).
 5. **Exact match**: greedy multi-turn rollouts (the same environment, one conversation a question) on
    the held-out questions, of the base model, the SFT model and the SFT model with the GRPO adapter.
 
@@ -115,10 +115,11 @@ def exact_match(overrides: list[str], records: list[dict], adapter_dir: Path | N
 
 
 def speed(rows: list[dict]) -> dict:
-    seconds = [r["step_seconds"] for r in rows if "loss" in r][1:]  # the first holds the start-up
+    """Steps per hour from the median step time; the first step, which holds the start-up, left out."""
+    seconds = [r["step_seconds"] for r in rows if "loss" in r][1:]
     median = statistics.median(seconds)
     return {"steps": len(seconds) + 1, "median_step_seconds": round(median, 2),
-            "steps_per_hour": round(3600 / median, 1)}  # fmt: skip
+            "steps_per_hour": round(3600 / median, 1), "step_seconds": [round(x, 1) for x in seconds]}  # fmt: skip
 
 
 def main() -> None:
@@ -127,10 +128,13 @@ def main() -> None:
     )
     parser.add_argument("--home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "~/.cache/ftune")))
     parser.add_argument("--out", type=Path, default=ROOT / "output/agent_demo")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep --out and skip the stages it already holds"
+    )
     parser.add_argument("--sft-steps", type=int, default=60)
-    parser.add_argument("--grpo-steps", type=int, default=10)
-    parser.add_argument("--speed-steps", type=int, default=5, help="steps of each speed run (>= 3)")
-    parser.add_argument("--heldout", type=int, default=60, help="held-out questions measured")
+    parser.add_argument("--grpo-steps", type=int, default=8, help="steps of the synchronous GRPO run (>= 3)")
+    parser.add_argument("--beside-steps", type=int, default=4, help="steps of the run beside training (>= 3)")
+    parser.add_argument("--heldout", type=int, default=40, help="held-out questions measured")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=2, help="prompts per GRPO step")
     parser.add_argument("--turn-tokens", type=int, default=48, help="max_turn_tokens")
@@ -143,12 +147,20 @@ def main() -> None:
     env = {**os.environ, "FTUNE_HOME": str(home)}
     ftune = [sys.executable, "-m", "ftune.cli"]
     out = args.out.resolve()
-    shutil.rmtree(out, ignore_errors=True)
+    if not args.resume:
+        shutil.rmtree(out, ignore_errors=True)
     data = write_tool_demo_data(out / "data", n_heldout=args.heldout)
     heldout = [json.loads(line) for line in (data / HELDOUT_FILE).read_text().splitlines()]
-    load, result = [load1()], {}
-    result["exact_match_base"] = exact_match(agent_args(args, data, model, model), heldout)
+    stages = out / "stages.json"  # each finished stage's result, for --resume
+    result = json.loads(stages.read_text()) if args.resume and stages.exists() else {}
 
+    def stage(name: str, fn) -> None:  # noqa: ANN001
+        if name not in result:
+            result[name] = {**fn(), "load_average_1min_after": load1()}
+            stages.write_text(json.dumps(result, indent=2))
+        print(f"agent_demo: {name}: {json.dumps(result[name])[:300]}", flush=True)
+
+    stage("exact_match_base", lambda: exact_match(agent_args(args, data, model, model), heldout))
     sft_dir = out / "sft"
     chat = [f"{k}={v}" for k, v in (("_component_", "ftune.datasets.chat_dataset"), ("source", data / SFT_FILE),
                                      ("conversation_style", "openai"), ("max_seq_len", 256))]  # fmt: skip
@@ -157,41 +169,39 @@ def main() -> None:
                f"max_steps={args.sft_steps}", "save_every_n_steps=null", "run_val_every_n_steps=null",
                f"tokenizer.path={model}", f"checkpointer.checkpoint_dir={model}",
                "checkpointer.save_adapter_weights_only=false", "progress_bar=false"]  # fmt: skip
-    result["sft_seconds"] = run(sft_cmd, env, out / "sft.log")
+    stage("sft", lambda: {"seconds": run(sft_cmd, env, out / "sft.log")})
     sft = sft_dir / f"step_{args.sft_steps}" / "merged"
     on_sft = agent_args(args, data, model, sft)
-    result["exact_match_sft"] = exact_match(on_sft, heldout)
-    load.append(load1())
+    stage("exact_match_sft", lambda: exact_match(on_sft, heldout))
 
     grpo = [*ftune, "run", "lora_grpo_agent_single_device", "--config", AGENT, *on_sft,
             f"group_size={args.group_size}", f"batch_size={args.batch_size}", f"optimizer.lr={args.lr}",
             "lr_scheduler.num_warmup_steps=1", "save_every_n_steps=null", "run_val_every_n_steps=null",
             "progress_bar=false"]  # fmt: skip
-    runs = {"grpo": (args.grpo_steps, []), "speed_sync": (args.speed_steps, []),
-            "speed_beside": (args.speed_steps, ["max_off_policy_steps=1"])}  # fmt: skip
-    for name, (steps, extra) in runs.items():
-        cmd = [*grpo, f"output_dir={out / name}", f"max_steps={steps}", *extra]
-        result[f"{name}_seconds"] = run(cmd, env, out / f"{name}.log")
-        load.append(load1())
-    grpo_rows = [r for r in log_rows(out / "grpo") if "loss" in r]
-    result["exact_match_grpo"] = exact_match(
-        on_sft, heldout, adapter_dir=out / "grpo" / f"step_{args.grpo_steps}"
-    )
-    load.append(load1())
+    runs = {"sync": [f"max_steps={args.grpo_steps}"],
+            "beside": [f"max_steps={args.beside_steps}", "max_off_policy_steps=1"]}  # fmt: skip
+    for name, extra in runs.items():  # back to back, the same settings: their step times compare
+        cmd = [*grpo, f"output_dir={out / name}", *extra]
+        stage(f"grpo_{name}", lambda cmd=cmd, name=name: {"seconds": run(cmd, env, out / f"{name}.log"),
+                                                          **speed(log_rows(out / name))})  # fmt: skip
+    adapter = out / "sync" / f"step_{args.grpo_steps}"
+    stage("exact_match_grpo", lambda: exact_match(on_sft, heldout, adapter_dir=adapter))
 
     def public(text: str) -> str:  # no path of this machine in a results file the docs show
         return text.replace(str(out), "output/agent_demo").replace(str(home), "$FTUNE_HOME")
 
     row = {
-        "command": "python benchmarks/agent_demo.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/agent_demo.py " + " ".join(a for a in sys.argv[1:] if a != "--resume"),
         "sft_command": public(" ".join(["ftune", *sft_cmd[3:]])),
-        "grpo_command": public(" ".join(["ftune", *grpo[3:], f"max_steps={args.grpo_steps}"])),
+        "grpo_command": public(
+            " ".join(["ftune", *grpo[3:], "output_dir=output/agent_demo/sync", *runs["sync"]])
+        ),
         "settings": {
             k: getattr(args, k)
             for k in (
                 "sft_steps",
                 "grpo_steps",
-                "speed_steps",
+                "beside_steps",
                 "heldout",
                 "group_size",
                 "batch_size",
@@ -200,16 +210,14 @@ def main() -> None:
             )
         },  # fmt: skip
         "threads": os.environ.get("OMP_NUM_THREADS", "torch's default (the cores)"),
-        "load_average_1min": load,
         **result,
-        "speed_sync": speed(log_rows(out / "speed_sync")),
-        "speed_beside": speed(log_rows(out / "speed_beside")),
         "curve": [
             {
                 k: r.get(k)
                 for k in ("step", "reward", "rewards/correct/mean", "step_seconds", "time/rollout_s")
             }
-            for r in grpo_rows
+            for r in log_rows(out / "sync")
+            if "loss" in r
         ],  # fmt: skip
     }
     write_results(ROOT / "benchmarks" / "results" / "agent_demo.json", "agent_demo", [row])

@@ -109,7 +109,7 @@ def agent_demo() -> str:
     s = r["settings"]
 
     def em(result: dict) -> str:
-        return f"{_em(result)}, {result['tool_called']} called the tool"
+        return f"{_em(result)}; {result['tool_called']} called the tool"
 
     rows = [
         ["SmolLM2-135M-Instruct, base (the tool offered, its format not taught)", em(r["exact_match_base"])],
@@ -118,23 +118,32 @@ def agent_demo() -> str:
          f"step, lr {lr_text(s['lr'])}, reward: exact match)", em(r["exact_match_grpo"])],
     ]  # fmt: skip
     header = ["", f"exact match (greedy, with the calculator, {s['heldout']} held-out questions)"]
-    sync, beside = r["speed_sync"], r["speed_beside"]
+    runs = (
+        ("in the step (synchronous)", r["grpo_sync"]),
+        ("beside training (max_off_policy_steps=1)", r["grpo_beside"]),
+    )
     speed_rows = [
-        [name, f"{x['steps_per_hour']:.0f}", f"{x['median_step_seconds']:.1f} s", x["steps"]]
-        for name, x in (
-            ("in the step (synchronous)", sync),
-            ("beside training (max_off_policy_steps=1)", beside),
-        )
+        [
+            name,
+            f"{x['steps_per_hour']:.0f}",
+            f"{x['median_step_seconds']:.0f} s",
+            x["steps"],
+            x["load_average_1min_after"],
+        ]
+        for name, x in runs
     ]
-    speed = table(["GRPO rollouts", "steps per hour", "median step", "steps run"], speed_rows, "lrrr")
-    load_ = r["load_average_1min"]
+    header_speed = ["GRPO rollouts", "steps per hour", "median step", "steps run", "1-min load after"]
+    loads = [
+        r[k]["load_average_1min_after"] for k in ("exact_match_base", "sft", "exact_match_sft", "grpo_sync")
+    ]
     notes = (
         f"Command: `{r['command']}` (fp32, {'one thread' if r.get('threads') == '1' else 'two threads'} a "
         f"process). SFT: `{r['sft_command']}`; GRPO: `{r['grpo_command']}`. The machine's 1-minute load average "
-        f"went from {load_[0]} to {max(load_)} during the run: other jobs shared its two cores, so the step times "
-        "are this run's, compared with each other (both GRPO runs back to back, same settings), not an idle "
+        f"was {min(loads)} to {max(loads)} during the run: other jobs shared its two cores, so the step times are "
+        "this run's, the two GRPO runs (back to back, the same settings) compared with each other, not an idle "
         "machine's speed."
     )
+    speed = table(header_speed, speed_rows, "lrrrr")
     return (
         table(header, rows, "lr")
         + "\n\n"
