@@ -108,7 +108,8 @@ def exact_match(overrides: list[str], records: list[dict], adapter_dir: Path | N
         "example": {
             "prompt": records[0]["prompt"],
             "answer": records[0]["answer"],
-            "turns": rows[0].messages[2:],
+            "turns": rows[0].messages[2:],  # the model's turns and the tool's answers
+            "final": rows[0].answer,  # the last turn's text (also when a budget cut it)
         },
         "seconds": round(time.perf_counter() - start, 1),
     }
