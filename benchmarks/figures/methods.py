@@ -134,7 +134,15 @@ def agent_demo() -> str:
     ]
     header_speed = ["GRPO rollouts", "steps per hour", "median step", "steps run", "1-min load after"]
     loads = [
-        r[k]["load_average_1min_after"] for k in ("exact_match_base", "sft", "exact_match_sft", "grpo_sync")
+        r[k]["load_average_1min_after"]
+        for k in (
+            "exact_match_base",
+            "sft",
+            "exact_match_sft",
+            "grpo_sync",
+            "grpo_beside",
+            "exact_match_grpo",
+        )
     ]
     notes = (
         f"Command: `{r['command']}` (fp32, {'one thread' if r.get('threads') == '1' else 'two threads'} a "
@@ -144,6 +152,15 @@ def agent_demo() -> str:
         "machine's speed."
     )
     speed = table(header_speed, speed_rows, "lrrrr")
+    rewards = [c["reward"] for c in r["curve"] if c.get("reward") is not None]
+    if rewards and min(rewards) == 1.0:
+        signal = (
+            f" Every conversation sampled in the {len(rewards)} GRPO steps was right (reward 1.0 in each step), so every "
+            "group's advantages were zero: after this SFT, GRPO had no error left to learn from on this task."
+        )
+    else:
+        signal = f" The sampled reward per GRPO step ranged from {min(rewards):.2f} to {max(rewards):.2f}."
+    notes += signal
     return (
         table(header, rows, "lr")
         + "\n\n"
