@@ -3,7 +3,7 @@ GRPO with the tool; held-out exact match before, after SFT and after GRPO, and G
 the rollouts in the step (synchronous) against rollouts beside training (a worker process), in one run.
 
     ftune convert gguf smollm2                       # first: the model, offline, into $FTUNE_HOME/models
-    python benchmarks/agent_demo.py [--sft-steps 60] [--grpo-steps 8] [--beside-steps 4] [--heldout 40] [--resume]
+    python benchmarks/agent_demo.py [--sft-steps 60] [--grpo-steps 8] [--beside-steps 4] [--heldout 40] [--speed-repeats 2] [--resume]
 
 The task (ftune.datasets.tool_demo): word problems of several-digit arithmetic ("A box holds 47 pens. How
 many pens are in 86 boxes and 312 loose pens?"), which a 135M model cannot compute without the tool.
@@ -18,6 +18,8 @@ many pens are in 86 boxes and 312 loose pens?"), which a 135M model cannot compu
 4. **Beside training**: the same GRPO for ``--beside-steps`` steps with ``max_off_policy_steps=1`` (a worker
    process samples the next step while the trainer trains this one), right after. Steps per hour of each
    run from the median of its ``step_seconds`` (the first step, with the start-up, left out).
+   ``--speed-repeats N`` measures both again N - 1 times (``--beside-steps`` steps each, the run beside
+   training first), so that a load that changes during the run is seen.
 5. **Exact match**: greedy multi-turn rollouts (the same environment, one conversation a question) on
    the held-out questions, of the base model, the SFT model and the SFT model with the GRPO adapter.
 
@@ -135,6 +137,9 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=60)
     parser.add_argument("--grpo-steps", type=int, default=8, help="steps of the synchronous GRPO run (>= 3)")
     parser.add_argument("--beside-steps", type=int, default=4, help="steps of the run beside training (>= 3)")
+    parser.add_argument(
+        "--speed-repeats", type=int, default=1, help="measure both step rates this many times"
+    )
     parser.add_argument("--heldout", type=int, default=40, help="held-out questions measured")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=2, help="prompts per GRPO step")
@@ -185,6 +190,18 @@ def main() -> None:
         cmd = [*grpo, f"output_dir={out / name}", *extra]
         stage(f"grpo_{name}", lambda cmd=cmd, name=name: {"seconds": run(cmd, env, out / f"{name}.log"),
                                                           **speed(log_rows(out / name))})  # fmt: skip
+    for i in range(
+        2, args.speed_repeats + 1
+    ):  # again, the other run first: a load that drifts favours neither
+        for name in ("beside", "sync"):
+            cmd = [
+                *grpo,
+                f"output_dir={out / f'{name}_{i}'}",
+                f"max_steps={args.beside_steps}",
+                *runs[name][1:],
+            ]
+            stage(f"grpo_{name}_{i}", lambda cmd=cmd, d=out / f"{name}_{i}": {"seconds": run(cmd, env, d.with_suffix(".log")),
+                                                                            **speed(log_rows(d))})  # fmt: skip
     adapter = out / "sync" / f"step_{args.grpo_steps}"
     stage("exact_match_grpo", lambda: exact_match(on_sft, heldout, adapter_dir=adapter))
 
