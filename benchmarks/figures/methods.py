@@ -159,6 +159,11 @@ def agent_demo() -> str:
         )
     else:
         signal = f" The sampled reward per GRPO step ranged from {min(rewards):.2f} to {max(rewards):.2f}."
+    if len(runs) > 2:
+        signal += (
+            " The machine's load changed during the run (the load column): compare rates measured at about the same "
+            "load, e.g. the repeated pair, which ran back to back in the other order."
+        )
     notes += signal
     return (
         table(header, rows, "lr")
