@@ -2,7 +2,8 @@
 
 The demo models train on the demo task's prompts with an exact-match reward; the others on GSM8K's
 questions from the hub with a numeric-answer reward (the task GRPO users start with). SmolLM2-135M also
-has an agent config (a calculator tool) and one on a reasoning-gym task with that task's own scorer.
+has an agent config (a calculator tool), one playing a TextArena game and one on a reasoning-gym task with
+that task's own scorer.
 """
 
 from __future__ import annotations
@@ -141,3 +142,45 @@ def reasoning_gym_config(lora_grpo: str) -> str:
         "  weights: {correct: 1.0, format: 0.1}\n"
     )
     return text[:start] + data + text[end:]
+
+
+def textarena_config(agent: str) -> str:
+    """smollm2/135M_textarena_lora_grpo_agent: the agent config playing a TextArena game from the package
+    index (Guess The Number: the game answers each guess with higher or lower, and its own reward scores
+    the game), offline: the game needs no download."""
+    name = "smollm2/135M_textarena_lora_grpo_agent"
+    text = agent.replace("LoRA agent GRPO (multi-turn, with a tool)", "LoRA agent GRPO on a TextArena game")
+    text = text.replace("--config smollm2/135M_lora_grpo_agent\n", f"--config {name}\n")
+    text = text.replace(
+        "output/smollm2_135M_lora_grpo_agent\n", "output/smollm2_135M_textarena_lora_grpo_agent\n"
+    )
+    text = text.replace("max_turns: 4  # model turns", "max_turns: 6  # model turns")
+    text = text.replace("max_turn_tokens: 48  # tokens", "max_turn_tokens: 24  # tokens")
+    text = text.replace("max_trajectory_tokens: 192  # tokens", "max_trajectory_tokens: 224  # tokens")
+    text = text.replace("  max_seq_len: 256\n", "  max_seq_len: 512\n")
+    start, end = text.index("dataset:  # the demo task"), text.index("tool_format:  #")
+    game = "  _component_: ftune.datasets.textarena_dataset\n  game: GuessTheNumber-v0\n"
+    data = (
+        "dataset:  # games dealt from their seeds by textarena: each record's prompt is its game's rules\n"
+        f"{game}  size: 400\n  seed: 0\n"
+        f"dataset_val:  # other games (other seeds)\n{game}  size: 40\n  seed: 100000\n"
+        "rewards:  # on the last turn, besides the game's own reward (the environment's)\n"
+        "  _component_: ftune.rewards.RewardSet\n  rewards:\n"
+        "    format: {_component_: ftune.rewards.RegexMatch, pattern: '\\[\\d+\\]'}  # a guess in brackets\n"
+        "  weights: {format: 0.1}\n"
+        "environment:  # the game plays the user: it answers each guess and scores the game (reward 1: guessed)\n"
+        "  _component_: ftune.agents.TextArenaEnvironment\n"
+        "  game: GuessTheNumber-v0  # any one-player TextArena game that needs no download\n"
+        "  max_turns: ${max_turns}\n"
+    )
+    return text[:start] + data + text[end:]
+
+
+def task_configs(lora_grpo: str) -> dict[str, str]:
+    """SmolLM2-135M's GRPO configs on tasks beyond the demo's, by the end of their file names."""
+    agent = agent_config(lora_grpo)
+    return {
+        "lora_grpo_agent": agent,
+        "textarena_lora_grpo_agent": textarena_config(agent),
+        "reasoning_gym_lora_grpo": reasoning_gym_config(lora_grpo),
+    }

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the ftune beside it
 
 from ftune import registry  # noqa: E402 - pure Python, no torch
-from scripts.config_grpo import GRPO, agent_config, grpo_data, grpo_loss, grpo_settings, reasoning_gym_config  # noqa: E402
+from scripts.config_grpo import GRPO, grpo_data, grpo_loss, grpo_settings, task_configs  # noqa: E402
 from scripts.config_models import MODELS, QAT_MODELS, Model  # noqa: E402
 from scripts.config_ppo import NAME as PPO_NAME  # noqa: E402
 from scripts.config_ppo import PPO_CONFIG  # noqa: E402
@@ -360,10 +360,10 @@ def expected() -> dict[Path, str]:
             name = f"{m.name}_reward_model_lora_grpo"  # GRPO with one of them as a reward
             plain = (config_name(m, "lora_grpo"), config(m, "lora_grpo"), TITLES["lora_grpo"])
             files[CONFIGS / f"{name}.yaml"] = with_reward_model(*plain, name)
-            files[CONFIGS / f"{m.name}_lora_grpo_agent.yaml"] = agent_config(config(m, "lora_grpo"))
-            files[CONFIGS / f"{m.name}_reasoning_gym_lora_grpo.yaml"] = reasoning_gym_config(
+            for stem, text in task_configs(
                 config(m, "lora_grpo")
-            )
+            ).items():  # an agent, reasoning-gym, TextArena
+                files[CONFIGS / f"{m.name}_{stem}.yaml"] = text
         if any(student == m.name for _, student in KD_PAIRS):
             for method in ("kd", "kd_lora"):
                 files[CONFIGS / f"{kd_name(m.name, method)}.yaml"] = config(m, method)

@@ -20,7 +20,7 @@ _ftune_pip() {  # pip with its output in the log; on failure, say where the log 
 }
 
 # What a usable environment has (found, not imported: importing lm_eval alone takes seconds).
-_FTUNE_NEEDS="ftune torch pytest transformers peft matplotlib trl lm_eval xdist verifiers reasoning_gym math_verify"
+_FTUNE_NEEDS="ftune torch pytest transformers peft matplotlib trl lm_eval xdist verifiers reasoning_gym math_verify textarena"
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in '$_FTUNE_NEEDS'.split()))" 2>/dev/null; then
   echo "Setting up $VENV (about a minute; log in $VENV/setup.log) ..."
   python3 -m venv "$VENV"

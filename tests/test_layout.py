@@ -97,6 +97,7 @@ OPTIONAL: dict[str, str] = {
     "math_verify": "agents",
     "reasoning_gym": "agents",
     "verifiers.v1": "agents",
+    "textarena": "agents",
     "ftune.evaluation.lm_eval_model": "lm-eval (the bridge subclasses lm_eval's LM at import)",
     "matplotlib": "plot",
     "torch.utils.tensorboard": "tensorboard",

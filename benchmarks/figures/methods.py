@@ -1,5 +1,5 @@
 """The figures of the preference and distillation demos (benchmarks/method_demos.py) on their recipe pages,
-GRPO against TRL, and the mixture-of-experts expert computation (benchmarks/moe_experts.py)."""
+the GRPO and agent demos, GRPO against TRL, and the mixture-of-experts expert computation (benchmarks/moe_experts.py)."""
 
 from __future__ import annotations
 
@@ -100,6 +100,80 @@ def grpo_demo() -> str:
         for r in runs
     )
     return table(header, rows, "lrrr") + "\n\n" + notes + "\n\n" + provenance("grpo_demo", up="../../")
+
+
+def agent_demo() -> str:
+    """The agent demo (benchmarks/agent_demo.py): held-out exact match with the calculator before, after SFT and
+    after multi-turn GRPO; GRPO steps per hour with the rollouts in the step and beside training."""
+    (r,) = load("agent_demo")["rows"]
+    s = r["settings"]
+
+    def em(result: dict) -> str:
+        return f"{_em(result)}; {result['tool_called']} called the tool"
+
+    rows = [
+        ["SmolLM2-135M-Instruct, base (the tool offered, its format not taught)", em(r["exact_match_base"])],
+        [f"after SFT ({s['sft_steps']} LoRA steps on the tool traces, merged)", em(r["exact_match_sft"])],
+        [f"+ {s['grpo_steps']} multi-turn LoRA GRPO steps (G {s['group_size']}, {s['batch_size']} questions a "
+         f"step, lr {lr_text(s['lr'])}, reward: exact match)", em(r["exact_match_grpo"])],
+    ]  # fmt: skip
+    header = ["", f"exact match (greedy, with the calculator, {s['heldout']} held-out questions)"]
+    names = {"sync": "in the step (synchronous)", "beside": "beside training (max_off_policy_steps=1)"}
+    runs = [  # in the order they ran; a repeat (benchmarks/agent_demo.py --speed-repeats) has its number
+        (names[k.split("_")[1]] + (f", run {k.split('_')[2]}" if k.count("_") == 2 else ""), x)
+        for k, x in r.items()
+        if k.startswith(("grpo_sync", "grpo_beside"))
+    ]
+    speed_rows = [
+        [
+            name,
+            f"{x['steps_per_hour']:.0f}",
+            f"{x['median_step_seconds']:.0f} s",
+            x["steps"],
+            x["load_average_1min_after"],
+        ]
+        for name, x in runs
+    ]
+    header_speed = ["GRPO rollouts", "steps per hour", "median step", "steps run", "1-min load after"]
+    loads = [
+        x["load_average_1min_after"]
+        for x in r.values()
+        if isinstance(x, dict) and "load_average_1min_after" in x
+    ]
+    notes = (
+        f"Command: `{r['command']}` (fp32, {'one thread' if r.get('threads') == '1' else 'two threads'} a "
+        f"process). SFT: `{r['sft_command']}`; GRPO: `{r['grpo_command']}`. The machine's 1-minute load average "
+        f"was {min(loads)} to {max(loads)} during the run: other jobs shared its two cores, so the step times are "
+        "this run's, the GRPO runs (back to back, the same settings) compared with each other, not an idle "
+        "machine's speed. Beside training is two processes of one thread each (the trainer and the sampling "
+        "worker): on cores shared with other jobs they get a larger share of them than the synchronous run's one "
+        "process, which is part of the difference; on an idle machine the gain is bounded by the sampling time "
+        "the trainer no longer waits for."
+    )
+    speed = table(header_speed, speed_rows, "lrrrr")
+    rewards = [c["reward"] for c in r["curve"] if c.get("reward") is not None]
+    if rewards and min(rewards) == 1.0:
+        signal = (
+            f" Every conversation sampled in the {len(rewards)} GRPO steps was right (reward 1.0 in each step), so every "
+            "group's advantages were zero: after this SFT, GRPO had no error left to learn from on this task."
+        )
+    else:
+        signal = f" The sampled reward per GRPO step ranged from {min(rewards):.2f} to {max(rewards):.2f}."
+    if len(runs) > 2:
+        signal += (
+            " The machine's load changed during the run (the load column): compare rates measured at about the same "
+            "load, e.g. the repeated pair, which ran back to back in the other order."
+        )
+    notes += signal
+    return (
+        table(header, rows, "lr")
+        + "\n\n"
+        + speed
+        + "\n\n"
+        + notes
+        + "\n\n"
+        + provenance("agent_demo", up="../../")
+    )
 
 
 def _grpo_rows(part: str) -> dict[tuple[str, bool], dict]:

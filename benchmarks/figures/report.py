@@ -61,6 +61,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "kd_demo": ("docs/recipes/knowledge_distillation_single_device.md", methods.kd_demo),
     "grpo_demo": ("docs/recipes/lora_grpo_single_device.md", methods.grpo_demo),
     "grpo_packing": ("docs/recipes/lora_grpo_single_device.md", methods.grpo_packing),
+    "agent_demo": ("docs/recipes/lora_grpo_agent_single_device.md", methods.agent_demo),
     "gemma3_quickstart": ("docs/models/gemma3.md", lambda: pages.quickstart_gemma3(up="../../")),
     "qat_ptq_cost": ("docs/qat.md", text.qat_ptq_cost),
     "qat_results": ("docs/qat.md", pages.qat_results),

@@ -2,6 +2,7 @@
 
 from ftune.agents.builtin_tools import Calculator, PythonTool
 from ftune.agents.environment import Environment, EnvStep, Episode, Message, ToolCall, Turn
+from ftune.agents.textarena_env import TextArenaEnvironment, TextArenaEpisode
 from ftune.agents.tool_env import ToolEnvironment, ToolEpisode
 from ftune.agents.tool_formats import FAMILY_FORMATS, FORMATS, ToolFormat, assistant_message, tool_format
 from ftune.agents.verifiers_env import VerifiersEnvironment, VerifiersEpisode
@@ -15,6 +16,8 @@ __all__ = [
     "Episode",
     "Message",
     "PythonTool",
+    "TextArenaEnvironment",
+    "TextArenaEpisode",
     "ToolCall",
     "ToolEnvironment",
     "ToolEpisode",

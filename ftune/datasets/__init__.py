@@ -10,6 +10,7 @@ from ftune.datasets.demo import (
     write_demo_data,
     write_demo_preference_data,
 )
+from ftune.datasets.game_tasks import textarena_dataset
 from ftune.datasets.image_preference import ImagePreferenceDataset, image_preference_dataset
 from ftune.datasets.image_prompts import ImagePromptDataset, image_prompt_dataset
 from ftune.datasets.image_task import (
@@ -63,6 +64,7 @@ __all__ = [
     "reasoning_gym_dataset",
     "reasoning_gym_records",
     "text_completion_dataset",
+    "textarena_dataset",
     "write_demo_data",
     "write_image_task",
     "write_demo_preference_data",

@@ -22,3 +22,16 @@ AGENT_TINY = [
 
 # A reasoning-gym config's tiny runs: its task and rewards as shipped, fewer prompts, short completions.
 REASONING_GYM_TINY = ["group_size=4", "max_new_tokens=6", "dataset.size=16", "dataset_val.size=8"]
+
+# The TextArena config's tiny runs: its game, dataset and rewards as shipped, fewer games, small budgets (the
+# game's rules are a long prompt: about 550 tokens with the tiny tokenizer, so the limits are raised).
+TEXTARENA_TINY = [
+    "group_size=4",
+    "dataset.size=8",
+    "dataset_val.size=4",
+    "max_turns=3",
+    "max_turn_tokens=6",
+    "max_trajectory_tokens=40",
+    "tokenizer.max_seq_len=1024",
+    "model.max_seq_len=1024",
+]

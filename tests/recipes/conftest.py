@@ -22,7 +22,7 @@ from tiny_checkpoint import (  # noqa: E402
     make_tiny_checkpoint,
     tiny_overrides,
 )
-from tiny_grpo import AGENT_TINY, GRPO_TINY, REASONING_GYM_TINY  # noqa: E402
+from tiny_grpo import AGENT_TINY, GRPO_TINY, REASONING_GYM_TINY, TEXTARENA_TINY  # noqa: E402
 from tiny_preference import tiny_kto_overrides, tiny_preference_overrides  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -81,6 +81,9 @@ def overrides_for(config: str, checkpoint: Path, data_dir: Path, output_dir: Pat
         return tiny_kto_overrides(checkpoint, data_dir, output_dir)
     if registry.method_of(config) in ("lora_dpo", "full_dpo", "lora_orpo") and "_demo_" not in config:
         return tiny_preference_overrides(checkpoint, data_dir, output_dir)
+    if "textarena" in config:  # its own game, prompts and rewards; small budgets
+        tiny = tiny_overrides(checkpoint, data_dir, output_dir)
+        return [o for o in tiny if not o.startswith("dataset")] + TEXTARENA_TINY
     if registry.method_of(config) == "lora_grpo_agent":  # the GRPO overrides, a scripted environment
         return [*tiny_overrides(checkpoint, data_dir, output_dir), *GRPO_TINY, *AGENT_TINY]
     if "reasoning_gym" in config:  # its own task's prompts and rewards; short completions
