@@ -28,7 +28,7 @@ from ftune.config.image_checks import check_image_rows
 from ftune.config.record_checks import answer_problem, check_answer_rows
 from ftune.data.image_messages import ImageMessagesTransform
 from ftune.data.messages import Message
-from ftune.datasets.multimodal import MultimodalSFTDataset, _image_transform
+from ftune.datasets.multimodal import MultimodalSFTDataset, image_transform_of
 from ftune.datasets.sft import check_columns
 from ftune.datasets.source import load_source
 
@@ -139,7 +139,7 @@ def image_preference_dataset(
             "samples' images, and DPO scores each answer as a whole. Given true, accepted: false. Fix: set "
             "dataset.packed=false and collate_fn=null (right padding; the images go with each row)."
         )
-    transform = _image_transform(image_transform)
+    transform = image_transform_of(image_transform)
     column_map = dict(column_map or {})
     unknown = set(column_map) - {"messages", "images", *SIDES}
     if unknown:

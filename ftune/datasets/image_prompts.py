@@ -26,7 +26,7 @@ import torch
 from ftune.config.data_files import json_records
 from ftune.config.image_checks import check_image_rows
 from ftune.data.image_messages import ImageMessagesTransform
-from ftune.datasets.multimodal import MultimodalSFTDataset, _image_transform
+from ftune.datasets.multimodal import MultimodalSFTDataset, image_transform_of
 from ftune.datasets.sft import check_columns
 from ftune.datasets.source import load_source
 
@@ -103,7 +103,7 @@ def image_prompt_dataset(
     Raises:
         ValueError: an unknown image transform or column, an unreadable image (row named).
     """
-    transform = _image_transform(image_transform)
+    transform = image_transform_of(image_transform)
     path = Path(source).expanduser()
     base = Path(image_dir).expanduser() if image_dir is not None else path.parent if path.is_file() else None
     messages = ImageMessagesTransform(
