@@ -8,7 +8,8 @@ the results file (or rerun the benchmark that writes it), never the block. Every
 the machine, commit and date its figures were measured on. The renderers, one small function a
 block, live beside this file: training.py (docs/benchmarks.md, training recipes), memory.py
 (docs/memory.md: the memory plan against measured peaks), step.py (where one step's time and memory
-go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts), pages.py (README,
+go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts), reward.py (the reward
+model, GRPO with it and PPO: reward_demo.py), pages.py (README,
 quickstart, QAT tables, inference recipes) and text.py (sentences of prose built from the results);
 tests/docs/test_doc_figures.py also fails on a measured figure written outside a block.
 """
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the package `figures`, qat_record
-from figures import memory, methods, pages, step, text, training  # noqa: E402
+from figures import memory, methods, pages, reward, step, text, training  # noqa: E402
 from figures.common import ROOT  # noqa: E402
 
 # block name -> (page, renderer)
@@ -60,6 +61,8 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "kd_demo": ("docs/recipes/knowledge_distillation_single_device.md", methods.kd_demo),
     "grpo_demo": ("docs/recipes/lora_grpo_single_device.md", methods.grpo_demo),
     "grpo_packing": ("docs/recipes/lora_grpo_single_device.md", methods.grpo_packing),
+    "reward_demo": ("docs/recipes/reward_model_single_device.md", reward.reward_demo),
+    "ppo_demo": ("docs/recipes/ppo_full_finetune_single_device.md", reward.ppo_demo),
     "gemma3_quickstart": ("docs/models/gemma3.md", lambda: pages.quickstart_gemma3(up="../../")),
     "qat_ptq_cost": ("docs/qat.md", text.qat_ptq_cost),
     "qat_results": ("docs/qat.md", pages.qat_results),
