@@ -211,6 +211,9 @@ def main(argv: list[str] | None = None) -> None:
         text = text.replace(str(sft), "<SFT model>").replace(str(out), "output/reward_demo")
         return text.replace(str(home), "$FTUNE_HOME").replace(str(ROOT) + "/", "")
 
+    def resolved(arg: str) -> str:  # a relative path given on the command line, as public() finds it
+        return str(Path(arg).resolve()) if arg.startswith(".") and Path(arg).exists() else arg
+
     def stage(name: str, keys: tuple[str, ...] | None = None, run_dir: Path | None = None) -> dict:
         m = meta(name)
         row = {"command": public(" ".join(["ftune", *m["args"]])), "seconds": m["seconds"],
@@ -227,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     rm["train_accuracy_last10"] = round(sum(r["accuracy"] for r in log_rows(rm_dir) if "accuracy" in r
                                             and r["step"] > args.rm_steps - 10) / min(10, args.rm_steps), 4)  # fmt: skip
     result = {
-        "command": public("python benchmarks/reward_demo.py " + " ".join(sys.argv[1:] if argv is None else argv)),
+        "command": public(" ".join(["python benchmarks/reward_demo.py", *map(resolved, sys.argv[1:] if argv is None else argv)])),
         "sft_model": "the quickstart's SFT run (60 LoRA steps of smollm2/135M_lora), merged",
         "threads": os.environ.get("OMP_NUM_THREADS", "torch's default (the cores)"),
         "settings": {"rm_steps": args.rm_steps, "grpo_steps": args.grpo_steps, "minutes": args.minutes,
