@@ -44,8 +44,8 @@ ARMS = {
     "reward_model": {"correct": 0.0, "preference": 1.0},
     "exact_match": {"correct": 1.0, "preference": 0.0},
 }
-GRPO_KEYS = ("step", "reward", "rewards/correct/mean", "rewards/preference/mean", "kl", "step_seconds")
-PPO_KEYS = ("step", "loss", "rlhf_reward", "scores", "kl", "kl_reward", "approx_policy_kl", "clipfrac",
+GRPO_KEYS = ("step", "lr", "reward", "rewards/correct/mean", "rewards/preference/mean", "kl", "step_seconds")
+PPO_KEYS = ("step", "lr", "loss", "rlhf_reward", "scores", "kl", "kl_reward", "approx_policy_kl", "clipfrac",
             "response_lengths", "step_seconds")  # fmt: skip
 
 

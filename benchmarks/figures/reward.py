@@ -66,12 +66,16 @@ def reward_demo() -> str:
         rows,
         "lrrrr",
     )  # fmt: skip
+    lr_reached = ", ".join(
+        f"{lr_text(g['curve'][-1]['lr'])} ({g['arm']})" for g in r["grpo"] if g["curve"][-1].get("lr")
+    )
     loads = "; ".join(f"{ARM_NAMES[g['arm']]}: {_load(g)}" for g in r["grpo"])
     notes = (
         f"- GRPO settings, both runs: LoRA, lr {lr_text(s['lr'])}, {s['batch_size']} prompts a step, 8 completions "
         f"each, beta {s['beta']}, at most {s['grpo_steps']} steps or {s['minutes']:g} minutes; both runs score "
         "every completion with both rewards (the other at weight 0: logged, not trained on), side by side "
-        f"with the PPO run. Loads: {loads}; reward model "
+        f"with the PPO run. The config warms the learning rate up over its first 10 steps: at the last step it was "
+        f"{lr_reached}. Loads: {loads}; reward model "
         f"{_load(rm)}.\n- {_where(r)}"
     )
     return "\n\n".join([rm_table, grpo_table, notes, provenance("reward_demo", up="../../")])
