@@ -67,7 +67,7 @@ def reward_demo() -> str:
         "lrrrr",
     )  # fmt: skip
     lr_reached = ", ".join(
-        f"{lr_text(g['curve'][-1]['lr'])} ({g['arm']})" for g in r["grpo"] if g["curve"][-1].get("lr")
+        f"{g['curve'][-1]['lr']:.2g} ({ARM_NAMES[g['arm']]})" for g in r["grpo"] if g["curve"][-1].get("lr")
     )
     loads = "; ".join(f"{ARM_NAMES[g['arm']]}: {_load(g)}" for g in r["grpo"])
     notes = (
