@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     }  # fmt: skip
     note = ("OMP_NUM_THREADS=1, the machine's two cores shared with other jobs; the two GRPO runs and PPO ran side by "
             "side, so their times are not speed figures.")  # fmt: skip
-    write_results(ROOT / "benchmarks" / "results" / "reward_demo.json", "reward_demo", [result], note=note)
+    path = ROOT / "benchmarks" / "results" / "reward_demo.json"  # the command without this machine's paths
+    write_results(path, "reward_demo", [result], note=note, command=result["command"])
     print(json.dumps({k: v for k, v in result.items() if k not in ("grpo", "ppo")}, indent=1))
 
 
