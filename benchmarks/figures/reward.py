@@ -89,7 +89,7 @@ def ppo_demo() -> str:
         ["", "PPO steps (time)", "exact match (greedy, 100 held-out)"],
         [
             ["the quickstart's SFT model (60 LoRA steps, merged)", "-", _em(r["exact_match_sft"])],
-            [f"+ PPO (value model: {p['value_model']})", f"{p['steps']} ({minutes(round(p['seconds']))})",
+            [f"+ PPO (value model: {p['value_model']})", f"{p['steps']} ({minutes(round(sum(c['step_seconds'] for c in p['curve'])))} of steps)",
              _em(p["exact_match"])],
         ],
         "lrr",
