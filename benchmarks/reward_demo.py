@@ -80,6 +80,24 @@ def complete_steps(run_dir: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in run_dir.glob("step_*") if (p / ".complete").is_file())
 
 
+def accuracy_by_kind(tokenizer_path: Path, base: Path, adapter: Path, pairs: Path) -> dict[str, list[int]]:
+    """The reward model's held-out pair accuracy by the kind of rejected answer: kind -> [right, pairs]."""
+    from ftune.evaluation import RewardModel
+    from ftune.models.smollm2 import smollm2_tokenizer
+
+    tokenizer = smollm2_tokenizer(path=str(tokenizer_path), max_seq_len=256)  # the demo config's
+    rm = RewardModel(tokenizer, checkpoint_dir=base, adapter_dir=adapter, batch_size=20)
+    rows = [json.loads(line) for line in pairs.read_text().splitlines() if line.strip()]
+    prompts = [r["chosen"][0]["content"] for r in rows]
+    scores = {side: rm.score_batch(prompts, [r[side][1]["content"] for r in rows], [{}] * len(rows))
+              for side in ("chosen", "rejected")}  # fmt: skip
+    kinds: dict[str, list[int]] = {}
+    for r, chosen, rejected in zip(rows, scores["chosen"], scores["rejected"], strict=True):
+        counts = kinds.setdefault(r.get("rejected_kind", "all"), [0, 0])
+        counts[0], counts[1] = counts[0] + (chosen > rejected), counts[1] + 1
+    return dict(sorted(kinds.items()))
+
+
 def log_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for f in sorted((run_dir / "logs").glob("*.jsonl"))
             for line in f.read_text().splitlines() if line.strip()]  # fmt: skip
@@ -225,6 +243,11 @@ def main(argv: list[str] | None = None) -> None:
         return row
 
     rm = stage("rm")
+    kinds_file = out / "rm_accuracy_by_kind.json"
+    if not kinds_file.is_file():
+        kinds = accuracy_by_kind(model, sft, rm_step, data / "heldout_pref.jsonl")
+        kinds_file.write_text(json.dumps(kinds))
+    rm["val_accuracy_by_rejected_kind"] = json.loads(kinds_file.read_text())
     rm["val"] = [{k: r[k] for k in r if k == "step" or k.startswith("val_")}
                  for r in log_rows(rm_dir) if "val_accuracy" in r]  # fmt: skip
     rm["train_accuracy_last10"] = round(sum(r["accuracy"] for r in log_rows(rm_dir) if "accuracy" in r

@@ -40,13 +40,14 @@ def reward_demo() -> str:
     r = _run()
     rm, s = r["reward_model"], r["settings"]
     (val,) = rm["val"][-1:]
+    kinds = ", ".join(f"{k} {n}/{m}" for k, (n, m) in rm["val_accuracy_by_rejected_kind"].items())
     rm_table = table(
         ["reward model (LoRA, from the SFT model)", "steps", "time", "train accuracy (last steps)",
-         "held-out pair accuracy", "held-out margin"],
+         "held-out pair accuracy", "by rejected answer", "held-out margin"],
         [["`smollm2/135M_demo_lora_rm`", s["rm_steps"], minutes(round(rm["seconds"])),
-          f"{rm['train_accuracy_last10']:.0%}", f"{val['val_accuracy']:.0%} ({val.get('val_pairs', 100)} pairs)",
+          f"{rm['train_accuracy_last10']:.0%}", f"{val['val_accuracy']:.0%} ({val.get('val_pairs', 100)} pairs)", kinds,
           f"{val['val_margin']:.2f}"]],
-        "lrrrrr",
+        "lrrrrrr",
     )  # fmt: skip
     rows = [["the quickstart's SFT model (60 LoRA steps, merged)", "-", "-", "-", _em(r["exact_match_sft"])]]
     for g in r["grpo"]:
