@@ -8,9 +8,10 @@ the results file (or rerun the benchmark that writes it), never the block. Every
 the machine, commit and date its figures were measured on. The renderers, one small function a
 block, live beside this file: training.py (docs/benchmarks.md, training recipes), memory.py
 (docs/memory.md: the memory plan against measured peaks), step.py (where one step's time and memory
-go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts), pages.py (README,
-quickstart, QAT tables, inference recipes), vision.py (docs/images.md: the image demo) and text.py
-(sentences of prose built from the results);
+go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts), reward.py (the reward
+model, GRPO with it and PPO: reward_demo.py), pages.py (README, quickstart, QAT tables, inference
+recipes), vision.py (docs/images.md: the image demo) and text.py (sentences of prose built from the
+results);
 tests/docs/test_doc_figures.py also fails on a measured figure written outside a block.
 """
 
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the package `figures`, qat_record
-from figures import memory, methods, pages, step, text, training, vision  # noqa: E402
+from figures import memory, methods, pages, reward, step, text, training, vision  # noqa: E402
 from figures.common import ROOT  # noqa: E402
 
 # block name -> (page, renderer)
@@ -62,6 +63,8 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "grpo_demo": ("docs/recipes/lora_grpo_single_device.md", methods.grpo_demo),
     "grpo_packing": ("docs/recipes/lora_grpo_single_device.md", methods.grpo_packing),
     "agent_demo": ("docs/recipes/lora_grpo_agent_single_device.md", methods.agent_demo),
+    "reward_demo": ("docs/recipes/reward_model_single_device.md", reward.reward_demo),
+    "ppo_demo": ("docs/recipes/ppo_full_finetune_single_device.md", reward.ppo_demo),
     "gemma3_quickstart": ("docs/models/gemma3.md", lambda: pages.quickstart_gemma3(up="../../")),
     "qat_ptq_cost": ("docs/qat.md", text.qat_ptq_cost),
     "qat_results": ("docs/qat.md", pages.qat_results),
