@@ -22,6 +22,7 @@ def main(cfg: config.Config) -> None:
     training.seed_everything(s.seed)
     device = training.get_device(s.device)
     info = training.init_distributed(device, timeout_s=s.dist_timeout_s)  # [dist]
+    mesh = training.device_mesh(device, info, s.tensor_parallel_dim, s.context_parallel_dim)  # [dist]
     dtype = training.resolve_dtype(s.dtype, cfg, device)  # says which is faster here; "auto" picks
     ckpt = config.instantiate(cfg.checkpointer)
     loaded = ckpt.load()  # the base model, or the newest step folder with resume_from_checkpoint=auto
@@ -35,7 +36,7 @@ def main(cfg: config.Config) -> None:
         training.apply_activation_checkpointing(model)
     if s.activation_offloading:
         training.apply_activation_offloading(model, device)
-    training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload)  # [dist]
+    training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload, mesh=mesh)  # [dist]
     if s.compile:
         training.compile_model(model)
 
@@ -48,8 +49,8 @@ def main(cfg: config.Config) -> None:
         collate_fn=collate,
         shuffle=s.shuffle,
         seed=s.seed,
-        rank=info.rank,  # [dist]
-        world_size=info.world_size,  # [dist]
+        rank=mesh.data_rank,  # [dist] tp and cp ranks of a row read the same batch
+        world_size=mesh.data_ranks,  # [dist]
     )
     val_loader = training.validation_loader(
         config.instantiate(cfg.dataset_val, tokenizer), batch_size=s.batch_size, collate_fn=collate
