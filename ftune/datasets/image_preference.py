@@ -18,19 +18,15 @@ so the policy and the reference see the images with both answers.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ftune.config.data_files import json_records
 from ftune.config.image_checks import check_image_rows
 from ftune.config.record_checks import answer_problem, check_answer_rows
 from ftune.data.image_messages import ImageMessagesTransform
 from ftune.data.messages import Message
-from ftune.datasets.multimodal import MultimodalSFTDataset, image_transform_of
-from ftune.datasets.sft import check_columns
-from ftune.datasets.source import load_source
+from ftune.datasets.multimodal import MultimodalSFTDataset, image_base_dir, image_records, image_transform_of
 
 if TYPE_CHECKING:
     from ftune.tokenizers.base import Tokenizer
@@ -148,22 +144,20 @@ def image_preference_dataset(
             "images, chosen and rejected."
         )
     columns = {side: column_map.pop(side, side) for side in SIDES}
-    path = Path(source).expanduser()
-    base = Path(image_dir).expanduser() if image_dir is not None else path.parent if path.is_file() else None
+    base = image_base_dir(source, image_dir)
     messages = ImageMessagesTransform(
         transform.placeholder, column_map=column_map, new_system_prompt=new_system_prompt, base_dir=base
     )
-    if records is not None:
-        rows: Any = [(f"{source} row {i + 1}", r) for i, r in enumerate(records)]
-    elif path.is_file() and data_files is None and split == "train" and (lines := json_records(path)):
-        records = [record for _, record in lines]
-        rows = [(f"{path}:{number}", record) for number, record in lines]
-    else:
-        records = load_source(source, data_files=data_files, split=split, name=name)
-        check_columns(
-            records, [messages.columns["messages"], *columns.values()], "image_preference_dataset", source
-        )
-        rows = [(f"{source} row {i + 1}", records[i]) for i in range(len(records))]
+    required = [messages.columns["messages"], *columns.values()]
+    records, rows = image_records(
+        source,
+        required,
+        "image_preference_dataset",
+        records=records,
+        data_files=data_files,
+        split=split,
+        name=name,
+    )
     check_answer_rows(rows, columns.values(), source)  # both answers present, before any image is read
     check_image_rows(rows, messages.columns["messages"], messages.columns["images"], base, source)
     layout = MultimodalSFTDataset(

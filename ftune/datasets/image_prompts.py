@@ -18,17 +18,13 @@ forward sees each completion's prompt images again (``ftune.generation.Rollout.p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ftune.config.data_files import json_records
 from ftune.config.image_checks import check_image_rows
 from ftune.data.image_messages import ImageMessagesTransform
-from ftune.datasets.multimodal import MultimodalSFTDataset, image_transform_of
-from ftune.datasets.sft import check_columns
-from ftune.datasets.source import load_source
+from ftune.datasets.multimodal import MultimodalSFTDataset, image_base_dir, image_records, image_transform_of
 
 if TYPE_CHECKING:
     from ftune.tokenizers.base import Tokenizer
@@ -104,20 +100,14 @@ def image_prompt_dataset(
         ValueError: an unknown image transform or column, an unreadable image (row named).
     """
     transform = image_transform_of(image_transform)
-    path = Path(source).expanduser()
-    base = Path(image_dir).expanduser() if image_dir is not None else path.parent if path.is_file() else None
+    base = image_base_dir(source, image_dir)
     messages = ImageMessagesTransform(
         transform.placeholder, column_map=column_map, new_system_prompt=new_system_prompt, base_dir=base
     )
-    if records is not None:
-        rows: Any = [(f"{source} row {i + 1}", r) for i, r in enumerate(records)]
-    elif path.is_file() and data_files is None and split == "train" and (lines := json_records(path)):
-        records = [record for _, record in lines]
-        rows = [(f"{path}:{number}", record) for number, record in lines]
-    else:
-        records = load_source(source, data_files=data_files, split=split, name=name)
-        check_columns(records, messages.required_columns, "image_prompt_dataset", source)
-        rows = [(f"{source} row {i + 1}", records[i]) for i in range(len(records))]
+    records, rows = image_records(
+        source, messages.required_columns, "image_prompt_dataset",
+        records=records, data_files=data_files, split=split, name=name,
+    )  # fmt: skip
     check_image_rows(rows, messages.columns["messages"], messages.columns["images"], base, source)
     layout = MultimodalSFTDataset(records, tokenizer, messages, transform, source=source)
     return ImagePromptDataset(records, layout)

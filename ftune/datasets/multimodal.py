@@ -316,16 +316,7 @@ def multimodal_chat_dataset(
             "mix several samples' images and their cross-sample attention); set dataset.packed=false."
         )
     transform = image_transform_of(image_transform)
-    path = Path(source).expanduser()
-    base = (
-        Path(image_dir).expanduser()
-        if image_dir is not None
-        else path.parent
-        if path.is_file()
-        else path
-        if path.is_dir()
-        else None
-    )
+    base = image_base_dir(source, image_dir)
     messages = ImageMessagesTransform(
         transform.placeholder,
         train_on_input=train_on_input,
@@ -333,17 +324,61 @@ def multimodal_chat_dataset(
         new_system_prompt=new_system_prompt,
         base_dir=base,
     )
-    lines = json_records(path) if path.is_file() and data_files is None and split == "train" else None
-    if (
-        lines is not None
-    ):  # read with json: content that is a string in one turn and parts in another stays so
-        records: Any = [record for _, record in lines]
-        rows: Any = [(f"{path}:{number}", record) for number, record in lines]
-    else:
-        records = load_source(source, data_files=data_files, split=split, name=name)
-        check_columns(records, messages.required_columns, type(messages).__name__, source)
-        rows = ((f"{source} row {i + 1}", records[i]) for i in range(len(records)))
+    records, rows = image_records(
+        source,
+        messages.required_columns,
+        "multimodal_chat_dataset",
+        data_files=data_files,
+        split=split,
+        name=name,
+    )
     check_image_rows(rows, messages.columns["messages"], messages.columns["images"], base, source)
     return MultimodalSFTDataset(
         records, tokenizer, messages, transform, max_seq_len=max_seq_len, source=source
     )
+
+
+def image_base_dir(source: str, image_dir: str | None) -> Path | None:
+    """The folder an image dataset's relative image paths are read from: `image_dir`, else the data
+    file's folder or the data folder itself, else None (the working directory, for a hub dataset)."""
+    if image_dir is not None:
+        return Path(image_dir).expanduser()
+    path = Path(source).expanduser()
+    return path.parent if path.is_file() else path if path.is_dir() else None
+
+
+def image_records(
+    source: str,
+    required_columns: Sequence[str],
+    owner: str,
+    *,
+    records: Sequence[Mapping[str, Any]] | None = None,
+    data_files: str | list[str] | dict[str, Any] | None = None,
+    split: str = "train",
+    name: str | None = None,
+) -> tuple[Any, list[tuple[str, Mapping[str, Any]]]]:
+    """An image dataset's records, and each with the name its errors give (file:line, or source row n).
+
+    A local .json/.jsonl train file is read with `json` (content that is a string in one turn and
+    parts in another stays so); anything else through `load_source`, its columns checked first.
+    `records` given in memory are taken as they are.
+
+    Returns:
+        (records, [(row name, record), ...]), for `check_image_rows` and the builder.
+
+    Raises:
+        ValueError: a missing column (`owner` and `source` named), a line that is not JSON.
+    """
+    path = Path(source).expanduser()
+    if records is not None:
+        return records, [(f"{source} row {i + 1}", r) for i, r in enumerate(records)]
+    if (
+        path.is_file()
+        and data_files is None
+        and split == "train"
+        and (lines := json_records(path)) is not None
+    ):
+        return [record for _, record in lines], [(f"{path}:{number}", record) for number, record in lines]
+    loaded = load_source(source, data_files=data_files, split=split, name=name)
+    check_columns(loaded, list(required_columns), owner, source)
+    return loaded, [(f"{source} row {i + 1}", loaded[i]) for i in range(len(loaded))]
