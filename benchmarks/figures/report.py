@@ -10,7 +10,8 @@ block, live beside this file: training.py (docs/benchmarks.md, training recipes)
 (docs/memory.md: the memory plan against measured peaks), step.py (where one step's time and memory
 go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts), reward.py (the reward
 model, GRPO with it and PPO: reward_demo.py), pages.py (README, quickstart, QAT tables, inference
-recipes), vision.py (docs/images.md: the image demo) and text.py (sentences of prose built from the
+recipes), vision.py (docs/images.md: the image demo), sequence.py (docs/benchmarks.md: tokens/s against
+sequence length) and text.py (sentences of prose built from the
 results);
 tests/docs/test_doc_figures.py also fails on a measured figure written outside a block.
 """
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the package `figures`, qat_record
-from figures import memory, methods, pages, reward, step, text, training, vision  # noqa: E402
+from figures import memory, methods, pages, reward, sequence, step, text, training, vision  # noqa: E402
 from figures.common import ROOT  # noqa: E402
 
 # block name -> (page, renderer)
@@ -46,6 +47,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "vs_torchtune": ("docs/benchmarks.md", training.vs_torchtune),
     "vs_torchtune_compile": ("docs/benchmarks.md", training.vs_torchtune_compile),
     "vs_torchtune_instruct": ("docs/benchmarks.md", training.vs_torchtune_instruct),
+    "vs_torchtune_seq": ("docs/benchmarks.md", sequence.vs_torchtune_seq),
     "step_profile": ("docs/benchmarks.md", step.step_profile),
     "step_split": ("docs/benchmarks.md", step.step_split),
     "step_memory": ("docs/benchmarks.md", step.step_memory),
