@@ -9,15 +9,21 @@ model sees at generation exactly the pixels and tokens it trained on.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from PIL import Image
 
 from ftune.data.collate import padded_collate_vision
+from ftune.data.image_transforms import LlavaImageTransform
 from ftune.datasets.image_prompts import ImagePromptDataset, image_prompt_dataset
+from ftune.datasets.multimodal import image_transform_of
+from ftune.models import is_image_text_model_config
+from ftune.models._image_text_config import IMAGE_TEXT_MODEL_TYPES
 
 if TYPE_CHECKING:
     from ftune.tokenizers.base import Tokenizer
@@ -100,3 +106,61 @@ def image_chat_prompt(
         tokenizer, source="prompt", image_transform=image_transform, records=[{"messages": messages}]
     )
     return image_prompts_batch([dataset[0]], dataset)
+
+
+# config.json's image-text family -> the name of its image transform (`ftune.datasets.multimodal.IMAGE_TRANSFORMS`)
+TRANSFORM_OF_FAMILY = {"gemma3_vision": "gemma3", "smolvlm": "idefics3", "llama3_2_vision": "mllama"}
+
+
+def check_image_model_folder(checkpoint_dir: str | Path, *, image_text: bool, key: str) -> dict[str, Any]:
+    """Refuse, before any model loads, images for a folder whose model takes none.
+
+    Args:
+        checkpoint_dir: the checkpointer's folder.
+        image_text: the checkpointer reads the folder whole (``checkpointer.image_text``).
+        key: the setting that holds the images, for the message.
+
+    Returns:
+        The folder's config.json.
+
+    Raises:
+        ValueError: no config.json, a text model's config.json, or an image-text folder read as text only.
+    """
+    path = Path(checkpoint_dir).expanduser() / "config.json"
+    accepted = ", ".join(sorted(IMAGE_TEXT_MODEL_TYPES))
+    if not path.is_file():
+        raise ValueError(
+            f"{key}: images were given, but {str(path)!r} does not exist, so whether the model takes images is "
+            f"unknown; point checkpointer.checkpoint_dir at an image-text model's folder (config.json model_type "
+            f"{accepted}), or leave {key} empty."
+        )
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if not is_image_text_model_config(config):
+        raise ValueError(
+            f"{key}: images were given, but {str(path)!r} describes a text-only model (model_type "
+            f"{config.get('model_type')!r}); images need an image-text model (model_type {accepted}): point "
+            f"checkpointer.checkpoint_dir at one, or leave {key} empty."
+        )
+    if not image_text:
+        raise ValueError(
+            f"{key}: images were given, but checkpointer.image_text is false, so {str(path.parent)!r} is read as "
+            "its text decoder only (no vision encoder); set checkpointer.image_text=true, or leave "
+            f"{key} empty."
+        )
+    return config
+
+
+def family_image_transform(config: Mapping[str, Any]) -> Any:
+    """The image transform of an image-text config.json's family, with its processor's published
+    defaults (LLaVA: the encoder's image and patch size from vision_config).
+
+    Raises:
+        ValueError: a config.json of no image-text family ftune builds.
+    """
+    family = IMAGE_TEXT_MODEL_TYPES[config["model_type"]][0]
+    if family == "llava":
+        vision = config.get("vision_config") or {}
+        return LlavaImageTransform(
+            image_size=vision.get("image_size", 224), patch_size=vision.get("patch_size", 16)
+        )
+    return image_transform_of(TRANSFORM_OF_FAMILY[family])

@@ -1,0 +1,122 @@
+"""The generate and eval recipes with images, on a tiny random SmolVLM (Idefics3) folder written by
+transformers and Pillow-drawn discs: generate prints what the library generates with the same
+prompt and pixels; eval scores an image QA file (chats with image parts) by exact match; a text
+model, a missing or unreadable image and an image folder read as text only are refused before the
+model loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import load_recipe
+from PIL import Image
+from test_vlm_recipes import TRANSFORM, _data, _folder
+
+from ftune.checkpointing import load_hf
+from ftune.config import ConfigError, load_config
+from ftune.config.image_checks import ImageReadError
+from ftune.data import Idefics3ImageTransform
+from ftune.datasets.image_generation import image_chat_prompt
+from ftune.generation import generate
+from ftune.tokenizers import HFTokenizer
+
+pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PROMPT = "What colour is the disc?"
+TRANSFORM_KEYS = [f"image_transform.{k}={v}" for k, v in TRANSFORM.items()]
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory) -> tuple[Path, Path]:
+    """(the tiny SmolVLM folder, the folder of the drawn discs and their chats)."""
+    path = tmp_path_factory.mktemp("vlm")
+    folder, _ = _folder(path, fit_vocab=True)
+    _data(path)
+    return folder, path
+
+
+def _generate_cfg(folder: Path, *overrides: str):
+    return load_config(
+        "generation",
+        [
+            "tokenizer._component_=ftune.tokenizers.HFTokenizer",
+            f"tokenizer.path={folder}",
+            f"checkpointer.checkpoint_dir={folder}",
+            "checkpointer.image_text=true",
+            f"prompt={PROMPT!r}",
+            "max_new_tokens=8",
+            *overrides,
+        ],
+    )
+
+
+def test_generate_with_an_image_prints_what_the_library_generates(vlm, capsys) -> None:
+    folder, data = vlm
+    image = str(data / "red.png")
+    cfg = _generate_cfg(
+        folder,
+        f"images=[{image}]",
+        "image_transform._component_=ftune.data.Idefics3ImageTransform",
+        *TRANSFORM_KEYS,
+    )
+    load_recipe("generate").main(cfg)
+    out = capsys.readouterr().out
+    tokenizer = HFTokenizer(folder)
+    inputs = image_chat_prompt(
+        tokenizer, Idefics3ImageTransform(**TRANSFORM), text=PROMPT, images=[Image.open(image)]
+    )
+    model = load_hf(folder, image_text=True).eval()
+    expected = generate(
+        model,
+        inputs.tokens[0],
+        max_new_tokens=8,
+        stop_tokens=tokenizer.stop_tokens,
+        pixel_values=inputs.pixel_values,
+    )
+    assert out == tokenizer.decode(expected) + "\n"
+    image_tokens = inputs.tokens[0].count(tokenizer.token_to_id("<image>"))
+    assert image_tokens == 20  # 2 x 2 tiles and the global image, 4 tokens each
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["images=[missing.png]"], r"images\[0\]: image file '.*missing.png' does not exist; fix the path"),
+        (["images=[{bad}]"], r"images\[0\]: image file '.*bad.png' cannot be decoded as an image"),
+        (
+            ["images=[{red}]", "checkpointer.image_text=false"],
+            r"images: images were given, but checkpointer.image_text is false, .* set checkpointer.image_text=true",
+        ),
+        (["images=[{red}]", "chat=false"], r"images: 1 image\(s\) given with chat=false"),
+    ],
+    ids=["missing", "unreadable", "read-as-text", "raw-text"],
+)
+def test_generate_refuses_bad_images_before_the_model_loads(
+    vlm, tmp_path, monkeypatch, overrides, match
+) -> None:
+    folder, data = vlm
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("ftune.checkpointing.load_inference_model", _no_load)
+    overrides = [o.format(bad=tmp_path / "bad.png", red=data / "red.png") for o in overrides]
+    with pytest.raises((ValueError, ImageReadError, ConfigError), match=match):
+        load_recipe("generate").main(_generate_cfg(folder, *overrides))
+
+
+def test_generate_refuses_images_for_a_text_model(vlm, tmp_path, monkeypatch) -> None:
+    folder, data = vlm
+    text = tmp_path / "text_model"
+    text.mkdir()
+    (text / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    monkeypatch.setattr("ftune.checkpointing.load_inference_model", _no_load)
+    cfg = _generate_cfg(folder, f"images=[{data / 'red.png'}]", f"checkpointer.checkpoint_dir={text}")
+    with pytest.raises(ValueError, match=r"describes a text-only model \(model_type 'llama'\); images need"):
+        load_recipe("generate").main(cfg)
+
+
+def _no_load(*args, **kwargs):
+    raise AssertionError("the model loaded before the images were checked")
