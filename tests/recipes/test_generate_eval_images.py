@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 from conftest import load_recipe
 from PIL import Image
+from test_llama3_2_vision_recipe import TILE as MLLAMA_TILE
+from test_llama3_2_vision_recipe import _folder as _mllama_folder
 from test_vlm_recipes import TRANSFORM, _data, _folder
 
 from ftune.checkpointing import load_hf
 from ftune.config import ConfigError, load_config
 from ftune.config.image_checks import ImageReadError
-from ftune.data import Idefics3ImageTransform
+from ftune.data import Idefics3ImageTransform, MllamaImageTransform
 from ftune.datasets.image_generation import image_chat_prompt
 from ftune.generation import generate
 from ftune.tokenizers import HFTokenizer
@@ -120,3 +122,45 @@ def test_generate_refuses_images_for_a_text_model(vlm, tmp_path, monkeypatch) ->
 
 def _no_load(*args, **kwargs):
     raise AssertionError("the model loaded before the images were checked")
+
+
+def test_generate_llama3_2_vision_with_an_image_equals_the_library(vlm, tmp_path) -> None:
+    # The cross-attention family: its tiles, aspect ratios and cross-attention mask reach the KV-cache
+    # generation through the recipe; the family's transform is config.json's (tile_size set to the tiny one).
+    _, data = vlm
+    folder = _mllama_folder(tmp_path)
+    image = str(data / "red.png")
+    cfg = _generate_cfg(
+        folder,
+        f"images=[{image}]",
+        "image_transform._component_=ftune.data.MllamaImageTransform",
+        f"image_transform.tile_size={MLLAMA_TILE}",
+    )
+    recipe, got = load_recipe("generate"), []
+
+    def recorded(*args, on_token, **kwargs):  # the tiny model's vocabulary outgrows the tokenizer's:
+        # compare ids, not the streamed text (the stream gets id 0 for each token)
+        got.extend(generate(*args, on_token=lambda _: on_token(0), **kwargs))
+        return got
+
+    recipe.generate = recorded
+    recipe.main(cfg)
+    tokenizer = HFTokenizer(folder)
+    inputs = image_chat_prompt(
+        tokenizer, MllamaImageTransform(tile_size=MLLAMA_TILE), text=PROMPT, images=[Image.open(image)]
+    )
+    assert sorted(inputs.image_inputs) == [
+        "aspect_ratio_ids",
+        "aspect_ratio_mask",
+        "cross_attention_mask",
+        "image_sample",
+    ]
+    expected = generate(
+        load_hf(folder, image_text=True).eval(),
+        inputs.tokens[0],
+        max_new_tokens=8,
+        stop_tokens=tokenizer.stop_tokens,
+        pixel_values=inputs.pixel_values,
+        image_inputs=inputs.image_inputs,
+    )
+    assert got == expected and len(got) == 8
