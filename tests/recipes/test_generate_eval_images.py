@@ -164,3 +164,83 @@ def test_generate_llama3_2_vision_with_an_image_equals_the_library(vlm, tmp_path
         image_inputs=inputs.image_inputs,
     )
     assert got == expected and len(got) == 8
+
+
+def _heldout(data: Path, answers: list[str]) -> Path:
+    """The drawn discs as image QA records: the question with its image, then the reference answer."""
+    lines = []
+    for name, answer in zip(("red", "green"), answers):
+        question = [{"type": "image", "image": f"{name}.png"}, {"type": "text", "text": PROMPT}]
+        messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+        lines.append(json.dumps({"messages": messages}) + "\n")
+    path = data / f"heldout_{len(list(data.glob('heldout_*')))}.jsonl"
+    path.write_text("".join(lines))
+    return path
+
+
+def _eval_cfg(folder: Path, heldout: Path, *overrides: str):
+    return load_config(
+        "eval",
+        [
+            "tokenizer._component_=ftune.tokenizers.HFTokenizer",
+            f"tokenizer.path={folder}",
+            f"checkpointer.checkpoint_dir={folder}",
+            "checkpointer.image_text=true",
+            f"heldout_file={heldout}",
+            "text_files=[]",
+            "lm_eval_tasks=[]",
+            "max_new_tokens=6",
+            "batch_size=2",  # both records in one batch, each with its image
+            "image_transform._component_=ftune.data.Idefics3ImageTransform",
+            *TRANSFORM_KEYS,
+            *overrides,
+        ],
+    )
+
+
+def test_eval_scores_image_questions_by_exact_match(vlm, tmp_path) -> None:
+    folder, data = vlm
+    tokenizer, model = HFTokenizer(folder), load_hf(folder, image_text=True).eval()
+    answers = []  # what the model answers each question alone, with its image
+    for name in ("red", "green"):
+        inputs = image_chat_prompt(
+            tokenizer,
+            Idefics3ImageTransform(**TRANSFORM),
+            text=PROMPT,
+            images=[Image.open(data / f"{name}.png")],
+        )
+        ids = generate(
+            model,
+            inputs.tokens[0],
+            max_new_tokens=6,
+            stop_tokens=tokenizer.stop_tokens,
+            pixel_values=inputs.pixel_values,
+        )
+        answers.append(
+            tokenizer.decode([t for t in ids if t not in tokenizer.stop_tokens], skip_special_tokens=True)
+        )
+    # the first reference is the model's own answer, the second is not: 1 of 2
+    heldout = _heldout(data, [answers[0], answers[1] + " no"])
+    out = tmp_path / "results.json"
+    load_recipe("eval").main(_eval_cfg(folder, heldout, f"output_file={out}"))
+    result = json.loads(out.read_text())["exact_match"]
+    assert (result["num_correct"], result["num_total"]) == (1, 2)
+    assert [s["prediction"] for s in result["samples"]] == answers
+
+
+def test_eval_refuses_an_unreadable_image_before_the_model_loads(vlm, tmp_path, monkeypatch) -> None:
+    folder, data = vlm
+    heldout = tmp_path / "heldout.jsonl"
+    question = [{"type": "image", "image": "gone.png"}, {"type": "text", "text": PROMPT}]
+    heldout.write_text(
+        json.dumps(
+            {"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": "red"}]}
+        )
+        + "\n"
+    )
+    monkeypatch.setattr("ftune.checkpointing.load_inference_model", _no_load)
+    with pytest.raises(
+        ImageReadError,
+        match=r"heldout.jsonl:1: messages\[0\].content\[0\].image: image file '.*gone.png' does not exist",
+    ):
+        load_recipe("eval").main(_eval_cfg(folder, heldout))
