@@ -20,7 +20,7 @@ from ftune.checkpointing import load_hf
 from ftune.config import ConfigError, load_config
 from ftune.config.image_checks import ImageReadError
 from ftune.data import Idefics3ImageTransform, MllamaImageTransform
-from ftune.datasets.image_generation import image_chat_prompt
+from ftune.datasets.image_generation import family_image_transform, image_chat_prompt
 from ftune.generation import generate
 from ftune.tokenizers import HFTokenizer
 
@@ -43,12 +43,10 @@ def vlm(tmp_path_factory) -> tuple[Path, Path]:
 
 def _generate_cfg(folder: Path, *overrides: str):
     return load_config(
-        "generation",
+        "smolvlm/256M_generation",
         [
-            "tokenizer._component_=ftune.tokenizers.HFTokenizer",
             f"tokenizer.path={folder}",
             f"checkpointer.checkpoint_dir={folder}",
-            "checkpointer.image_text=true",
             f"prompt={PROMPT!r}",
             "max_new_tokens=8",
             *overrides,
@@ -62,6 +60,7 @@ def test_generate_with_an_image_prints_what_the_library_generates(vlm, capsys) -
     cfg = _generate_cfg(
         folder,
         f"images=[{image}]",
+        "~image_transform",
         "image_transform._component_=ftune.data.Idefics3ImageTransform",
         *TRANSFORM_KEYS,
     )
@@ -133,6 +132,7 @@ def test_generate_llama3_2_vision_with_an_image_equals_the_library(vlm, tmp_path
     cfg = _generate_cfg(
         folder,
         f"images=[{image}]",
+        "~image_transform",
         "image_transform._component_=ftune.data.MllamaImageTransform",
         f"image_transform.tile_size={MLLAMA_TILE}",
     )
@@ -180,17 +180,14 @@ def _heldout(data: Path, answers: list[str]) -> Path:
 
 def _eval_cfg(folder: Path, heldout: Path, *overrides: str):
     return load_config(
-        "eval",
+        "smolvlm/256M_eval",
         [
-            "tokenizer._component_=ftune.tokenizers.HFTokenizer",
             f"tokenizer.path={folder}",
             f"checkpointer.checkpoint_dir={folder}",
-            "checkpointer.image_text=true",
             f"heldout_file={heldout}",
-            "text_files=[]",
-            "lm_eval_tasks=[]",
             "max_new_tokens=6",
             "batch_size=2",  # both records in one batch, each with its image
+            "~image_transform",
             "image_transform._component_=ftune.data.Idefics3ImageTransform",
             *TRANSFORM_KEYS,
             *overrides,
@@ -244,3 +241,20 @@ def test_eval_refuses_an_unreadable_image_before_the_model_loads(vlm, tmp_path, 
         match=r"heldout.jsonl:1: messages\[0\].content\[0\].image: image file '.*gone.png' does not exist",
     ):
         load_recipe("eval").main(_eval_cfg(folder, heldout))
+
+
+@pytest.mark.parametrize(
+    ("model_type", "transform", "check"),
+    [
+        ("smolvlm", "Idefics3ImageTransform", ("tile", 512)),
+        ("idefics3", "Idefics3ImageTransform", ("image_seq_len", 64)),
+        ("gemma3", "Gemma3ImageTransform", ("placeholder", "<start_of_image>")),
+        ("mllama", "MllamaImageTransform", ("tile", 560)),
+        ("llava", "LlavaImageTransform", ("image_size", 56)),
+    ],
+)
+def test_an_image_config_without_image_transform_takes_the_familys(model_type, transform, check) -> None:
+    config = {"model_type": model_type, "vision_config": {"image_size": 56, "patch_size": 7}}
+    got = family_image_transform(config)
+    assert type(got).__name__ == transform
+    assert getattr(got, check[0]) == check[1]
