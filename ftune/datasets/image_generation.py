@@ -116,7 +116,7 @@ def check_image_model_folder(checkpoint_dir: str | Path, *, image_text: bool, ke
     """Refuse, before any model loads, images for a folder whose model takes none.
 
     Args:
-        checkpoint_dir: the checkpointer's folder.
+        checkpoint_dir: the checkpointer's folder (or the quantize recipe's folder or its model.pt).
         image_text: the checkpointer reads the folder whole (``checkpointer.image_text``).
         key: the setting that holds the images, for the message.
 
@@ -126,7 +126,8 @@ def check_image_model_folder(checkpoint_dir: str | Path, *, image_text: bool, ke
     Raises:
         ValueError: no config.json, a text model's config.json, or an image-text folder read as text only.
     """
-    path = Path(checkpoint_dir).expanduser() / "config.json"
+    folder = Path(checkpoint_dir).expanduser()
+    path = (folder.parent if folder.is_file() else folder) / "config.json"
     accepted = ", ".join(sorted(IMAGE_TEXT_MODEL_TYPES))
     if not path.is_file():
         raise ValueError(

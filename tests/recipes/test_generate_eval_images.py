@@ -93,8 +93,12 @@ def test_generate_with_an_image_prints_what_the_library_generates(vlm, capsys) -
             r"images: images were given, but checkpointer.image_text is false, .* set checkpointer.image_text=true",
         ),
         (["images=[{red}]", "chat=false"], r"images: 1 image\(s\) given with chat=false"),
+        (  # what torchtune's llama3_2_vision/11B_generation_v2 converts to: its image is a URL
+            ["images=[https://example.com/a.jpg]"],
+            r"images\[0\] is a URL \('https://example.com/a.jpg'\); ftune reads images from local files only: download it",
+        ),
     ],
-    ids=["missing", "unreadable", "read-as-text", "raw-text"],
+    ids=["missing", "unreadable", "read-as-text", "raw-text", "url"],
 )
 def test_generate_refuses_bad_images_before_the_model_loads(
     vlm, tmp_path, monkeypatch, overrides, match
