@@ -5,7 +5,8 @@ Three measurements, each optional:
   word perplexity, byte perplexity and bits per byte, comparable across tokenizers;
 - exact-match accuracy on `heldout_file` (chat records, e.g. the demo's held-out split): each
   conversation up to its last assistant turn goes through the chat template, the model answers
-  greedily (batched, KV cache), and the answer must equal that turn up to whitespace;
+  greedily (batched, KV cache), and the answer must equal that turn up to whitespace; records with
+  image parts (an image-text model's) are answered with their images, read before the model loads;
 - lm-evaluation-harness tasks (`lm_eval_tasks`, built-in or from `lm_eval_include_path`) through
   ftune's model, tokenizer and KV cache; needs `pip install 'ftune[lm-eval]'`.
 
@@ -19,8 +20,9 @@ from pathlib import Path
 
 from ftune import checkpointing, config, evaluation, runtime
 from ftune.checkpointing import atomic
+from ftune.datasets import image_generation
 from ftune.datasets.demo import HELDOUT_FILE, write_demo_data
-from ftune.evaluation import EvalSettings, harness
+from ftune.evaluation import EvalSettings, harness, image_exact_match
 from ftune.evaluation.chat_samples import read_chat_samples
 
 # A longer answer than the longest reference cannot match it; the margin covers the stop token
@@ -47,9 +49,18 @@ def main(cfg: config.Config) -> None:
         )
     if missing := [f for f in s.text_files if not Path(f).expanduser().is_file()]:
         raise FileNotFoundError(f"text_files: {missing} do not exist; pass readable text files.")
+    ckpt = config.instantiate(cfg.checkpointer)
+    image_samples = None  # image QA records: their images read, and a model that takes them, before it loads
+    if s.heldout_file is not None:
+        image_samples = image_exact_match.read_image_samples(s.heldout_file, limit=s.limit)
+    if image_samples is not None:
+        folder = image_generation.check_image_model_folder(
+            s.quantized_checkpoint or ckpt.checkpoint_dir,
+            image_text=s.quantized_checkpoint is not None or getattr(ckpt, "image_text", False),
+            key="heldout_file (its records hold images)",
+        )
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     runtime.announce(device, dtype)
-    ckpt = config.instantiate(cfg.checkpointer)
     if s.output_file is not None:  # before the model loads: the results never land on an input
         inputs = {"checkpointer.checkpoint_dir": ckpt.checkpoint_dir, "adapter_dir": s.adapter_dir}
         inputs |= {"quantized_checkpoint": s.quantized_checkpoint, "heldout_file": s.heldout_file}
@@ -93,14 +104,37 @@ def main(cfg: config.Config) -> None:
         heldout = Path(s.heldout_file).expanduser()
         if not heldout.exists() and s.demo_data_if_missing and heldout.name == HELDOUT_FILE:
             write_demo_data(heldout.parent)  # the same files the demo's training config writes
-        samples = read_chat_samples(heldout, limit=s.limit)
+        if image_samples is None:
+            samples = read_chat_samples(heldout, limit=s.limit)
+        else:  # the prompts' text without their images, for the results
+            transform = cfg.image_transform  # null: the family's, with its processor's published defaults
+            transform = (
+                config.instantiate(transform)
+                if transform
+                else image_generation.family_image_transform(folder)
+            )
+            dataset = image_exact_match.image_samples_dataset(image_samples, tokenizer, transform)
+            read = dataset.layout.message_transform.messages
+            samples = [(read(r), a) for r, a in zip(image_samples.prompts, image_samples.references)]
         budget = s.max_new_tokens
         if budget is None:
             budget = ANSWER_MARGIN + max(
                 len(tokenizer.encode(r, add_bos=False, add_eos=False)) for _, r in samples
             )
         start = time.perf_counter()
-        em = evaluation.exact_match(model, tokenizer, samples, max_new_tokens=budget, batch_size=s.batch_size)
+        if image_samples is None:
+            em = evaluation.exact_match(
+                model, tokenizer, samples, max_new_tokens=budget, batch_size=s.batch_size
+            )
+        else:
+            em = image_exact_match.image_exact_match(
+                model,
+                tokenizer,
+                dataset,
+                image_samples.references,
+                max_new_tokens=budget,
+                batch_size=s.batch_size,
+            )
         seconds = time.perf_counter() - start
         results["exact_match"] = {
             "accuracy": em.accuracy,

@@ -6,14 +6,17 @@ stop token or max_new_tokens. Text is printed as it is generated; speed is repor
 
 The model is the checkpointer's folder (a base model, a merged LoRA folder or a full fine-tune's
 step folder), plus `adapter_dir` (a LoRA step folder) merged in, or the quantize recipe's output
-with `quantized_checkpoint`.
+with `quantized_checkpoint`. An image-text model also reads `images` (local files, shown before the
+prompt's text in the user's turn, laid out by the family's image transform).
 """
 
 import sys
 import time
 
 from ftune import checkpointing, config, runtime
+from ftune.config.image_checks import read_image
 from ftune.data.messages import Message
+from ftune.datasets import image_generation
 from ftune.generation import GenerateSettings, generate
 from ftune.generation.streaming import TextStreamer
 
@@ -27,10 +30,18 @@ def main(cfg: config.Config) -> None:
         raise ValueError(
             'prompt is not set: pass it on the command line, e.g. prompt="Tell me a joke.", or in the config.'
         )
+    images = [read_image(path, what=f"images[{i}]") for i, path in enumerate(s.images)]  # before the model
+    ckpt = config.instantiate(cfg.checkpointer)
+    if images:  # a text model refused before it loads
+        folder = image_generation.check_image_model_folder(
+            s.quantized_checkpoint or ckpt.checkpoint_dir,
+            image_text=s.quantized_checkpoint is not None or getattr(ckpt, "image_text", False),
+            key="images",
+        )
     device, dtype = runtime.get_device(s.device), runtime.get_dtype(s.dtype)
     runtime.announce(device, dtype)
     model = checkpointing.load_inference_model(
-        config.instantiate(cfg.checkpointer),
+        ckpt,
         model=cfg.model,
         adapter_dir=s.adapter_dir,
         quantized_checkpoint=s.quantized_checkpoint,
@@ -40,7 +51,17 @@ def main(cfg: config.Config) -> None:
     tokenizer = config.instantiate(cfg.tokenizer)
     checkpointing.check_tokenizer_fits(tokenizer.vocab_size, model)
 
-    if s.chat:
+    inputs = image_generation.ImagePrompts([])
+    if images:
+        transform = cfg.image_transform  # null: the family's, with its processor's published defaults
+        transform = (
+            config.instantiate(transform) if transform else image_generation.family_image_transform(folder)
+        )
+        inputs = image_generation.image_chat_prompt(
+            tokenizer, transform, text=s.prompt, images=images, system=s.system
+        )
+        prompt = inputs.tokens[0]
+    elif s.chat:
         messages = ([Message("system", s.system)] if s.system is not None else []) + [
             Message("user", s.prompt)
         ]
@@ -71,6 +92,8 @@ def main(cfg: config.Config) -> None:
         stop_tokens=tokenizer.stop_tokens,
         on_token=on_token,
         seed=s.seed,
+        pixel_values=inputs.pixel_values,
+        image_inputs=inputs.image_inputs,
     )
     elapsed = time.perf_counter() - start
     streamer.end()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scripts.config_vlm_inference import vlm_inference_configs
+
 SMOLVLM_REPO = "HuggingFaceTB/SmolVLM-256M-Instruct"
 SMOLVLM_FOLDER = "${ftune_home:}/models/SmolVLM-256M-Instruct"
 
@@ -329,4 +331,5 @@ def vlm_configs(configs: Path) -> dict[Path, str]:
     out[configs / "smolvlm" / "256M_lora_dpo.yaml"] = smolvlm_dpo()
     out[configs / "smolvlm" / "256M_lora_grpo.yaml"] = smolvlm_grpo()
     out[configs / "llama3_2_vision" / "11B_lora.yaml"] = llama3_2_vision_lora()
+    out.update(vlm_inference_configs(configs))  # generate and eval: scripts/config_vlm_inference.py
     return out

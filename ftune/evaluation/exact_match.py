@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -85,16 +85,16 @@ def exact_match(
         for messages, reference in samples:
             batch.append((prompt_tokens(tokenizer, messages), reference))
             if len(batch) == batch_size:
-                _score(model, tokenizer, batch, stops, max_new_tokens, normalize, result)
+                score_answers(model, tokenizer, batch, stops, max_new_tokens, normalize, result)
                 batch = []
         if batch:
-            _score(model, tokenizer, batch, stops, max_new_tokens, normalize, result)
+            score_answers(model, tokenizer, batch, stops, max_new_tokens, normalize, result)
     finally:
         model.train(was_training)
     return result
 
 
-def _score(
+def score_answers(
     model: nn.Module,
     tokenizer: Tokenizer,
     batch: list[tuple[list[int], str]],
@@ -102,13 +102,17 @@ def _score(
     max_new_tokens: int,
     normalize: Callable[[str], str] | None,
     result: ExactMatchResult,
+    images: Mapping[str, Any] | None = None,
 ) -> None:
+    """Answer a batch of (prompt ids, reference) greedily and add the outcome to `result`; `images` are
+    the prompts' ``pixel_values`` and ``image_inputs`` (`ftune.generation.generate_batch`), or None."""
     answers = generate_batch(
         model,
         [prompt for prompt, _ in batch],
         max_new_tokens=max_new_tokens,
         stop_tokens=sorted(stops),
         pad_id=tokenizer.pad_id,
+        **(images or {}),
     )
     for answer, (_, reference) in zip(answers, batch):
         if answer and answer[-1] in stops:

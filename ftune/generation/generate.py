@@ -9,12 +9,15 @@ decoding overwrites them in order before its position reaches them.
 Image-text models (`ftune.modules.vision.ImageTextModel`) take the prompts' images as
 `pixel_values`: the prompts hold each image's placeholder tokens (the family's image transform
 writes them), the prefill runs the vision encoder once and writes the image features into the
-cache like any prompt token, and decoding is text only.
+cache like any prompt token, and decoding is text only. A cross-attention model (Llama 3.2 Vision,
+`ftune.modules.vision.CrossAttentionImageTextModel`) also takes `image_inputs` (its aspect ratios and
+cross-attention mask): the prefill writes the images' keys and values into its cross-attention
+caches once, and each new token reads the tiles its prompt's last token read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -87,17 +90,19 @@ def _prefill_last_logits(
     mask: torch.Tensor,
     last: torch.Tensor,
     pixel_values: torch.Tensor | None = None,
+    image_inputs: Mapping[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Logits (b, vocab) at index ``last[i]`` of row i, filling the caches with all of `tokens`.
 
     Only those positions are projected to the vocabulary when the model can say so (ftune's
     decoders have ``hidden`` and ``project``): the other prompt positions' logits are never used,
     and the projection is a fifth of a small model's work (SmolLM2-135M). `pixel_values` go to an
-    image-text model's `hidden` (its images, in the order of their tokens).
+    image-text model's `hidden` (its images, in the order of their tokens), with `image_inputs`.
     """
     rows = torch.arange(tokens.shape[0], device=tokens.device)
     if pixel_values is not None:
-        hidden = model.hidden(tokens, pixel_values, input_pos=positions, mask=mask)  # (b, s, dim)
+        extra = dict(image_inputs or {})
+        hidden = model.hidden(tokens, pixel_values, **extra, input_pos=positions, mask=mask)  # (b, s, dim)
         return model.project(hidden[rows, last])
     if callable(getattr(model, "hidden", None)) and callable(getattr(model, "project", None)):
         hidden = model.hidden(tokens, input_pos=positions, mask=mask)  # (b, s, dim)
@@ -122,6 +127,7 @@ def decode_rows(
     on_step: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
     group_size: int = 1,
     pixel_values: torch.Tensor | None = None,
+    image_inputs: Mapping[str, torch.Tensor] | None = None,
 ) -> list[list[int]]:
     """The decoding loop `generate_batch` and `ftune.generation.rollout` share (their callers check the arguments).
 
@@ -138,6 +144,8 @@ def decode_rows(
             completions): each distinct prompt is prefilled once and its cache copied to its rows.
         pixel_values: an image-text model's images (n_images, channels, size, size), those of the
             prefilled prompts in row order (with `group_size` > 1: each group's prompt once).
+        image_inputs: the further inputs the model's `hidden` takes with `pixel_values` (see
+            `generate_batch`), for the prefill only.
 
     Returns:
         The new tokens of each row.
@@ -186,7 +194,13 @@ def decode_rows(
         positions = shared + torch.arange(longest - shared, device=device).expand(prefill, -1)  # (p, s)
         mask = slots[None, None, :] <= positions[:, :, None]  # (p, s, total)
         last = _prefill_last_logits(
-            model, tokens, positions, mask, lengths[::group_size] - shared - 1, pixel_values=pixel_values
+            model,
+            tokens,
+            positions,
+            mask,
+            lengths[::group_size] - shared - 1,
+            pixel_values=pixel_values,
+            image_inputs=image_inputs,
         )
         if group_size > 1:  # each prompt's cache and last logits copied to its G rows
             model.repeat_caches(batch)
@@ -230,6 +244,7 @@ def generate_batch(
     pad_id: int = 0,
     stop_when: Callable[[int, list[int]], bool] | None = None,
     pixel_values: torch.Tensor | None = None,
+    image_inputs: Mapping[str, torch.Tensor] | None = None,
 ) -> list[list[int]]:
     """Generate a continuation for each prompt, all in one batch.
 
@@ -251,6 +266,11 @@ def generate_batch(
         pixel_values: for an image-text model, (n_images, channels, size, size): the images of all
             prompts, in order (the first prompt's, then the next's; a prompt may have none), each
             image's placeholder tokens laid out in its prompt by the family's image transform.
+        image_inputs: the further per-image inputs the model's `hidden` takes with `pixel_values`, as
+            `ftune.data.padded_collate_vision` gives them for the right-padded prompts: Llama 3.2
+            Vision's ``aspect_ratio_ids``, ``aspect_ratio_mask``, ``cross_attention_mask`` (b, s, images,
+            tiles) and ``image_sample`` (`ftune.datasets.image_generation` picks them); None for
+            the other families.
 
     Returns:
         The new tokens of each prompt (prompt excluded), ending at the first stop token, where
@@ -273,6 +293,11 @@ def generate_batch(
             "with an image-text model (e.g. checkpointer.image_text=true and its image-text builder), or "
             "leave the images out."
         )
+    if image_inputs and pixel_values is None:
+        raise ValueError(
+            f"generate_batch: image_inputs ({sorted(image_inputs)}) were given without pixel_values; pass the "
+            "images' pixel_values with them, or neither."
+        )
     if max_new_tokens == 0:
         return [[] for _ in ids]
 
@@ -292,6 +317,7 @@ def generate_batch(
         on_token=on_token,
         stop_when=stop_when,
         pixel_values=pixel_values,
+        image_inputs=image_inputs,
     )
 
 
@@ -307,6 +333,7 @@ def generate(
     on_token: Callable[[int], None] | None = None,
     seed: int | None = None,
     pixel_values: torch.Tensor | None = None,
+    image_inputs: Mapping[str, torch.Tensor] | None = None,
 ) -> list[int]:
     """Generate a continuation of one prompt with the KV cache.
 
@@ -321,6 +348,7 @@ def generate(
         on_token: called with each new token id as soon as it is chosen, for streaming.
         seed: makes sampling reproducible (see `generate_batch`).
         pixel_values: the prompt's images, for an image-text model (see `generate_batch`).
+        image_inputs: their further inputs (Llama 3.2 Vision; see `generate_batch`).
 
     Returns:
         The new token ids (prompt excluded).
@@ -340,4 +368,5 @@ def generate(
         on_token=callback,
         seed=seed,
         pixel_values=pixel_values,
+        image_inputs=image_inputs,
     )[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ftune.config.settings import setting
 from ftune.settings.inference import InferenceModelSettings
@@ -14,9 +15,14 @@ from ftune.settings.inference import InferenceModelSettings
 class EvalSettings(InferenceModelSettings):
     """The eval recipe: perplexity on text files, exact match on held-out chat records, lm-eval tasks."""
 
+    # image_transform: the family's image transform for a heldout_file with images (null: config.json's)
+    COMPONENTS: ClassVar[dict[str, bool]] = {**InferenceModelSettings.COMPONENTS, "image_transform": False}
+
     text_files: list[str] = setting([], "text files for perplexity, one document each")
     heldout_file: str | None = setting(
-        None, "JSONL of chat records for exact match (the demo's heldout.jsonl); null: skip"
+        None,
+        "JSONL of chat records for exact match (the demo's heldout.jsonl; with image parts: an image-text "
+        "model's, e.g. the image task's heldout.jsonl); null: skip",
     )
     demo_data_if_missing: bool = setting(
         True, "when heldout_file is a missing heldout.jsonl, write the demo data (as training does) first"

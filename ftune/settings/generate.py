@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ftune.config.settings import setting
 from ftune.settings.inference import InferenceModelSettings
@@ -13,8 +14,14 @@ from ftune.settings.inference import InferenceModelSettings
 class GenerateSettings(InferenceModelSettings):
     """The generate recipe: one prompt (or system + prompt) through the chat template, streamed."""
 
+    # image_transform: the family's image transform for `images` (null: config.json's family's defaults)
+    COMPONENTS: ClassVar[dict[str, bool]] = {**InferenceModelSettings.COMPONENTS, "image_transform": False}
+
     prompt: str | None = setting(None, "the user message (or the raw text with chat=false); required")
     system: str | None = setting(None, "a system message before the prompt (chat only)")
+    images: list[str] = setting(
+        [], "local image files shown before the prompt's text, in order (an image-text model only)"
+    )
     chat: bool = setting(True, "wrap the prompt in the model's chat template (false: raw text completion)")
     max_new_tokens: int = setting(256, "tokens to generate at most")
     temperature: float = setting(0.0, "sampling temperature; 0 is greedy")
@@ -25,6 +32,11 @@ class GenerateSettings(InferenceModelSettings):
     def problems(self) -> list[str]:
         """Sampling values that cannot work (the rules of ftune.generation.check_sampling_args), before the model loads."""
         out = super().problems()
+        if self.images and not self.chat:
+            out.append(
+                f"images: {len(self.images)} image(s) given with chat=false; images go into the chat template's "
+                "user turn: set chat=true, or images=[]."
+            )
         if self.max_new_tokens < 1:
             out.append(f"max_new_tokens: must be >= 1, got {self.max_new_tokens!r}.")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):

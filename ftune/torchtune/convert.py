@@ -29,7 +29,7 @@ from ftune.torchtune.conversion import Conversion, Converter, KeyReport
 _SETTINGS_ORDER = [
     "output_dir seed device dtype batch_size grad_accum_steps epochs max_steps clip_grad_norm shuffle".split(),
     "compile activation_checkpointing activation_offloading optimizer_in_backward".split(),
-    "fsdp_cpu_offload log_every_n_steps profile qat prompt system max_new_tokens temperature top_k top_p".split(),
+    "fsdp_cpu_offload log_every_n_steps profile qat prompt images system max_new_tokens temperature top_k top_p".split(),
 ]
 _SECTION_ORDER = (
     "model tokenizer checkpointer teacher_model teacher_tokenizer teacher_checkpointer peft quantizer dataset "

@@ -88,7 +88,25 @@ def convert_model(c: Converter, node: dict[str, Any], base: str, lora: bool) -> 
     c.out["peft"] = peft
 
 
-IMAGE_PROMPT = "an image prompt: ftune's generate recipe takes a text prompt (no images yet)"
+def _image_prompt(c: Converter, user: dict[str, Any]) -> None:
+    """torchtune's ``prompt.user: {image: <path or URL>, text: ...}`` -> generate's prompt and images."""
+    if set(user) - {"image", "text"}:
+        c.note(
+            "prompt.user",
+            "unsupported",
+            f"keys {sorted(set(user) - {'image', 'text'})}: torchtune's take image, text",
+        )
+        return
+    if "text" in user:
+        c.out["prompt"] = user["text"]
+    if "image" in user:
+        c.out["images"] = [user["image"]]
+    c.note(
+        "prompt.user",
+        "mapped",
+        "prompt (its text) and images (its image, shown before the text as in torchtune's generate_v2; ftune "
+        "reads local files only, so a URL is refused at run time: download it and give its path)",
+    )
 
 
 def convert_special(c: Converter, key: str, value: Any) -> bool:
@@ -98,8 +116,10 @@ def convert_special(c: Converter, key: str, value: Any) -> bool:
             if sub == "system":
                 c.out["system"] = v
                 c.note("prompt.system", "mapped", "system")
+            elif sub == "user":
+                _image_prompt(c, v)
             else:
-                c.note(f"prompt.{sub}", "unsupported", f"{IMAGE_PROMPT}; give prompt=<text> instead")
+                c.note(f"prompt.{sub}", "unsupported", "torchtune's prompt has system and user only")
         return True
     if key == "collate_fn" and value == COLLATE:
         c.note(

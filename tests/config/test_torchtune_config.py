@@ -28,9 +28,8 @@ from ftune.torchtune.table import RECIPES as TABLE_RECIPES
 WHEEL = "torchtune-0.6.1-py3-none-any.whl"
 # Configs that do not convert completely, and the one reason each: this list is the documented one.
 # (lora_finetune_distributed's 4 qlora configs were the last exceptions until it ran QLoRA.)
-EXCEPTIONS: dict[str, str] = {
-    "llama3_2_vision/11B_generation_v2.yaml": "an image prompt: ftune's generate recipe takes a text prompt (no images yet)",
-}
+# (llama3_2_vision/11B_generation_v2's image prompt was the last until generate took images.)
+EXCEPTIONS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,9 @@ _IMAGES = ('~dataset', 'dataset._component_=ftune.datasets.multimodal_chat_datas
 CASES += [  # noqa: F821
     _c('ckpt-image-text-on-text-folder', 'checkpoints', (*LORA, 'checkpointer.image_text=true'), 'describes a text model', 'config.json', "model_type 'llama'", 'Set checkpointer.image_text=false'),  # noqa: F821
     _c('image-pair-missing-rejected', 'data', ('validate', 'smolvlm/256M_lora_dpo', '~dataset', 'dataset._component_=ftune.datasets.image_preference_dataset', 'dataset.source={tmp}/image_pairs.jsonl', 'dataset.image_transform=idefics3'), 'cannot train', 'image_pairs.jsonl:2', "the answer 'rejected' is null", 'write the answer or delete the record', 'image_pair_no_rejected'),  # noqa: F821
+    _c('generate-image-missing', 'values', ('run', 'generate', 'prompt=hi', 'images=[{tmp}/gone.png]'), 'does not exist', 'images[0]', "image file '{tmp}/gone.png'", 'fix the path or add the file'),  # noqa: F821
+    _c('generate-image-unreadable', 'values', ('run', 'generate', 'prompt=hi', 'images=[{tmp}/bad.png]'), 'cannot be decoded as an image', 'images[0]', "image file '{tmp}/bad.png'", 'store PNG, JPEG', 'image_bad_bytes'),  # noqa: F821
+    _c('generate-image-text-model', 'checkpoints', ('run', 'generate', 'prompt=hi', 'images=[{tmp}/ok.png]', 'checkpointer.checkpoint_dir={ckpt}'), 'describes a text-only model', "images: images were given, but '{ckpt}/config.json'", "model_type 'llama'", 'point checkpointer.checkpoint_dir at one, or leave images empty', 'image_ok'),  # noqa: F821
     _c('image-missing', 'data', (*LORA, *_IMAGES), 'cannot be read', 'images.jsonl:2: messages[0].content[0].image', "image file '{tmp}/gone.png' does not exist", 'fix the path or add the file', 'image_missing'),  # noqa: F821
 ]
 # fmt: on
@@ -52,3 +55,7 @@ def _image_pair_no_rejected(tmp, ckpt):
 
 
 SETUPS["image_pair_no_rejected"] = _image_pair_no_rejected  # noqa: F821
+
+
+SETUPS["image_bad_bytes"] = lambda tmp, ckpt: _write(tmp / "bad.png", "not a png")  # noqa: F821
+SETUPS["image_ok"] = lambda tmp, ckpt: _Image.new("RGB", (3, 2), (200, 10, 10)).save(tmp / "ok.png")  # noqa: F821

@@ -40,8 +40,10 @@ def family_configs(family: str) -> list[str]:
 
 def sized_by(folder, config: str) -> list[str]:
     """Point a config's model (and a KD config's teacher) at `folder`, sized by its config.json."""
-    overrides = ["~model", f"checkpointer.checkpoint_dir={folder}", f"tokenizer.path={folder}"]
-    if "teacher_model" in load_config(config).node:
+    node = load_config(config).node
+    overrides = ["~model"] if "model" in node else []  # an image-text config has none: config.json sizes it
+    overrides += [f"checkpointer.checkpoint_dir={folder}", f"tokenizer.path={folder}"]
+    if "teacher_model" in node:
         overrides += [
             "~teacher_model",
             f"teacher_checkpointer.checkpoint_dir={folder}",
