@@ -64,6 +64,11 @@ def _transform(component: str, **kwargs) -> list[str]:
     ]
 
 
+SMOLVLM_TRANSFORM = _transform(
+    "ftune.data.Idefics3ImageTransform", longest_edge=32, tile_size=16, image_seq_len=4
+)
+
+
 def smolvlm(path: Path) -> tuple[Path, list[str]]:
     """Idefics3: 16 px tiles pixel-shuffled by 2 (4 tokens a tile); a 32 px image is 4 tiles + the global one."""
     import transformers
@@ -75,9 +80,9 @@ def smolvlm(path: Path) -> tuple[Path, list[str]]:
         scale_factor=2,
         image_token_id=HFTokenizer(tok).token_to_id("<image>"),
     )
-    folder = _save(transformers.Idefics3ForConditionalGeneration(config), tok, path / "smolvlm")
-    transform = dict(longest_edge=32, tile_size=16, image_seq_len=4)
-    return folder, _transform("ftune.data.Idefics3ImageTransform", **transform)
+    return _save(
+        transformers.Idefics3ForConditionalGeneration(config), tok, path / "smolvlm"
+    ), SMOLVLM_TRANSFORM
 
 
 def gemma3(path: Path) -> tuple[Path, list[str]]:
