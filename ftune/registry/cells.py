@@ -46,6 +46,7 @@ SFT_COMMON = {
     "off_policy_correction": na(
         "supervised: nothing is sampled; rollouts beside training: lora_grpo_agent_single_device"
     ),
+    "images": YES,  # an image-text folder (checkpointer.image_text) and multimodal_chat_dataset
 }
 NOT_LORA = {
     "lora": na("full fine-tune: every weight trains"),
@@ -85,7 +86,15 @@ NO_QAT = {
     "qat": na("use qat_single_device or qat_distributed"),
     "learned_ranges": na("no QAT: use qat_single_device or qat_distributed"),
 }
-QAT = {"qat": YES, "learned_ranges": YES}
+_IMAGES_UNCHECKED = (
+    "runs with an image-text model (the images reach the loss through the same model.hidden line as the "
+    "SFT recipes'), but no image run of this recipe is in the test suite"
+)
+QAT = {
+    "qat": YES,
+    "learned_ranges": YES,
+    "images": unchecked(f"{_IMAGES_UNCHECKED}; the quantizer fake-quantizes the encoder's linears too"),
+}
 # QAT + LoRA: plain LoRA adapters over the fake-quantized frozen base.
 QAT_LORA = {
     "lora": YES,
@@ -96,6 +105,7 @@ QAT_LORA = {
         "LoRA trains its adapters only, and the adapter checkpoint has no place for ranges: "
         "quantizer.learn_ranges=true is refused with a message"
     ),
+    "images": unchecked(f"{_IMAGES_UNCHECKED}; the quantizer fake-quantizes the encoder's linears too"),
 }
 OPT_BWD = {"optimizer_in_backward": YES}
 NO_OPT_BWD_DIST = {
@@ -141,6 +151,10 @@ DPO_COMMON = {
     "qat": na("no QAT preference recipe"),
     "learned_ranges": na("no QAT preference recipe"),
     "mixture_of_experts": YES,  # a LoRA reference keeps the policy's router state: tests/training/test_router_state.py
+    "images": unchecked(
+        f"{DPO_UNCHECKED}: image-grounded pairs (smolvlm/256M_lora_dpo); tests/recipes/test_vlm_dpo_grpo.py "
+        "checks that the loss is the hand-computed one and changes with the images"
+    ),
 }
 DPO_LORA = {"lora": YES, "qlora": unchecked(DPO_UNCHECKED), "dora": unchecked(DPO_UNCHECKED)}
 DPO_SINGLE = {"optimizer_in_backward": unchecked(DPO_UNCHECKED)}
@@ -164,6 +178,9 @@ KD = {
     "qlora": na("a LoRA student over an NF4 base is not supported: use a full or LoRA student"),
     "dora": na("the student's adapters are plain LoRA"),
     **NO_QAT,
+    "images": unchecked(
+        f"{_IMAGES_UNCHECKED}; the teacher must share the student's vocabulary (a text teacher reads the tokens)"
+    ),
 }
 # Online RL (GRPO). What a GRPO run is checked for is ✓; what runs but is not checked on a GRPO run
 # is `unchecked`; what cannot apply is n/a.
@@ -204,10 +221,18 @@ GRPO_COMMON = {
     "optimizer_in_backward": na(
         "a reused rollout's clipped ratio needs the step to end before the weights change; refused with a message"
     ),
+    "images": unchecked(
+        f"{GRPO_UNCHECKED}: image prompts (smolvlm/256M_lora_grpo); tests/recipes/test_vlm_dpo_grpo.py checks "
+        "that rollouts sample with the images and the log-probabilities change with them"
+    ),
 }
 GRPO_LORA = {"lora": YES, "qlora": unchecked(GRPO_UNCHECKED), "dora": unchecked(GRPO_UNCHECKED)}
 # The agent recipe: conversations with an environment, and rollouts beside training.
-AGENT = {"multi_turn": YES, "off_policy_correction": YES}
+AGENT = {
+    "multi_turn": YES,
+    "off_policy_correction": YES,
+    "images": na("the environment's turns are text; image prompts train with lora_grpo_single_device"),
+}
 GRPO_LORA_DIST = {
     **GRPO_LORA,
     "qlora": na(
@@ -257,6 +282,7 @@ RM_COMMON = {
     "lora": YES,  # the _lora_rm configs: adapters and the score head (peft's modules_to_save) train
     "qlora": unchecked(RM_UNCHECKED),
     "dora": unchecked(RM_UNCHECKED),
+    "images": na("a reward model scores text pairs; image-grounded pairs train with the DPO recipes"),
 }
 RM_SINGLE = {"optimizer_in_backward": unchecked(RM_UNCHECKED)}
 RM_DIST = {
@@ -301,6 +327,7 @@ PPO = {
     "learned_ranges": na("no QAT RL recipe"),
     "mixture_of_experts": unchecked(PPO_UNCHECKED),
     "optimizer_in_backward": YES,  # each step's forwards run before its backward (grad_accum_steps 1)
+    "images": na("PPO's reward and value models read text; image prompts train with lora_grpo_single_device"),
 }
 # The recipes that do not train: a cell for each feature they offer, none for the training features.
 GENERATE = {"kv_cache": YES, "chat_template": YES, "lora": YES, "quantization": YES}

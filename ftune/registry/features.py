@@ -43,4 +43,5 @@ FEATURES: dict[str, str] = {
     "multi_turn": "conversations with an environment on the KV cache; only the model's tokens trained",
     "off_policy_correction": "rollouts sampled beside training by a worker, stale by a bounded number of steps, "
     "with truncated importance weights",
+    "images": "image-text models: the images through the vision encoder and projector into the loss",
 }

@@ -20,6 +20,7 @@ import pytest
 import torch
 from features_agent import multi_turn, off_policy_correction
 from features_grpo import padding_free_rollouts
+from features_images import images
 from features_methods import (
     VOCAB,
     knowledge_distillation,
@@ -359,5 +360,6 @@ CHECKS = {
         ppo,
         multi_turn,
         off_policy_correction,
+        images,
     )
 }

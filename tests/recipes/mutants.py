@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from features import CHECKS
 from mutants_agent import agent_mutants
+from mutants_images import images_mutants
 from mutants_parallel import parallel_mutants
 from mutants_ppo import ppo_mutants
 from mutants_rewards import reward_mutants
@@ -368,9 +369,8 @@ MUTANTS: dict[str, tuple[Mutant, ...]] = {
         ),
     ),
 }
-
-MUTANTS.update({**reward_mutants(Mutant), **ppo_mutants(Mutant)})  # tests/recipes/mutants_{rewards,ppo}.py
-MUTANTS.update(agent_mutants(Mutant, _wrap))  # tests/recipes/mutants_agent.py
+MUTANTS.update({**reward_mutants(Mutant), **ppo_mutants(Mutant), **images_mutants(Mutant, _wrap)})
+MUTANTS.update(agent_mutants(Mutant, _wrap))  # tests/recipes/mutants_{agent,rewards,ppo,images}.py
 MUTANTS.update(parallel_mutants(Mutant, _wrap))  # tests/recipes/mutants_parallel.py
 
 # The one table: feature -> (its check, its mutants).

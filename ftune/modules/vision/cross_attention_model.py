@@ -67,6 +67,16 @@ class CrossAttentionImageTextModel(ImageTextModel):
         features = self.projector(self.vision_encoder(pixel_values, aspect_ratio_ids, aspect_ratio_mask))
         return features.flatten(1, 2)
 
+    def blank_image_term(self, like: torch.Tensor) -> torch.Tensor:
+        """`ImageTextModel.blank_image_term`: one blank image of one tile (aspect ratio id 1)."""
+        encoder = self.vision_encoder
+        side, tiles = encoder.image_size, encoder.max_num_tiles
+        pixels = like.new_zeros(1, tiles, encoder.patch_embedding.in_channels, side, side)
+        ids = torch.ones(1, dtype=torch.long, device=like.device)
+        tile_mask = torch.zeros(1, tiles, dtype=torch.long, device=like.device)
+        tile_mask[:, 0] = 1
+        return 0.0 * self.image_features(pixels, ids, tile_mask).sum()
+
     def _grouped(
         self,
         batch_size: int,
@@ -142,7 +152,7 @@ class CrossAttentionImageTextModel(ImageTextModel):
             ValueError: images without their aspect ratios or cross-attention mask, more images in a
                 sample than the mask has room for, or for the decoder's own checks.
         """
-        cross = None
+        cross, embeds = None, None
         if pixel_values is not None:
             if aspect_ratio_ids is None or aspect_ratio_mask is None or cross_attention_mask is None:
                 raise ValueError(
@@ -157,9 +167,14 @@ class CrossAttentionImageTextModel(ImageTextModel):
             if cross_attention_mask is None:
                 cross_attention_mask = self._last_row[:, None].expand(-1, tokens.shape[1], -1, -1)
             cross = self._cross_inputs(None, cross_attention_mask)
+        elif self.encode_without_images and not self.decoder.caches_are_enabled():
+            # A text-only batch skips the cross-attention layers (as transformers does); the blank
+            # image adds zero to the embeddings, so that every rank ran the encoder and projector.
+            embeds = self.decoder.tok_embeddings(tokens)  # (b, s, d)
+            embeds = embeds + self.blank_image_term(embeds)
         if self.decoder.caches_are_enabled() and cross_attention_mask is not None:
             self._last_row = cross_attention_mask[:, -1]
-        return self.decoder.hidden(tokens, input_pos=input_pos, mask=mask, cross_attend=cross)
+        return self.decoder.hidden(tokens, input_pos=input_pos, mask=mask, embeds=embeds, cross_attend=cross)
 
     def forward(
         self,

@@ -51,6 +51,10 @@ class ImageTextModel(nn.Module):
         self.image_token_id = image_token_id
         self.bidirectional_images = bidirectional_images
         self.feature_layer = feature_layer
+        # Set by FSDP2 sharding over several ranks (`ftune.training.shard_model`): a training forward
+        # without images still runs the encoder and projector (on a blank image, adding zero), so that
+        # every rank runs the same sharded units whatever images its batch holds.
+        self.encode_without_images = False
 
     @property
     def tokens_per_image(self) -> int:
@@ -75,6 +79,13 @@ class ImageTextModel(nn.Module):
         """(n_images, channels, size, size) pixels -> (n_images, tokens_per_image, text embed_dim)."""
         return self.projector(self.vision_encoder(pixel_values, feature_layer=self.feature_layer))
 
+    def blank_image_term(self, like: torch.Tensor) -> torch.Tensor:
+        """Zero, computed from one blank image through the encoder and projector: added to a text-only
+        batch's embeddings when `encode_without_images` (the parameters then get zero gradients)."""
+        encoder = self.vision_encoder
+        side, channels = encoder.image_size, encoder.patch_embedding.in_channels
+        return 0.0 * self.image_features(like.new_zeros(1, channels, side, side)).sum()
+
     def hidden(
         self,
         tokens: torch.Tensor,
@@ -97,7 +108,11 @@ class ImageTextModel(nn.Module):
                 of `pixel_values`, or for the decoder's own checks.
         """
         if pixel_values is None:
-            return self.decoder.hidden(tokens, input_pos=input_pos, mask=mask)
+            if not self.encode_without_images or self.decoder.caches_are_enabled():
+                return self.decoder.hidden(tokens, input_pos=input_pos, mask=mask)
+            embeds = self.decoder.tok_embeddings(tokens)  # (b, s, d)
+            embeds = embeds + self.blank_image_term(embeds)  # the same values; every unit ran
+            return self.decoder.hidden(tokens, input_pos=input_pos, mask=mask, embeds=embeds)
         is_image = tokens == self.image_token_id  # (b, s)
         features = self.image_features(pixel_values)  # (n, t, d)
         found, expected = int(is_image.sum()), features.shape[0] * features.shape[1]

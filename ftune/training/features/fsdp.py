@@ -1,5 +1,5 @@
 """FSDP2 sharding of a decoder: each layer its own unit, then the root. An image-text model's
-vision encoder layers are units too (the projector, the embeddings and norms belong to the root).
+vision encoder layers and its projector are units too (the embeddings and norms belong to the root).
 
 The step's loss is normalised by the token count of the whole global batch (all ranks, all
 micro-batches), so each rank's gradient is its share of the global mean and the ranks'
@@ -22,6 +22,7 @@ from torch.distributed.fsdp import (
 )
 from torch.distributed.tensor import DTensor
 
+from ftune.modules.vision import ImageTextModel
 from ftune.peft.nf4 import is_nf4
 from ftune.runtime.mesh import ParallelMesh
 from ftune.runtime.rank import world_size
@@ -47,9 +48,11 @@ def shard_model(
     """Shard `model` in place with FSDP2: every decoder layer (and an image-text model's every
     vision encoder layer), then the root.
 
-    With an image-text model every rank must run the same units in each forward: a rank whose
-    micro-batch has no image skips the vision encoder's all-gathers while the others wait for them,
-    so micro-batches must have images on every rank or on none.
+    With an image-text model every rank must run the same units in each forward and backward,
+    whatever images its micro-batch holds: over several ranks the model encodes a blank image for a
+    batch without any, adding zero (`ImageTextModel.encode_without_images`), and units whose
+    parameters got no gradient on a rank (Llama 3.2 Vision's cross-attention layers skip a text-only
+    batch) reduce zeros (FSDP2's `set_reduce_scatter_unused_params`).
 
     QLoRA: an NF4 base weight (torchao's NF4Tensor) shards like a dense one, by rows: each rank keeps
     its rows' 4-bit codes, block scales and scale-group factors, and FSDP2 gathers those (not dense
@@ -102,7 +105,13 @@ def shard_model(
         if whole is not kwargs:
             _shard_whole_parts(layer, reshard_after_forward, whole)
         fully_shard(layer, reshard_after_forward=reshard_after_forward, **kwargs)
+    image_text = isinstance(model, ImageTextModel)
+    if image_text:  # its own unit: gathered for the images only, freed after them
+        fully_shard(model.projector, reshard_after_forward=reshard_after_forward, **whole)
     fully_shard(model, reshard_after_forward=False, **whole)
+    if image_text and ranks > 1:
+        model.encode_without_images = True
+        model.set_reduce_scatter_unused_params(True)
     # The recipes run `model.hidden(...)` (the loss projects in chunks), not `model(...)`.
     register_fsdp_forward_method(model, "hidden")
     return model
