@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "assets")]
 
 import features  # noqa: E402
+import features_parallel  # noqa: E402
 from conftest import load_recipe, overrides_for  # noqa: E402
 from features import CHECKS, read_log  # noqa: E402
 from mutants import mutant_named, outcome  # noqa: E402
@@ -47,6 +48,8 @@ def main() -> None:
         "gloo", timeout=timedelta(seconds=300)
     )  # created here, so the recipes' destroy_distributed keeps it
     module = load_recipe(recipe)
+    if registry.RECIPES[recipe].features["tensor_parallel"] == registry.YES and "peft" in load_config(config):
+        features_parallel.FULL_WEIGHTS = ("~peft",)  # the LoRA reward model: tensor parallel checked full
     teacher = []
     if (registry.method_of(config) or "").startswith("kd"):  # the tiny teacher of tests/recipes/conftest.py
         if dist.get_rank() == 0:

@@ -7,7 +7,12 @@ reads batch_size=4 to train on the global batch of the FSDP2 run's 2 x 2 (the dr
 batch_size override, a single-device batch being global: 8 reaches the recipe as 4).
 
 Measured (tiny SmolLM2, fp32, gloo, 3 steps): the losses within 1.0e-7 relative of the FSDP2 run's,
-the weights within 1.5e-8 absolute; the checks allow 1e-5 relative (weights: and 1e-7 absolute).
+the weights within 1.5e-8 absolute; the checks allow 1e-5 relative (weights: and 1e-7 absolute), and
+1e-6 absolute for the losses (GRPO's is a rounding error about 0). A fake-quantized run (QAT) is
+compared as tests/recipes/qat_losses.py compares two: an activation whose last bits differ (the
+exchange sums in another order) can round to the next int8 code, so after step 1 the losses and the
+weights are allowed CROSSING_REL (measured: qat_lora_finetune_distributed at cp=2, one weight of
+1024 at 1.9e-5 relative).
 """
 
 from __future__ import annotations
@@ -16,24 +21,28 @@ import shutil
 
 import pytest
 import torch
+from qat_losses import CROSSING_REL, FIRST_STEP_REL
 from run_logs import _assert_same_weights, _weights, losses
 from spies import models_run
 from torch.distributed.tensor import DTensor
 
 ROW = "batch_size=8"  # the recipe reads 4: the global batch of 2 ranks x batch_size=2
+# Overrides that make the checked run's model full-weight: the driver sets ("~peft",) for a recipe that
+# splits layers with a LoRA default config (reward_model_distributed), tensor parallel refusing LoRA.
+FULL_WEIGHTS: tuple[str, ...] = ()
 
 
 def tensor_parallel(run, tmp_path):
-    plain, a = run("max_steps=3", output_dir=tmp_path / "fsdp")
+    plain, a = run("max_steps=3", *FULL_WEIGHTS, output_dir=tmp_path / "fsdp")
     with models_run() as models:
-        split, b = run("max_steps=3", ROW, "tensor_parallel_dim=2", output_dir=tmp_path / "tp")
+        split, b = run("max_steps=3", ROW, "tensor_parallel_dim=2", *FULL_WEIGHTS, output_dir=tmp_path / "tp")
     attn = models[-1].layers[0].attn
     q = attn.q_proj.weight
     assert isinstance(q, DTensor) and "tp" in q.device_mesh.mesh_dim_names, "q_proj is not split over tp"
     assert q.to_local().shape[0] * 2 == q.shape[0], "each rank does not hold half of q_proj's rows"
     assert attn.num_heads * 2 * attn.head_dim == q.shape[0], "attention does not run on local heads"
-    _same_as(plain, split, a, b)
-    _resumes_exactly(run, tmp_path / "tp_resume", split, b, ROW, "tensor_parallel_dim=2")
+    _same_as(plain, split, a, b, _quantized(models[-1]))
+    _resumes_exactly(run, tmp_path / "tp_resume", split, b, ROW, "tensor_parallel_dim=2", *FULL_WEIGHTS)
 
 
 def context_parallel(run, tmp_path):
@@ -46,16 +55,28 @@ def context_parallel(run, tmp_path):
     model = models[-1]
     assert model.context_split is not None and model.context_split.size == 2, "sequences are not split"
     assert all(layer.attn.context_group is not None for layer in model.layers), "no key/value exchange"
-    _same_as(plain, split, a, b)
+    quantized = _quantized(model)
+    _same_as(plain, split, a, b, quantized)
     plain, a = run("max_steps=3", output_dir=tmp_path / "fsdp_free")
     split, b = run("max_steps=3", ROW, "context_parallel_dim=2", output_dir=tmp_path / "cp_free")
-    _same_as(plain, split, a, b)
+    _same_as(plain, split, a, b, quantized)
     _resumes_exactly(run, tmp_path / "cp_resume", split, b, ROW, "context_parallel_dim=2")
 
 
-def _same_as(plain, split, a, b) -> None:
-    assert losses(split) == pytest.approx(losses(plain), rel=1e-5), (losses(split), losses(plain))
-    _assert_same_weights(_weights(b / "step_3"), _weights(a / "step_3"), rtol=1e-5)
+def _quantized(model) -> bool:
+    """Whether `model` fake-quantizes (torchao's FakeQuantizedLinear, QAT)."""
+    return any(type(m).__name__.startswith("FakeQuantized") for m in model.modules())
+
+
+def _same_as(plain, split, a, b, quantized: bool) -> None:
+    got, want = losses(split), losses(plain)
+    if quantized:  # step 1 cannot cross a rounding step yet; later ones may (tests/recipes/qat_losses.py)
+        assert got[0] == pytest.approx(want[0], rel=FIRST_STEP_REL), (got, want)
+        assert got[1:] == pytest.approx(want[1:], rel=CROSSING_REL), (got, want)
+    else:  # abs: GRPO's loss is a sum of zero-mean advantages at ratio 1, a rounding error about 0
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (got, want)
+    rtol = CROSSING_REL if quantized else 1e-5
+    _assert_same_weights(_weights(b / "step_3"), _weights(a / "step_3"), rtol=rtol)
 
 
 def _resumes_exactly(run, out, straight, straight_dir, *overrides) -> None:

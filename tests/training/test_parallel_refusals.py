@@ -65,14 +65,14 @@ def test_lora_refuses_tensor_parallel_with_the_reason():
 
 
 def test_a_distributed_recipe_without_the_split_is_refused_by_the_launcher(capsys):
-    argv = ["run", "--nproc_per_node", "2", "lora_dpo_distributed", "--config", "smollm2/135M_lora_dpo"]
-    assert main([*argv, "context_parallel_dim=2"]) == 1
+    argv = ["run", "--nproc_per_node", "2", "qat_distributed", "--config", "smollm2/135M_qat_full"]
+    assert main([*argv, "tensor_parallel_dim=2"]) == 1
     err = capsys.readouterr().err
     assert (
-        "context_parallel_dim: 2 (set on the command line) asks for context parallel, and lora_dpo_distributed"
-        in err
+        "tensor_parallel_dim: 2 (set on the command line) asks for tensor parallel, and qat_distributed "
+        "does not run it: torchao's fake-quantized linears" in err
     )
-    assert "run it with full_finetune_distributed or lora_finetune_distributed" in err
+    assert "run it with full_finetune_distributed or full_dpo_distributed" in err
 
 
 def test_heads_the_tensor_parallel_ranks_do_not_divide():

@@ -29,6 +29,7 @@ from ftune.data.prompt_batch import PromptBatch
 from ftune.generation.multi_turn import STOPS, Trajectories
 from ftune.generation.rollout import Rollout, rollout
 from ftune.rewards import RewardSet
+from ftune.training.features.context_parallel import whole_sequences
 from ftune.training.methods.grpo_rewards import group_advantages, reward_metrics
 from ftune.training.methods.off_policy import importance_weights, shift_logps
 from ftune.training.methods.rollout_packing import pack_rows
@@ -100,11 +101,12 @@ def row_generators(
 
 @contextmanager
 def sampling_mode(model: nn.Module) -> Iterator[None]:
-    """How a rollout samples: eval mode, no gradients, sharded weights gathered; the mode put back after."""
+    """How a rollout samples: eval mode, no gradients, sharded weights gathered, whole sequences (a
+    context-parallel split lifted: decoding runs on the KV cache); the mode put back after."""
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), gathered(model):
+        with torch.no_grad(), gathered(model), whole_sequences(model):
             yield
     finally:
         model.train(was_training)
