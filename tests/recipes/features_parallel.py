@@ -64,8 +64,11 @@ def context_parallel(run, tmp_path):
 
 
 def _quantized(model) -> bool:
-    """Whether `model` fake-quantizes (torchao's FakeQuantizedLinear, QAT)."""
-    return any(type(m).__name__.startswith("FakeQuantized") for m in model.modules())
+    """Whether `model` fake-quantizes (QAT: torchao's FakeQuantizedLinear, or a LoRA layer over one)."""
+    return any(
+        type(m).__name__.startswith("FakeQuantized") or getattr(m, "fake_quantized", False)
+        for m in model.modules()
+    )
 
 
 def _same_as(plain, split, a, b, quantized: bool) -> None:

@@ -75,6 +75,23 @@ def test_a_distributed_recipe_without_the_split_is_refused_by_the_launcher(capsy
     assert "run it with full_finetune_distributed or full_dpo_distributed" in err
 
 
+def test_tensor_parallel_with_a_peft_section_is_refused_by_the_launcher(capsys):
+    # reward_model_distributed splits full weights; its LoRA config (a peft section) cannot be split.
+    argv = [
+        "run",
+        "--nproc_per_node",
+        "2",
+        "reward_model_distributed",
+        "--config",
+        "smollm2/135M_demo_lora_rm",
+    ]
+    assert main([*argv, "tensor_parallel_dim=2"]) == 1
+    err = capsys.readouterr().err
+    assert "tensor_parallel_dim: 2 (set on the command line) with a peft section (in " in err
+    assert "a LoRA layer reads its whole base weight. Set tensor_parallel_dim=1" in err
+    assert "remove the peft section: ~peft" in err
+
+
 def test_heads_the_tensor_parallel_ranks_do_not_divide():
     with pytest.raises(
         ValueError, match=r"tensor_parallel_dim=4 does not divide num_kv_heads \(2\) of layers.0"
