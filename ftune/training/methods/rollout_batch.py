@@ -124,8 +124,10 @@ def gathered(model: nn.Module) -> Iterator[None]:
     if not modules:
         yield
         return
-    # Whether each module frees its gathered weights after forward (FSDP2 keeps no public getter).
-    reshards = [m._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None for m in modules]  # noqa: SLF001
+    # Whether each module frees its gathered weights after forward (FSDP2 keeps no public getter); a
+    # unit whose parameters all sit in units of their own (beside tensor parallel) has no group.
+    groups = [m._get_fsdp_state()._fsdp_param_group for m in modules]  # noqa: SLF001
+    reshards = [g is not None and g.post_forward_mesh_info is not None for g in groups]
     for m in modules:
         m.unshard()
         m.set_reshard_after_forward(False, recurse=False)
