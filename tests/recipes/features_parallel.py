@@ -39,7 +39,8 @@ def tensor_parallel(run, tmp_path):
     attn = models[-1].layers[0].attn
     q = attn.q_proj.weight
     assert isinstance(q, DTensor) and "tp" in q.device_mesh.mesh_dim_names, "q_proj is not split over tp"
-    assert q.to_local().shape[0] * 2 == q.shape[0], "each rank does not hold half of q_proj's rows"
+    ranks = torch.distributed.get_world_size()  # tp x dp: tensor parallel's split, then FSDP2's
+    assert q.to_local().shape[0] * ranks == q.shape[0], f"each rank does not hold 1/{ranks} of q_proj's rows"
     assert attn.num_heads * 2 * attn.head_dim == q.shape[0], "attention does not run on local heads"
     _same_as(plain, split, a, b, _quantized(models[-1]))
     _resumes_exactly(run, tmp_path / "tp_resume", split, b, ROW, "tensor_parallel_dim=2", *FULL_WEIGHTS)
