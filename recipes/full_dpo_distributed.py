@@ -40,8 +40,8 @@ def main(cfg: config.Config) -> None:
     if s.activation_offloading:
         training.apply_activation_offloading(model, device)
     training.shard_model(model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload, mesh=mesh)  # [dist]
-    training.shard_model(  # [ref+full+dist] the reference, sharded like the policy
-        reference.model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload
+    training.shard_model(  # [ref+full+dist] the reference, sharded (and split) like the policy
+        reference.model, s.fsdp_reshard_after_forward, s.fsdp_cpu_offload, mesh=mesh
     )
     if s.compile:
         training.compile_model(model)

@@ -6,7 +6,8 @@ the same way (each decoder layer, then the root), so neither model's layers are 
 rank; each rank's teacher forward all-gathers one layer at a time. (The teacher's root parameters
 stay gathered: the loss uses its output projection after the forward, and no backward reshards it.) This is full_finetune_single_device plus the lines tagged # [dist] and # [kd]
 (tests/recipes/test_skeleton.py checks it): at world size N with batch_size B it computes what the
-single-device recipe computes with batch_size N*B.
+single-device recipe computes with batch_size N*B. tensor_parallel_dim / context_parallel_dim split the
+student only: the teacher stays whole, sharded by FSDP2 alone (docs/distributed.md says why).
 """
 
 import torch

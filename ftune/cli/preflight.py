@@ -109,7 +109,19 @@ def _check_split(cfg: Config, recipe: Path) -> None:
     ):
         value = cfg.node.get(key) if key in cfg else None
         cell = shipped.features.get(feature, "") if shipped is not None else YES
-        if value in (None, 1) or not isinstance(value, int) or cell == YES:
+        if value in (None, 1) or not isinstance(value, int):
+            continue
+        if cell == YES and feature == "tensor_parallel" and cfg.node.get("peft") is not None:
+            raise ConfigError(  # a reward model's or a student's LoRA: the recipe splits full weights only
+                [
+                    f"{key}: {value} ({cfg.where(key)}) with a peft section ({cfg.where('peft')}): tensor "
+                    "parallel splits plain nn.Linear projections, and a LoRA layer reads its whole base "
+                    f"weight. Set {key}=1 (context_parallel_dim splits long sequences with LoRA), or train "
+                    "every weight (remove the peft section: ~peft)."
+                ],
+                cfg.source,
+            )
+        if cell == YES:
             continue
         supported = [r.name for r in registry.TRAINING.values() if r.features.get(feature) == YES]
         raise ConfigError(

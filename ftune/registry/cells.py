@@ -60,25 +60,26 @@ SINGLE = {
     "context_parallel": na("one device: nothing to split"),
     "cpu_offload": na("one device: FSDP2's offload needs the distributed recipe"),
 }
-_SPLIT_LATER = (
-    "FSDP2 only: the mesh and the split are in full_finetune_distributed and lora_finetune_distributed, "
-    "and the launcher refuses the setting here"
-)
 DIST = {
     "fsdp2": YES,
-    "tensor_parallel": na(_SPLIT_LATER),
-    "context_parallel": na(_SPLIT_LATER),
+    "tensor_parallel": YES,
+    "context_parallel": YES,
     "cpu_offload": gpu_only(
         "FSDP2's CPU offload moves parameters and optimizer state off the accelerator; on a CPU-only "
         "machine (the test machines) they are on the CPU already and the setting changes nothing"
     ),
 }
-# Tensor and context parallel (full_finetune_distributed, lora_finetune_distributed): after DIST.
-SPLIT_FULL = {"tensor_parallel": YES, "context_parallel": YES}
-SPLIT_LORA = {
+# Tensor parallel splits plain nn.Linear projections: what wraps them is refused (after DIST).
+_TP_LORA = (
+    "a LoRA layer reads its whole base weight (merged, NF4 paths) where tensor parallel's hooks see "
+    "only nn.Linear; context_parallel_dim splits long sequences with LoRA"
+)
+SPLIT_LORA = {"tensor_parallel": na(_TP_LORA), "context_parallel": YES}
+SPLIT_QAT = {
     "tensor_parallel": na(
-        "a LoRA layer reads its whole base weight (merged, NF4 paths) where tensor parallel's hooks see "
-        "only nn.Linear; context_parallel_dim splits long sequences with LoRA"
+        "torchao's fake-quantized linears: a row-wise split layer's input is split by columns, and the "
+        "per-token int8 scale of its activations needs the whole row (an exchange FakeQuantizedLinear "
+        "does not make); context_parallel_dim splits long sequences with QAT"
     ),
     "context_parallel": YES,
 }

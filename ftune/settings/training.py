@@ -102,12 +102,12 @@ class FullSettings(Settings):
     tensor_parallel_dim: int = setting(
         1,
         "distributed only: ranks that split each layer's projections (a dp x tp mesh, FSDP2 over dp); "
-        "1: none. full_finetune_distributed",
+        "1: none. The full-weight distributed recipes (not LoRA, not QAT)",
     )
     context_parallel_dim: int = setting(
         1,
         "distributed only: ranks that split each sequence (a dp x cp mesh, FSDP2 over both); 1: none. "
-        "full_finetune_distributed, lora_finetune_distributed",
+        "Every distributed training recipe",
     )
     stop_grace_s: float | None = setting(
         600.0,

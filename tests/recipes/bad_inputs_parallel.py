@@ -9,7 +9,8 @@ stays one list.
 # fmt: off
 CASES += [  # noqa: F821
     _c('launch-mesh-world-size', 'launches', ('run', '--nproc_per_node', '3', 'full_finetune_distributed', 'tensor_parallel_dim=2'), 'does not divide the world size', 'tensor_parallel_dim=2', '(3 processes)', 'Launch a multiple of 2 processes'),  # noqa: F821
-    _c('launch-split-unsupported', 'launches', ('run', '--nproc_per_node', '2', 'lora_dpo_distributed', '--config', 'smollm2/135M_lora_dpo', 'context_parallel_dim=2'), 'does not run it', 'context_parallel_dim', '2 (set on the command line)', 'run it with full_finetune_distributed'),  # noqa: F821
+    _c('launch-split-unsupported', 'launches', ('run', '--nproc_per_node', '2', 'qat_distributed', '--config', 'smollm2/135M_qat_full', 'tensor_parallel_dim=2'), 'does not run it', 'tensor_parallel_dim', '2 (set on the command line)', 'run it with full_finetune_distributed'),  # noqa: F821
+    _c('launch-tp-with-peft', 'launches', ('run', '--nproc_per_node', '2', 'reward_model_distributed', '--config', 'smollm2/135M_demo_lora_rm', 'tensor_parallel_dim=2'), 'with a peft section', 'tensor_parallel_dim', '2 (set on the command line)', 'Set tensor_parallel_dim=1'),  # noqa: F821
     _c('value-tp-and-cp', 'values', ('validate', 'smollm2/135M_full', 'tensor_parallel_dim=2', 'context_parallel_dim=2'), 'one of the two at a time', 'tensor_parallel_dim', 'context_parallel_dim=2', 'Set one of them to 1'),  # noqa: F821
     _c('value-tp-with-lora', 'values', (*V, 'tensor_parallel_dim=2'), 'with LoRA', 'tensor_parallel_dim', '2', 'Set tensor_parallel_dim=1'),  # noqa: F821
 ]

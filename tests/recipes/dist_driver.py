@@ -5,7 +5,7 @@ per run would cost ~10 s each). Writes {case: "ok" | error} as JSON on rank 0.
 
 Cases are feature names from tests/recipes/features.py, plus "losses" (4 steps at batch_size 2 per
 rank, logs kept in <workdir>/losses for the test to compare with the single-device run; the DPO
-recipes also validate at steps 2 and 4), plus
+recipes also validate at steps 2 and 4; "losses_tp" and "losses_cp" the same run split), plus
 "resume_dropout" (the resume check with LoRA dropout on), "sigterm" (SIGTERM on rank 0 only), "optimizers" (SGD and AdamW swapped in, fused and not), plus
 "<feature>@<mutant>": the feature's check under that mutant of tests/recipes/mutants.py, whose
 result is "killed: ...", "survived" or "error: ..." (the mutation test of the distributed recipes).
@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "assets")]
 
 import features  # noqa: E402
+import features_parallel  # noqa: E402
 from conftest import load_recipe, overrides_for  # noqa: E402
 from features import CHECKS, read_log  # noqa: E402
 from mutants import mutant_named, outcome  # noqa: E402
@@ -40,6 +41,14 @@ from ftune.config import load_config  # noqa: E402
 features.COMPILE_BACKEND = "eager"
 
 
+# "losses_tp" / "losses_cp": the "losses" run split by tensor / context parallel; batch_size 8 reaches
+# the recipe as 4 (_per_rank), the one row's batch: the single-device run's.
+SPLITS = {
+    "losses_tp": ("batch_size=8", "tensor_parallel_dim=2"),
+    "losses_cp": ("batch_size=8", "context_parallel_dim=2"),
+}
+
+
 def main() -> None:
     recipe, config, workdir, checkpoint, *cases = sys.argv[1:]
     workdir, checkpoint = Path(workdir), Path(checkpoint)
@@ -47,6 +56,8 @@ def main() -> None:
         "gloo", timeout=timedelta(seconds=300)
     )  # created here, so the recipes' destroy_distributed keeps it
     module = load_recipe(recipe)
+    if registry.RECIPES[recipe].features["tensor_parallel"] == registry.YES and "peft" in load_config(config):
+        features_parallel.FULL_WEIGHTS = ("~peft",)  # the LoRA reward model: tensor parallel checked full
     teacher = []
     if (registry.method_of(config) or "").startswith("kd"):  # the tiny teacher of tests/recipes/conftest.py
         if dist.get_rank() == 0:
@@ -71,9 +82,10 @@ def main() -> None:
                 feature, name = case.split("@")
                 results[case] = outcome(feature, mutant_named(feature, name), run, out)
             else:
-                if case == "losses":  # the DPO runs validate too: their figures are compared as well
+                if case.startswith("losses"):  # the DPO runs validate too: their figures are compared as well
                     dpo = registry.method_of(config) in ("lora_dpo", "full_dpo")
-                    run("max_steps=4", *(VAL_EVERY_2 if dpo else ()), output_dir=out)
+                    split = SPLITS.get(case, ())  # one row of 2 ranks reading the single-device batch
+                    run("max_steps=4", *split, *(VAL_EVERY_2 if dpo else ()), output_dir=out)
                 elif case == "sigterm":
                     sigterm_on_rank_0(run, out)
                 elif case == "optimizers":

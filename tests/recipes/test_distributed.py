@@ -111,6 +111,8 @@ def launched(tiny_checkpoint, tmp_path_factory, request):
                 cases += features(recipe)
             if _selected(request, "test_mutant_killed_at_world_size_2", recipe):
                 cases += mutant_cases(recipe)
+            if _selected(request, "test_split_losses_equal_single_device", recipe):
+                cases += split_cases(recipe)
             if recipe in QAT:
                 cases.append("qat_off")
             if recipe == "qat_lora_finetune_distributed":
@@ -162,14 +164,38 @@ def test_mutant_killed_at_world_size_2(recipe, case, launched):
 def test_losses_equal_single_device(recipe, launched):
     results, workdir = launched(recipe)
     assert results["losses"] == "ok", results["losses"]
+    _assert_single_device_losses(recipe, workdir / "losses")
+
+
+def split_cases(recipe):
+    """The driver's cases of `recipe`'s runs split by tensor / context parallel at world size 2 (one row
+    of 2 ranks reading the single-device batch): "losses_tp", "losses_cp", those its cells say YES to
+    (tensor parallel not on a LoRA default config: a reward model's LoRA is refused)."""
+    lora = (registry.method_of(RECIPES[recipe][0]) or "").startswith("lora")
+    splits = (("tp", "tensor_parallel"), ("cp", "context_parallel"))
+    return [f"losses_{s}" for s, f in splits if f in features(recipe) and not (s == "tp" and lora)]
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("recipe, case", [(r, c) for r in RECIPES for c in split_cases(r)])
+def test_split_losses_equal_single_device(recipe, case, launched):
+    # A method's loss over whole sequences (DPO's summed log-probabilities, distillation's per-token
+    # divergence, GRPO's per-sequence terms, a reward model's last-token score) at tp=2 or cp=2 equals
+    # the single-device golden, within the tolerances of the FSDP2 run's comparison.
+    results, workdir = launched(recipe)
+    assert results[case] == "ok", results[case]
+    _assert_single_device_losses(recipe, workdir / case)
+
+
+def _assert_single_device_losses(recipe, logs_dir):
     from features import read_log
 
-    got = [r["loss"] for r in read_log(workdir / "losses") if "loss" in r]
+    got = [r["loss"] for r in read_log(logs_dir) if "loss" in r]
     single = GOLDENS[RECIPES[recipe][1]]
     if isinstance(single, dict):  # GRPO: its loss is ~0 at ratio 1; the gradients and rewards say more
         from test_grpo import assert_same_figures, figures
 
-        assert_same_figures(figures(read_log(workdir / "losses")), single)
+        assert_same_figures(figures(read_log(logs_dir)), single)
     elif recipe not in QAT:
         assert got == pytest.approx(single, rel=1e-5)
     else:

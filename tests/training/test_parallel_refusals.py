@@ -2,6 +2,8 @@
 not fit the world size, both at once, LoRA with tensor parallel, a recipe without the split, heads or
 widths the tensor-parallel ranks do not divide, layers without a plan, image inputs."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from ftune.models.smollm2 import smollm2
 from ftune.modules.context_exchange import ContextSplit
 from ftune.peft import apply_lora
 from ftune.settings.dist import mesh_problems, parallel_dims_problems
+from ftune.training.features.context_parallel import whole_sequences
 from ftune.training.features.tensor_parallel import tensor_parallel
 
 SIZES = dict(vocab_size=32, num_layers=1, num_heads=4, num_kv_heads=2, embed_dim=16, intermediate_dim=32)
@@ -65,14 +68,31 @@ def test_lora_refuses_tensor_parallel_with_the_reason():
 
 
 def test_a_distributed_recipe_without_the_split_is_refused_by_the_launcher(capsys):
-    argv = ["run", "--nproc_per_node", "2", "lora_dpo_distributed", "--config", "smollm2/135M_lora_dpo"]
-    assert main([*argv, "context_parallel_dim=2"]) == 1
+    argv = ["run", "--nproc_per_node", "2", "qat_distributed", "--config", "smollm2/135M_qat_full"]
+    assert main([*argv, "tensor_parallel_dim=2"]) == 1
     err = capsys.readouterr().err
     assert (
-        "context_parallel_dim: 2 (set on the command line) asks for context parallel, and lora_dpo_distributed"
-        in err
+        "tensor_parallel_dim: 2 (set on the command line) asks for tensor parallel, and qat_distributed "
+        "does not run it: torchao's fake-quantized linears" in err
     )
-    assert "run it with full_finetune_distributed or lora_finetune_distributed" in err
+    assert "run it with full_finetune_distributed or full_dpo_distributed" in err
+
+
+def test_tensor_parallel_with_a_peft_section_is_refused_by_the_launcher(capsys):
+    # reward_model_distributed splits full weights; its LoRA config (a peft section) cannot be split.
+    argv = [
+        "run",
+        "--nproc_per_node",
+        "2",
+        "reward_model_distributed",
+        "--config",
+        "smollm2/135M_demo_lora_rm",
+    ]
+    assert main([*argv, "tensor_parallel_dim=2"]) == 1
+    err = capsys.readouterr().err
+    assert "tensor_parallel_dim: 2 (set on the command line) with a peft section (in " in err
+    assert "a LoRA layer reads its whole base weight. Set tensor_parallel_dim=1" in err
+    assert "remove the peft section: ~peft" in err
 
 
 def test_heads_the_tensor_parallel_ranks_do_not_divide():
@@ -100,3 +120,18 @@ def test_context_parallel_refuses_image_embeddings_and_decoding():
         split.check(images=True, caches=False)
     with pytest.raises(ValueError, match=r"this forward has KV caches \(decoding\)"):
         split.check(images=False, caches=True)
+
+
+def test_a_rollout_lifts_the_sequence_split_and_puts_it_back():
+    # Decoding on the KV cache (a GRPO rollout) runs whole sequences; the update's forwards split again.
+    model, group = _model(), object()
+    model.context_split = SimpleNamespace(group=group)
+    for layer in model.layers:
+        layer.attn.context_group = group
+    split = model.context_split
+    with pytest.raises(RuntimeError, match="inside"), whole_sequences(model):
+        assert model.context_split is None
+        assert all(layer.attn.context_group is None for layer in model.layers)
+        raise RuntimeError("inside")
+    assert model.context_split is split
+    assert all(layer.attn.context_group is group for layer in model.layers)

@@ -10,10 +10,15 @@ projection runs on every rank (the chunked losses keep its logits at one chunk).
 
 Packed and padding-free batches work: their per-document mask is sliced by query rows (each rank
 keeps its rows over every key). Refused: image-text models, KV caches (generation) and attention
-other than `GroupedQueryAttention`.
+other than `GroupedQueryAttention`. A rollout (GRPO) decodes on the KV cache with the split lifted
+(`whole_sequences`): every rank of a context-parallel group samples the same completions, seeded by
+the prompt, whole, as on one device; the update's forwards that follow are split again.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch.distributed as dist
 from torch import nn
@@ -50,6 +55,30 @@ def context_parallel(model: nn.Module, group: dist.ProcessGroup) -> nn.Module:
         attn.context_group = group
     model.context_split = ContextSplit(group)
     return model
+
+
+@contextmanager
+def whole_sequences(model: nn.Module) -> Iterator[None]:
+    """Run `model`'s forwards on whole sequences inside the block (no split, no exchange), then split
+    again: decoding on the KV cache, which the split refuses. Nothing for a model that is not split.
+
+    Every rank of the group must run the same forwards on the same inputs (a rollout seeded by its
+    prompts), so that they leave the block with the same outputs.
+    """
+    split = getattr(model, "context_split", None)
+    if split is None:
+        yield
+        return
+    attentions = [m for m in model.modules() if getattr(m, "context_group", None) is not None]
+    model.context_split = None
+    for attn in attentions:
+        attn.context_group = None
+    try:
+        yield
+    finally:
+        model.context_split = split
+        for attn in attentions:
+            attn.context_group = split.group
 
 
 def _refusal(what: str, cp: int) -> str:

@@ -29,6 +29,7 @@ from ftune.data.prompt_batch import PromptBatch
 from ftune.generation.multi_turn import STOPS, Trajectories
 from ftune.generation.rollout import Rollout, rollout
 from ftune.rewards import RewardSet
+from ftune.training.features.context_parallel import whole_sequences
 from ftune.training.methods.grpo_rewards import group_advantages, reward_metrics
 from ftune.training.methods.off_policy import importance_weights, shift_logps
 from ftune.training.methods.rollout_packing import pack_rows
@@ -100,11 +101,12 @@ def row_generators(
 
 @contextmanager
 def sampling_mode(model: nn.Module) -> Iterator[None]:
-    """How a rollout samples: eval mode, no gradients, sharded weights gathered; the mode put back after."""
+    """How a rollout samples: eval mode, no gradients, sharded weights gathered, whole sequences (a
+    context-parallel split lifted: decoding runs on the KV cache); the mode put back after."""
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), gathered(model):
+        with torch.no_grad(), gathered(model), whole_sequences(model):
             yield
     finally:
         model.train(was_training)
@@ -122,8 +124,10 @@ def gathered(model: nn.Module) -> Iterator[None]:
     if not modules:
         yield
         return
-    # Whether each module frees its gathered weights after forward (FSDP2 keeps no public getter).
-    reshards = [m._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None for m in modules]  # noqa: SLF001
+    # Whether each module frees its gathered weights after forward (FSDP2 keeps no public getter); a
+    # unit whose parameters all sit in units of their own (beside tensor parallel) has no group.
+    groups = [m._get_fsdp_state()._fsdp_param_group for m in modules]  # noqa: SLF001
+    reshards = [g is not None and g.post_forward_mesh_info is not None for g in groups]
     for m in modules:
         m.unshard()
         m.set_reshard_after_forward(False, recurse=False)
