@@ -27,6 +27,17 @@ CPU_ROW_BLOCK = 256
 # Use the blocked path for a mask only when it skips at least this share of the pairs.
 _MIN_SKIPPED = 0.25
 
+# The kernel per mask kind and sequence length: the fastest exact option of benchmarks/attention.py
+# (benchmarks/results/attention.json; tests/modules/test_cpu_attention_kernels.py checks the table
+# against that file). Per kind, (longest sequence, kernel) in order, None = any longer. "sdpa": one SDPA
+# call; "blocked N": SDPA calls on blocks of N query rows, each over the keys its rows may see. A mask
+# of one row (a padding-free batch) has blocks that also end at each document's start.
+CPU_KERNELS: dict[str, list[tuple[int | None, str]]] = {
+    "causal": [(1024, "blocked 64"), (4096, "blocked 64"), (None, "blocked 64")],
+    "masked": [(None, f"blocked {CPU_QUERY_BLOCK}")],
+    "masked, one row": [(None, f"blocked {CPU_ROW_BLOCK}")],
+}
+
 Blocks = list[tuple[int, int, int, int]]  # (q_start, q_end, k_start, k_end)
 
 
@@ -56,9 +67,20 @@ def cpu_attention(
     Returns:
         (b, s, dim).
     """
+    kind = "causal" if mask is None else "masked, one row" if q.shape[0] == 1 else "masked"
+    kernel = cpu_kernel(kind, q.shape[2])
+    if kernel == "sdpa":
+        out = _sdpa(q, k, v, None if mask is None else mask[:, None], gqa)
+        return o_proj(out.transpose(1, 2).flatten(2))
+    rows = int(kernel.removeprefix("blocked "))
     if mask is None:
-        return _causal(q, k, v, gqa, o_proj)
-    return _masked(q, k, v, mask, gqa, o_proj)
+        return _causal(q, k, v, gqa, o_proj, rows)
+    return _masked(q, k, v, mask, gqa, o_proj, rows)
+
+
+def cpu_kernel(kind: str, seq_len: int) -> str:
+    """`CPU_KERNELS`' kernel for a mask kind ("causal", "masked", "masked, one row") and a sequence length."""
+    return next(kernel for longest, kernel in CPU_KERNELS[kind] if longest is None or seq_len <= longest)
 
 
 def key_blocks(
@@ -99,12 +121,19 @@ def key_blocks(
     return blocks if used <= (1 - _MIN_SKIPPED) * s * s_kv else None
 
 
-def _causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool, o_proj: nn.Module) -> torch.Tensor:
+def _causal(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gqa: bool,
+    o_proj: nn.Module,
+    rows: int = CPU_QUERY_BLOCK,
+) -> torch.Tensor:
     """Causal attention: the blocks depend on the shape only, so this compiles without a break."""
     s = q.shape[2]
     causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()[None]  # (1, s, s)
-    ends = [min(q0 + CPU_QUERY_BLOCK, s) for q0 in range(0, s, CPU_QUERY_BLOCK)]
-    blocks = [(q0, q1, 0, q1) for q0, q1 in zip(range(0, s, CPU_QUERY_BLOCK), ends)]
+    ends = [min(q0 + rows, s) for q0 in range(0, s, rows)]
+    blocks = [(q0, q1, 0, q1) for q0, q1 in zip(range(0, s, rows), ends)]
     return _blocked(q, k, v, causal, blocks, gqa, o_proj)
 
 
@@ -131,12 +160,16 @@ def cached_key_blocks(mask: torch.Tensor, block: int, *, split_documents: bool) 
 
 @torch.compiler.disable  # the blocks depend on the mask's values: run eagerly (one graph break)
 def _masked(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool, o_proj: nn.Module
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    gqa: bool,
+    o_proj: nn.Module,
+    rows: int,
 ) -> torch.Tensor:
-    if q.shape[0] == 1:  # one row (padding-free batches): document-aligned blocks of up to 256 rows
-        blocks = cached_key_blocks(mask, CPU_ROW_BLOCK, split_documents=True)
-    else:
-        blocks = cached_key_blocks(mask, CPU_QUERY_BLOCK, split_documents=False)
+    # One row (padding-free batches): blocks also end at each document's start.
+    blocks = cached_key_blocks(mask, rows, split_documents=q.shape[0] == 1)
     if blocks is None:
         return o_proj(_sdpa(q, k, v, mask[:, None], gqa).transpose(1, 2).flatten(2))
     return _blocked(q, k, v, mask, blocks, gqa, o_proj)
@@ -160,13 +193,15 @@ def _blocked(
     return torch.cat(outs, dim=1)
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool) -> torch.Tensor:
-    """SDPA; in bf16 / fp16 with the backward recomputed in fp32 (see `_Fp32BackwardAttention`)."""
+def _sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, gqa: bool
+) -> torch.Tensor:
+    """SDPA (mask None: causal); in bf16 / fp16 with the backward recomputed in fp32 (`_Fp32BackwardAttention`)."""
     low_precision = q.dtype in (torch.bfloat16, torch.float16)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if low_precision and needs_grad and not torch.compiler.is_compiling():
         return _Fp32BackwardAttention.apply(q, k, v, mask, gqa)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=gqa)
 
 
 class _Fp32BackwardAttention(torch.autograd.Function):
@@ -181,11 +216,11 @@ class _Fp32BackwardAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, gqa: bool
     ) -> torch.Tensor:
         ctx.save_for_backward(q, k, v, mask)
         ctx.gqa = gqa
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=gqa)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -193,7 +228,9 @@ class _Fp32BackwardAttention(torch.autograd.Function):
         needed = ctx.needs_input_grad[:3]
         with torch.enable_grad():
             inputs = [t.detach().float().requires_grad_(n) for t, n in zip((q, k, v), needed)]
-            out = F.scaled_dot_product_attention(*inputs, attn_mask=mask, enable_gqa=ctx.gqa)
+            out = F.scaled_dot_product_attention(
+                *inputs, attn_mask=mask, is_causal=mask is None, enable_gqa=ctx.gqa
+            )
             wanted = [t for t in inputs if t.requires_grad]
             grads = iter(torch.autograd.grad(out, wanted, grad.float()))
         return *(next(grads).to(t.dtype) if n else None for t, n in zip((q, k, v), needed)), None, None

@@ -1,0 +1,94 @@
+"""An attention option of benchmarks/attention.py: blocks of queries as plain matrix products.
+
+Each block of query rows is multiplied with only the keys its mask lets it see, as ftune's blocked
+path does, but the block is computed with ``torch.matmul`` and an explicit softmax instead of an
+SDPA call: the query heads that share a key/value head are stacked into the rows of one product
+(``(b, h_kv, rows x group, d) @ (b, h_kv, d, keys)``), so a product is ``group`` times taller than
+one head's, with no copy of the keys. The backward recomputes the scores from the saved log-sum-exp
+(as flash attention does), so it saves q, k, v, the output and one float a query row, never the
+probabilities.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+Blocks = list[tuple[int, int, int, int]]  # (q_start, q_end, k_start, k_end)
+
+
+def _block_mask(mask: torch.Tensor | None, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
+    """The block's bool mask shaped (b or 1, 1, rows, 1, keys); None when the block sees every key."""
+    if mask is not None:
+        return mask[:, None, q0:q1, None, k0:k1]
+    if k1 <= q0 + 1:  # causal, and every key precedes every query of the block
+        return None
+    rows = torch.arange(q0, q1)[:, None]
+    return (torch.arange(k0, k1)[None] <= rows)[None, None, :, None, :]
+
+
+def _scores(
+    qb: torch.Tensor, kb: torch.Tensor, scale: float, mb: torch.Tensor | None, group: int
+) -> torch.Tensor:
+    """Scaled, masked scores (b, h_kv, rows, group, keys) of the stacked queries qb (b, h_kv, rows x group, d)."""
+    s = torch.matmul(qb, kb.transpose(-1, -2)).mul_(scale)
+    b, h_kv, rows, keys = s.shape
+    s = s.view(b, h_kv, rows // group, group, keys)
+    if mb is not None:
+        s.masked_fill_(~mb, float("-inf"))
+    return s
+
+
+class MatmulAttention(torch.autograd.Function):
+    """Blocked attention by matrix products, forward and a recomputing backward."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                blocks: Blocks) -> torch.Tensor:  # fmt: skip
+        b, h, s, d = q.shape
+        h_kv = k.shape[1]
+        group, scale = h // h_kv, d**-0.5
+        qs = q.view(b, h_kv, group, s, d).transpose(2, 3).contiguous()  # (b, h_kv, s, group, d)
+        out = torch.empty_like(qs)
+        lse = torch.empty(b, h_kv, s, group, dtype=q.dtype)
+        for q0, q1, k0, k1 in blocks:
+            qb = qs[:, :, q0:q1].reshape(b, h_kv, (q1 - q0) * group, d)
+            p = _scores(qb, k[:, :, k0:k1], scale, _block_mask(mask, q0, q1, k0, k1), group)
+            top = p.amax(-1, keepdim=True)
+            p = p.sub_(top).exp_()
+            total = p.sum(-1, keepdim=True)
+            o = torch.matmul(p.view(b, h_kv, -1, k1 - k0), v[:, :, k0:k1])  # (b, h_kv, rows x group, d)
+            out[:, :, q0:q1] = o.view(b, h_kv, q1 - q0, group, d).div_(total)
+            lse[:, :, q0:q1] = (top + total.log()).squeeze(-1)
+        ctx.save_for_backward(qs, k, v, out, lse, *(() if mask is None else (mask,)))
+        ctx.blocks = blocks
+        return out.transpose(2, 3).reshape(b, h, s, d)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        qs, k, v, out, lse, *rest = ctx.saved_tensors
+        mask = rest[0] if rest else None
+        b, h_kv, s, group, d = qs.shape
+        scale = d**-0.5
+        go = grad.reshape(b, h_kv, group, s, d).transpose(2, 3).contiguous()  # (b, h_kv, s, group, d)
+        delta = (go * out).sum(-1)  # (b, h_kv, s, group): rowsum(dO * O)
+        dq, dk, dv = torch.empty_like(qs), torch.zeros_like(k), torch.zeros_like(v)
+        for q0, q1, k0, k1 in ctx.blocks:
+            rows, keys = (q1 - q0) * group, k1 - k0
+            qb, gb = (t[:, :, q0:q1].reshape(b, h_kv, rows, d) for t in (qs, go))
+            kb, vb = k[:, :, k0:k1], v[:, :, k0:k1]
+            p = _scores(qb, kb, scale, _block_mask(mask, q0, q1, k0, k1), group)
+            p = p.sub_(lse[:, :, q0:q1, :, None]).exp_()  # (b, h_kv, rows, group, keys): probabilities
+            dv[:, :, k0:k1] += torch.matmul(p.view(b, h_kv, rows, keys).transpose(-1, -2), gb)
+            ds = torch.matmul(gb, vb.transpose(-1, -2)).view_as(p)  # dP
+            ds = ds.sub_(delta[:, :, q0:q1, :, None]).mul_(p).mul_(scale).view(b, h_kv, rows, keys)
+            dq[:, :, q0:q1] = torch.matmul(ds, kb).view(b, h_kv, q1 - q0, group, d)
+            dk[:, :, k0:k1] += torch.matmul(ds.transpose(-1, -2), qb)
+        return dq.transpose(2, 3).reshape(b, h_kv * group, s, d), dk, dv, None, None
+
+
+def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                     blocks: Blocks) -> torch.Tensor:  # fmt: skip
+    """Attention of q (b, h, s, d) over k, v (b, h_kv, s, d), block by block; mask (b or 1, s, s) bool, None = causal."""
+    return MatmulAttention.apply(q, k, v, mask, blocks)
