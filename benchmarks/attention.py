@@ -11,7 +11,7 @@ tokens, lengths drawn with a fixed seed, each row its own). Options: SDPA's defa
 SDPA forced to each backend (``torch.nn.attention.sdpa_kernel``; those not on CPU are recorded with
 their error), ftune's CPU path as it ships (``ftune.modules.cpu_attention``: the kernel its table
 picks for the shape), ftune's blocked SDPA calls at 64, 128 and 256 query rows a block, blocks of
-plain matrix products with a recomputing backward (attention_matmul.py), and ``flex_attention``
+plain matrix products with a recomputing backward (``ftune.modules.matmul_attention``), and ``flex_attention``
 compiled with a block mask (its compile time reported apart; PyTorch 2.13 has no backward for it on
 CPU, recorded as such). Each option is checked against fp64 (SDPA in float64; at 8k ftune's blocks in
 float64, one call would need 5 GiB of scores): the largest absolute difference of the output and of
@@ -37,12 +37,12 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention_matmul import matmul_attention  # noqa: E402
 from results_file import load1, write_results  # noqa: E402
 
 from ftune.models.smollm2 import smollm2_135m  # noqa: E402
 from ftune.modules import causal_mask, document_causal_mask  # noqa: E402
 from ftune.modules import cpu_attention as ca  # noqa: E402
+from ftune.modules.matmul_attention import matmul_attention  # noqa: E402
 from ftune.runtime.cpu_load import others_cores  # noqa: E402
 from ftune.runtime.matmul_speed import model_linears, step_products, time_products  # noqa: E402
 from ftune.training.run.dtype_advice import probe_tokens  # noqa: E402
@@ -111,7 +111,9 @@ def blocked(block: int) -> Callable:
 
 def matmul(block: int) -> Callable:
     def run(q, k, v, mask):
-        return matmul_attention(q, k, v, mask, blocks_for(mask, q.shape[2], block, q.shape[0] == 1))
+        b, h, s, d = q.shape
+        out = matmul_attention(q, k, v, mask, blocks_for(mask, s, block, b == 1))  # (b, s, h * d)
+        return out.view(b, s, h, d).transpose(1, 2)
 
     return run
 
@@ -129,6 +131,7 @@ OPTIONS: dict[str, Callable] = {
     "ftune blocked 256": blocked(256),
     "matmul blocks 64": matmul(64),
     "matmul blocks 128": matmul(128),
+    "matmul blocks 256": matmul(256),
     "flex_attention compiled": None,  # built per shape (flex_option)
 }
 
@@ -143,6 +146,7 @@ def today(shape: str, kind: str) -> str:
 SHIPPABLE = {
     "sdpa (default dispatch)": "sdpa",
     **{f"ftune blocked {n}": f"blocked {n}" for n in (64, 128, 256)},
+    **{f"matmul blocks {n}": f"matmul {n}" for n in (64, 128, 256)},
 }
 TABLE_KEYS = {("4x512", "causal"): ("causal", 1024), ("1x2048", "causal"): ("causal", 4096),
               ("1x8192", "causal"): ("causal", None), ("4x512", "documents"): ("masked", None),

@@ -148,4 +148,25 @@ def attention_core() -> str:
         f"(64-row blocks, 256 for a one-row mask) over the option's time. The fastest exact option ftune can "
         f"ship, per mask and length: {shipped}."
     )
-    return "\n\n".join((table(header, rows, "llrrrrrrrl"), how, provenance("attention")))
+    verdicts = []
+    for mask in ("causal", "documents"):
+        group = [
+            row for row in r["rows"] if (row["shape"], row["mask"]) == ("4x512", mask) and row.get("exact")
+        ]
+        if not group:
+            continue
+        best = max(group, key=lambda row: row["speedup_vs_today"])
+        today_ms = best["fwd_bwd_ms"] * best["speedup_vs_today"]
+        verdicts.append(
+            f"4x512 {mask}: the fastest exact option ({best['option']}) is {best['speedup_vs_today']:.2f}x today's "
+            f"path; today's takes {today_ms / best['bound_ms']:.2f}x the bound, so 2x faster would need "
+            f"{today_ms / 2 / best['bound_ms']:.2f}x it"
+        )
+    verdict = (
+        ("At sequence 512 (issue 43's target, 2x today's forward + backward): " + "; ".join(verdicts) + ".")
+        if verdicts
+        else ""
+    )
+    return "\n\n".join(
+        x for x in (table(header, rows, "llrrrrrrrl"), how, verdict, provenance("attention")) if x
+    )

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ftune.modules.matmul_attention import Blocks, matmul_attention
+
 # Query rows per block; 64 was the fastest of 32 / 64 / 128 for SmolLM2-135M (9 heads of 64,
 # 512 tokens, fp32 and bf16).
 CPU_QUERY_BLOCK = 64
@@ -30,15 +32,15 @@ _MIN_SKIPPED = 0.25
 # The kernel per mask kind and sequence length: the fastest exact option of benchmarks/attention.py
 # (benchmarks/results/attention.json; tests/modules/test_cpu_attention_kernels.py checks the table
 # against that file). Per kind, (longest sequence, kernel) in order, None = any longer. "sdpa": one SDPA
-# call; "blocked N": SDPA calls on blocks of N query rows, each over the keys its rows may see. A mask
-# of one row (a padding-free batch) has blocks that also end at each document's start.
+# call; "blocked N": SDPA calls on blocks of N query rows, each over the keys its rows may see; "matmul
+# N": the same blocks as matrix products (`ftune.modules.matmul_attention`; fp32 and fp64, other dtypes
+# take "blocked N"). A mask of one row (a padding-free batch) has blocks that also end at each
+# document's start.
 CPU_KERNELS: dict[str, list[tuple[int | None, str]]] = {
     "causal": [(1024, "blocked 64"), (4096, "blocked 64"), (None, "blocked 64")],
     "masked": [(None, f"blocked {CPU_QUERY_BLOCK}")],
     "masked, one row": [(None, f"blocked {CPU_ROW_BLOCK}")],
 }
-
-Blocks = list[tuple[int, int, int, int]]  # (q_start, q_end, k_start, k_end)
 
 
 def cpu_attention(
@@ -72,10 +74,12 @@ def cpu_attention(
     if kernel == "sdpa":
         out = _sdpa(q, k, v, None if mask is None else mask[:, None], gqa)
         return o_proj(out.transpose(1, 2).flatten(2))
-    rows = int(kernel.removeprefix("blocked "))
+    how, rows = kernel.split()
+    if how == "matmul" and q.dtype in (torch.float32, torch.float64):
+        return _matmul(q, k, v, mask, o_proj, int(rows))
     if mask is None:
-        return _causal(q, k, v, gqa, o_proj, rows)
-    return _masked(q, k, v, mask, gqa, o_proj, rows)
+        return _causal(q, k, v, gqa, o_proj, int(rows))
+    return _masked(q, k, v, mask, gqa, o_proj, int(rows))
 
 
 def cpu_kernel(kind: str, seq_len: int) -> str:
@@ -173,6 +177,21 @@ def _masked(
     if blocks is None:
         return o_proj(_sdpa(q, k, v, mask[:, None], gqa).transpose(1, 2).flatten(2))
     return _blocked(q, k, v, mask, blocks, gqa, o_proj)
+
+
+@torch.compiler.disable  # a loop of blocks in an autograd.Function: run eagerly (one graph break)
+def _matmul(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, o_proj: nn.Module, rows: int
+) -> torch.Tensor:
+    """o_proj(attention) with the blocks as matrix products; mask (b or 1, s, s) or None (causal)."""
+    s = q.shape[2]
+    if mask is None:
+        blocks = [(q0, min(q0 + rows, s), 0, min(q0 + rows, s)) for q0 in range(0, s, rows)]
+    else:
+        blocks = cached_key_blocks(mask, rows, split_documents=q.shape[0] == 1)
+        if blocks is None:  # nothing to skip, or a query that sees no key: one SDPA call
+            return o_proj(_sdpa(q, k, v, mask[:, None], k.shape[1] != q.shape[1]).transpose(1, 2).flatten(2))
+    return o_proj(matmul_attention(q, k, v, mask, blocks))  # (b, s, h * d) in, as o_proj takes it
 
 
 def _blocked(

@@ -11,7 +11,7 @@ import ftune.modules.cpu_attention as ca
 from ftune.modules import causal_mask, document_causal_mask
 
 SEQ = 3 * 64 + 17  # a ragged last block at every block size
-KERNELS = ("sdpa", "blocked 64", "blocked 128", "blocked 256")
+KERNELS = ("sdpa", "blocked 64", "blocked 128", "blocked 256", "matmul 64", "matmul 128", "matmul 256")
 
 
 def documents(lengths: list[list[int]]) -> torch.Tensor:
@@ -55,9 +55,21 @@ def test_the_table_names_a_known_kernel_for_every_length() -> None:
         assert bounds[-1] is None and None not in bounds[:-1], kind  # the last entry takes any length
         assert bounds[:-1] == sorted(bounds[:-1]), kind
         for _, kernel in entries:
-            assert kernel == "sdpa" or re.fullmatch(r"blocked [1-9]\d*", kernel), (kind, kernel)
+            assert kernel == "sdpa" or re.fullmatch(r"(blocked|matmul) [1-9]\d*", kernel), (kind, kernel)
     longest = {kind: entries[-1][1] for kind, entries in ca.CPU_KERNELS.items()}
     assert ca.cpu_kernel("causal", 10**6) == longest["causal"]
     first_bound, first_kernel = ca.CPU_KERNELS["causal"][0]
     if first_bound is not None:
         assert ca.cpu_kernel("causal", first_bound) == first_kernel
+
+
+def test_a_matmul_kernel_leaves_bf16_to_sdpa_blocks(monkeypatch) -> None:
+    """The matrix-product kernel computes its softmax in the input dtype: bf16 takes the SDPA blocks."""
+    monkeypatch.setattr(ca, "CPU_KERNELS", {kind: [(None, "matmul 64")] for kind in ca.CPU_KERNELS})
+    monkeypatch.setattr(ca, "matmul_attention", lambda *a: pytest.fail("matmul_attention ran in bf16"))
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, SEQ, 16, dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 2, SEQ, 16, dtype=torch.bfloat16) for _ in range(2))
+    got = ca.cpu_attention(q, k, v, None, gqa=True, o_proj=nn.Identity())
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2).flatten(2)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
