@@ -10,8 +10,9 @@ tokens, lengths drawn with a fixed seed, each row its own). Options: SDPA's defa
 (``is_causal`` for causal, the bool mask for documents), SDPA with the causal mask as a bool tensor,
 SDPA forced to each backend (``torch.nn.attention.sdpa_kernel``; those not on CPU are recorded with
 their error), ftune's CPU path as it ships (``ftune.modules.cpu_attention``: the kernel its table
-picks for the shape), ftune's blocked SDPA calls at 64, 128 and 256 query rows a block, blocks of
-plain matrix products with a recomputing backward (``ftune.modules.matmul_attention``), and ``flex_attention``
+picks for the shape), each kernel that table may name (SDPA calls on blocks of 64, 128 or 256 query
+rows; the same blocks as plain matrix products with a recomputing backward,
+``ftune.modules.matmul_attention``; either row by row for a batch of several rows), and ``flex_attention``
 compiled with a block mask (its compile time reported apart; PyTorch 2.13 has no backward for it on
 CPU, recorded as such). Each option is checked against fp64 (SDPA in float64; at 8k ftune's blocks in
 float64, one call would need 5 GiB of scores): the largest absolute difference of the output and of
@@ -42,7 +43,6 @@ from results_file import load1, write_results  # noqa: E402
 from ftune.models.smollm2 import smollm2_135m  # noqa: E402
 from ftune.modules import causal_mask, document_causal_mask  # noqa: E402
 from ftune.modules import cpu_attention as ca  # noqa: E402
-from ftune.modules.matmul_attention import matmul_attention  # noqa: E402
 from ftune.runtime.cpu_load import others_cores  # noqa: E402
 from ftune.runtime.matmul_speed import model_linears, step_products, time_products  # noqa: E402
 from ftune.training.run.dtype_advice import probe_tokens  # noqa: E402
@@ -72,14 +72,6 @@ def pairs(mask: torch.Tensor | None, batch: int, seq: int) -> int:
     return batch * seq * (seq + 1) // 2 if mask is None else int(mask.expand(batch, seq, seq).sum())
 
 
-def blocks_for(mask: torch.Tensor | None, seq: int, block: int, one_row: bool) -> ca.Blocks:
-    """Query blocks of `block` rows and the keys each may see (causal: up to its last row)."""
-    if mask is None:
-        return [(q0, min(q0 + block, seq), 0, min(q0 + block, seq)) for q0 in range(0, seq, block)]
-    found = ca.key_blocks(mask, block, split_documents=one_row)
-    return found if found is not None else [(0, seq, 0, seq)]
-
-
 def sdpa(q, k, v, mask, backend: SDPBackend | None = None, as_mask: bool = False) -> torch.Tensor:
     if mask is None and as_mask:
         mask = causal_mask(q.shape[2])[None]
@@ -98,26 +90,22 @@ def ftune_path(q, k, v, mask) -> torch.Tensor:
     return ca.cpu_attention(q, k, v, mask, gqa=True, o_proj=nn.Identity()).view(b, s, h, d).transpose(1, 2)
 
 
-def blocked(block: int) -> Callable:
+def kernel(name: str) -> Callable:
+    """ftune's CPU path with its table set to `name` for every mask kind and length."""
+
     def run(q, k, v, mask):
-        b, h, s, d = q.shape
-        blocks = blocks_for(mask, s, block, b == 1)
-        full = causal_mask(s)[None] if mask is None else mask
-        out = ca._blocked(q, k, v, full, blocks, True, nn.Identity())
-        return out.view(b, s, h, d).transpose(1, 2)
+        table = ca.CPU_KERNELS
+        ca.CPU_KERNELS = {kind: [(None, name)] for kind in table}
+        try:
+            return ftune_path(q, k, v, mask)
+        finally:
+            ca.CPU_KERNELS = table
 
     return run
 
 
-def matmul(block: int) -> Callable:
-    def run(q, k, v, mask):
-        b, h, s, d = q.shape
-        out = matmul_attention(q, k, v, mask, blocks_for(mask, s, block, b == 1))  # (b, s, h * d)
-        return out.view(b, s, h, d).transpose(1, 2)
-
-    return run
-
-
+KERNELS = ["blocked 64", "blocked 128", "blocked 256", "matmul 64", "matmul 128", "matmul 256",
+           "blocked 64 by row", "blocked 256 by row", "matmul 128 by row", "matmul 256 by row"]  # fmt: skip
 OPTIONS: dict[str, Callable] = {
     "sdpa (default dispatch)": sdpa,
     "sdpa, causal as a bool mask": lambda q, k, v, m: sdpa(q, k, v, m, as_mask=True),
@@ -126,12 +114,7 @@ OPTIONS: dict[str, Callable] = {
     "sdpa EFFICIENT_ATTENTION": lambda q, k, v, m: sdpa(q, k, v, m, SDPBackend.EFFICIENT_ATTENTION),
     "sdpa CUDNN_ATTENTION": lambda q, k, v, m: sdpa(q, k, v, m, SDPBackend.CUDNN_ATTENTION),
     "ftune (shipped)": ftune_path,
-    "ftune blocked 64": blocked(64),
-    "ftune blocked 128": blocked(128),
-    "ftune blocked 256": blocked(256),
-    "matmul blocks 64": matmul(64),
-    "matmul blocks 128": matmul(128),
-    "matmul blocks 256": matmul(256),
+    **{f"ftune {name}": kernel(name) for name in KERNELS},
     "flex_attention compiled": None,  # built per shape (flex_option)
 }
 
@@ -143,11 +126,7 @@ def today(shape: str, kind: str) -> str:
 
 # The options ftune can ship (ftune.modules.cpu_attention.CPU_KERNELS' names) and the table's keys: the
 # mask kind and longest sequence each measured shape stands for (None: any longer).
-SHIPPABLE = {
-    "sdpa (default dispatch)": "sdpa",
-    **{f"ftune blocked {n}": f"blocked {n}" for n in (64, 128, 256)},
-    **{f"matmul blocks {n}": f"matmul {n}" for n in (64, 128, 256)},
-}
+SHIPPABLE = {"sdpa (default dispatch)": "sdpa", **{f"ftune {name}": name for name in KERNELS}}
 TABLE_KEYS = {("4x512", "causal"): ("causal", 1024), ("1x2048", "causal"): ("causal", 4096),
               ("1x8192", "causal"): ("causal", None), ("4x512", "documents"): ("masked", None),
               ("1x2048", "documents"): ("masked, one row", 4096),
@@ -197,7 +176,7 @@ def reference(q, k, v, mask, grad) -> list[torch.Tensor]:
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     b, h, s, d = q.shape
     if s > 4096:  # one fp64 SDPA call would hold (b, h, s, s) scores
-        out = blocked(64 if b > 1 else 256)(q64, k64, v64, mask)
+        out = kernel("blocked 256")(q64, k64, v64, mask)
     else:
         out = sdpa(q64, k64, v64, mask, SDPBackend.MATH)
     return [out.detach(), *torch.autograd.grad(out, (q64, k64, v64), grad.double())]
@@ -233,6 +212,8 @@ def measure(shape: str, kind: str, options: list[str], rounds: int) -> list[dict
     rows, runnable = {}, {}
     for name in options:
         if name == "sdpa, causal as a bool mask" and kind != "causal":
+            continue
+        if name.endswith("by row") and (kind == "causal" or b == 1):  # the same as without "by row"
             continue
         row = rows[name] = {"shape": shape, "batch": b, "seq": s, "mask": kind, "option": name}
         option = OPTIONS[name]

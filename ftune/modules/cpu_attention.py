@@ -35,7 +35,7 @@ _MIN_SKIPPED = 0.25
 # call; "blocked N": SDPA calls on blocks of N query rows, each over the keys its rows may see; "matmul
 # N": the same blocks as matrix products (`ftune.modules.matmul_attention`; fp32 and fp64, other dtypes
 # take "blocked N"). A mask of one row (a padding-free batch) has blocks that also end at each
-# document's start.
+# document's start; "... by row" (masks of several rows) attends row by row, each row so.
 CPU_KERNELS: dict[str, list[tuple[int | None, str]]] = {
     "causal": [(1024, "blocked 64"), (4096, "blocked 64"), (None, "blocked 64")],
     "masked": [(None, f"blocked {CPU_QUERY_BLOCK}")],
@@ -74,12 +74,22 @@ def cpu_attention(
     if kernel == "sdpa":
         out = _sdpa(q, k, v, None if mask is None else mask[:, None], gqa)
         return o_proj(out.transpose(1, 2).flatten(2))
-    how, rows = kernel.split()
-    if how == "matmul" and q.dtype in (torch.float32, torch.float64):
-        return _matmul(q, k, v, mask, o_proj, int(rows))
+    how, rows, *by_row = kernel.split()
+    attend = _matmul if how == "matmul" and q.dtype in (torch.float32, torch.float64) else _masked
     if mask is None:
-        return _causal(q, k, v, gqa, o_proj, int(rows))
-    return _masked(q, k, v, mask, gqa, o_proj, int(rows))
+        return (
+            _matmul(q, k, v, None, gqa, o_proj, int(rows))
+            if attend is _matmul
+            else _causal(q, k, v, gqa, o_proj, int(rows))
+        )
+    if by_row and q.shape[0] > 1 and mask.shape[0] == q.shape[0]:
+        # Each row alone: its blocks end at its own documents' starts (a batch's blocks span every row's).
+        rows_out = [
+            attend(q[i : i + 1], k[i : i + 1], v[i : i + 1], mask, gqa, o_proj, int(rows), row=i)
+            for i in range(q.shape[0])
+        ]
+        return torch.cat(rows_out)
+    return attend(q, k, v, mask, gqa, o_proj, int(rows))
 
 
 def cpu_kernel(kind: str, seq_len: int) -> str:
@@ -143,23 +153,23 @@ def _causal(
 
 # The last mask's blocks: every layer of a forward (and a checkpointed layer's recompute) gets the
 # same mask tensor, so its blocks, with their host syncs, are found once a forward, not once a layer.
-# (weak reference to the mask, its version counter, block, split_documents, blocks)
-_last_blocks: list[tuple[Any, int, int, bool, Blocks | None]] = []
+# [(weak reference to the mask, its version counter, {(block, split_documents, batch row): blocks})]
+_last_blocks: list[tuple[Any, int, dict[tuple[int, bool, int | None], Blocks | None]]] = []
 
 
-def cached_key_blocks(mask: torch.Tensor, block: int, *, split_documents: bool) -> Blocks | None:
-    """`key_blocks` of `mask`, reused while the same, unmodified mask tensor comes back."""
-    if _last_blocks:
-        ref, version, last_block, last_split, blocks = _last_blocks[0]
-        if (
-            ref() is mask
-            and version == mask._version
-            and (last_block, last_split) == (block, split_documents)
-        ):
-            return blocks
-    blocks = key_blocks(mask, block, split_documents=split_documents)
-    _last_blocks[:] = [(weakref.ref(mask), mask._version, block, split_documents, blocks)]
-    return blocks
+def cached_key_blocks(
+    mask: torch.Tensor, block: int, *, split_documents: bool, row: int | None = None
+) -> Blocks | None:
+    """`key_blocks` of `mask` (of its batch row `row` alone, if given), reused while the same, unmodified
+    mask tensor comes back."""
+    if not (_last_blocks and _last_blocks[0][0]() is mask and _last_blocks[0][1] == mask._version):
+        _last_blocks[:] = [(weakref.ref(mask), mask._version, {})]
+    found = _last_blocks[0][2]
+    key = (block, split_documents, row)
+    if key not in found:
+        rows = mask if row is None else mask[row : row + 1]
+        found[key] = key_blocks(rows, block, split_documents=split_documents)
+    return found[key]
 
 
 @torch.compiler.disable  # the blocks depend on the mask's values: run eagerly (one graph break)
@@ -171,9 +181,12 @@ def _masked(
     gqa: bool,
     o_proj: nn.Module,
     rows: int,
+    row: int | None = None,
 ) -> torch.Tensor:
-    # One row (padding-free batches): blocks also end at each document's start.
-    blocks = cached_key_blocks(mask, rows, split_documents=q.shape[0] == 1)
+    """o_proj(attention) by SDPA blocks; q, k, v of batch row `row` alone (with its row of mask), when given."""
+    # One row (padding-free batches, or a row alone): blocks also end at each document's start.
+    blocks = cached_key_blocks(mask, rows, split_documents=q.shape[0] == 1, row=row)
+    mask = mask if row is None else mask[row : row + 1]
     if blocks is None:
         return o_proj(_sdpa(q, k, v, mask[:, None], gqa).transpose(1, 2).flatten(2))
     return _blocked(q, k, v, mask, blocks, gqa, o_proj)
@@ -181,16 +194,25 @@ def _masked(
 
 @torch.compiler.disable  # a loop of blocks in an autograd.Function: run eagerly (one graph break)
 def _matmul(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, o_proj: nn.Module, rows: int
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    gqa: bool,
+    o_proj: nn.Module,
+    rows: int,
+    row: int | None = None,
 ) -> torch.Tensor:
-    """o_proj(attention) with the blocks as matrix products; mask (b or 1, s, s) or None (causal)."""
+    """o_proj(attention) with the blocks as matrix products; mask (b or 1, s, s) or None (causal); q, k, v
+    of batch row `row` alone (with its row of mask), when given."""
     s = q.shape[2]
     if mask is None:
         blocks = [(q0, min(q0 + rows, s), 0, min(q0 + rows, s)) for q0 in range(0, s, rows)]
     else:
-        blocks = cached_key_blocks(mask, rows, split_documents=q.shape[0] == 1)
+        blocks = cached_key_blocks(mask, rows, split_documents=q.shape[0] == 1, row=row)
+        mask = mask if row is None else mask[row : row + 1]
         if blocks is None:  # nothing to skip, or a query that sees no key: one SDPA call
-            return o_proj(_sdpa(q, k, v, mask[:, None], k.shape[1] != q.shape[1]).transpose(1, 2).flatten(2))
+            return o_proj(_sdpa(q, k, v, mask[:, None], gqa).transpose(1, 2).flatten(2))
     return o_proj(matmul_attention(q, k, v, mask, blocks))  # (b, s, h * d) in, as o_proj takes it
 
 

@@ -11,7 +11,15 @@ import ftune.modules.cpu_attention as ca
 from ftune.modules import causal_mask, document_causal_mask
 
 SEQ = 3 * 64 + 17  # a ragged last block at every block size
-KERNELS = ("sdpa", "blocked 64", "blocked 128", "blocked 256", "matmul 64", "matmul 128", "matmul 256")
+KERNELS = (
+    "sdpa",
+    "blocked 64",
+    "blocked 256",
+    "matmul 64",
+    "matmul 256",
+    "blocked 64 by row",
+    "matmul 64 by row",
+)
 
 
 def documents(lengths: list[list[int]]) -> torch.Tensor:
@@ -55,7 +63,10 @@ def test_the_table_names_a_known_kernel_for_every_length() -> None:
         assert bounds[-1] is None and None not in bounds[:-1], kind  # the last entry takes any length
         assert bounds[:-1] == sorted(bounds[:-1]), kind
         for _, kernel in entries:
-            assert kernel == "sdpa" or re.fullmatch(r"(blocked|matmul) [1-9]\d*", kernel), (kind, kernel)
+            assert kernel == "sdpa" or re.fullmatch(r"(blocked|matmul) [1-9]\d*( by row)?", kernel), (
+                kind,
+                kernel,
+            )
     longest = {kind: entries[-1][1] for kind, entries in ca.CPU_KERNELS.items()}
     assert ca.cpu_kernel("causal", 10**6) == longest["causal"]
     first_bound, first_kernel = ca.CPU_KERNELS["causal"][0]
@@ -73,3 +84,19 @@ def test_a_matmul_kernel_leaves_bf16_to_sdpa_blocks(monkeypatch) -> None:
     got = ca.cpu_attention(q, k, v, None, gqa=True, o_proj=nn.Identity())
     want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2).flatten(2)
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_by_row_blocks_end_at_each_rows_own_documents(monkeypatch) -> None:
+    """A batch's blocks span the keys of every row's documents; row by row, each block sees its own."""
+    mask = MASKS["packed documents"][1]()
+    assert ca.key_blocks(mask, 64)[1] == (64, 128, 40, 128)  # row 0's document from 40, row 1's from 60
+    assert ca.cached_key_blocks(mask, 64, split_documents=True, row=1) == [
+        (0, 60, 0, 60), (60, 124, 60, 124), (124, 188, 60, 188), (188, SEQ, 60, SEQ),
+    ]  # fmt: skip
+    found = []
+    monkeypatch.setattr(ca, "key_blocks", lambda *a, **kw: found.append(a[0].shape) or [(0, SEQ, 0, SEQ)])
+    monkeypatch.setattr(ca, "_last_blocks", [])
+    for _ in range(3):  # three layers: each row's blocks are found once
+        ca.cached_key_blocks(mask, 64, split_documents=True, row=0)
+        ca.cached_key_blocks(mask, 64, split_documents=True, row=1)
+    assert found == [(1, SEQ, SEQ), (1, SEQ, SEQ)]
