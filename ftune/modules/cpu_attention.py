@@ -6,7 +6,9 @@ a full mask does). A causal mask leaves half of the pairs unused and a packed-do
 of them (7 documents in 512 tokens use about 1/7). Attending block of queries by block of queries,
 each over only the span of keys it can see, skips that work. The skipped keys are exactly those
 the mask excludes for every query of a block, so the result is that of one SDPA call up to float
-rounding (``tests/modules/test_cpu_attention.py``).
+rounding (``tests/modules/test_cpu_attention.py``). Which blocks (their size, SDPA calls or plain
+matrix products, a batch at once or row by row), or one SDPA call, is chosen per mask kind and sequence
+length by ``CPU_KERNELS``, the fastest of ``benchmarks/attention.py``'s measurements.
 """
 
 import weakref
@@ -30,16 +32,18 @@ CPU_ROW_BLOCK = 256
 _MIN_SKIPPED = 0.25
 
 # The kernel per mask kind and sequence length: the fastest exact option of benchmarks/attention.py
-# (benchmarks/results/attention.json; tests/modules/test_cpu_attention_kernels.py checks the table
-# against that file). Per kind, (longest sequence, kernel) in order, None = any longer. "sdpa": one SDPA
+# (benchmarks/results/attention.json; tests/benchmarks/test_attention.py checks the table against a
+# full run on an idle machine). Until one is recorded, from runs at one thread on a busy machine
+# (5 rounds, the best): one SDPA call 1.8x faster than 64-row blocks for causal 1x2048, row by row
+# 1.2x faster than a batch's blocks for 4x512 packed documents; 8k not measured yet (today's kernels). Per kind, (longest sequence, kernel) in order, None = any longer. "sdpa": one SDPA
 # call; "blocked N": SDPA calls on blocks of N query rows, each over the keys its rows may see; "matmul
 # N": the same blocks as matrix products (`ftune.modules.matmul_attention`; fp32 and fp64, other dtypes
 # take "blocked N"). A mask of one row (a padding-free batch) has blocks that also end at each
 # document's start; "... by row" (masks of several rows) attends row by row, each row so.
 CPU_KERNELS: dict[str, list[tuple[int | None, str]]] = {
-    "causal": [(1024, "blocked 64"), (4096, "blocked 64"), (None, "blocked 64")],
-    "masked": [(None, f"blocked {CPU_QUERY_BLOCK}")],
-    "masked, one row": [(None, f"blocked {CPU_ROW_BLOCK}")],
+    "causal": [(1024, f"blocked {CPU_QUERY_BLOCK}"), (4096, "sdpa"), (None, f"blocked {CPU_QUERY_BLOCK}")],
+    "masked": [(None, f"blocked {CPU_QUERY_BLOCK} by row")],
+    "masked, one row": [(4096, f"blocked {CPU_ROW_BLOCK}"), (None, f"blocked {CPU_ROW_BLOCK}")],
 }
 
 
