@@ -63,15 +63,15 @@ def test_kernel_table_takes_the_fastest_exact_shippable_option() -> None:
 
 
 def test_the_shipped_table_is_the_results_files_fastest() -> None:
-    """CPU_KERNELS equals what the results file measured fastest, once it holds a full run on an idle machine;
-    a plumbing or busy run is marked so (the docs quote no figure from it) and names the table it shipped with."""
+    """CPU_KERNELS equals what the results file measured fastest once it holds a full run on an idle machine;
+    a plumbing or busy run is marked so (the docs quote no figure from it) and ran with today's table."""
     r = json.loads(RESULTS.read_text())
-    shipped = {kind: [tuple(entry) for entry in entries] for kind, entries in r["shipped"].items()}
-    assert shipped == cpu_attention.CPU_KERNELS, "rerun python benchmarks/attention.py: the table changed"
     if r["quick"] or r["contended"]:
+        shipped = {kind: [tuple(entry) for entry in entries] for kind, entries in r["shipped"].items()}
+        assert shipped == cpu_attention.CPU_KERNELS, "rerun python benchmarks/attention.py: the table changed"
         return
     fastest = {kind: [tuple(entry) for entry in entries] for kind, entries in r["fastest"].items()}
     assert fastest == cpu_attention.CPU_KERNELS, (
         f"benchmarks/results/attention.json measured {fastest} fastest; set CPU_KERNELS in "
-        "ftune/modules/cpu_attention.py to it (and rerun the benchmark if the code changed)."
+        "ftune/modules/cpu_attention.py to it."
     )
