@@ -73,8 +73,8 @@ def no_blocked_attention():
 def no_fp32_attention_backward():
     sdpa = cpu_attention._sdpa
     cpu_attention._sdpa = lambda q, k, v, mask, gqa: torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, enable_gqa=gqa
-    )
+        q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=gqa
+    )  # mask None: causal (cpu_attention's one-call kernel)
     try:
         yield
     finally:

@@ -51,6 +51,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "step_profile": ("docs/benchmarks.md", step.step_profile),
     "step_split": ("docs/benchmarks.md", step.step_split),
     "step_memory": ("docs/benchmarks.md", step.step_memory),
+    "attention_core": ("docs/benchmarks.md", step.attention_core),
     "step_memory_allocator": ("docs/benchmarks.md", step.step_memory_allocator),
     "grpo_vs_trl": ("docs/benchmarks.md", methods.grpo_vs_trl),
     "moe_experts": ("docs/benchmarks.md", methods.moe_experts),

@@ -102,3 +102,71 @@ def step_memory_allocator() -> str:
                  "step time" for name in by if name != "default"]  # fmt: skip
         said.append(f"{method}, against the default: " + "; ".join(parts) + ".")
     return "\n\n".join((table(header, rows, "llrrlr"), how, " ".join(said), provenance("allocator_settings")))
+
+
+def attention_core() -> str:
+    """The attention core alone, every option against the step's matmul rate (benchmarks/attention.py)."""
+    r = load("attention")
+    worst = max(x for x in [*r["others_cores"], 0.0] if x is not None)
+    if r["quick"] or r["contended"]:
+        kind = "a `--quick` run (plumbing, not figures)" if r["quick"] else "a run on a busy machine"
+        return (
+            f"No figures yet: the results file holds {kind}, measured at load {r['load1_before']} while other "
+            f"processes used up to {worst:.2f} cores, so this page quotes nothing from it. Rerun "
+            "`python benchmarks/attention.py` on an idle machine, then `python benchmarks/figures/report.py`. "
+            + provenance("attention")
+        )
+    rows = []
+    for row in r["rows"]:
+        if "error" in row:
+            rows.append(
+                [row["shape"], row["mask"], row["option"], "-", "-", "-", "-", "-", "-", row["error"]]
+            )
+            continue
+        both = row.get("fwd_bwd_ms")
+        diff = max(row["max_abs_diff"].values())
+        rows.append([
+            row["shape"], row["mask"], row["option"], f"{row['fwd_ms']:.1f}",
+            f"{both:.1f}" if both else "no backward on CPU", f"{row['gflop_s']:.0f}" if both else "-",
+            f"{row['bound_ms'] / both:.0%}" if both else "-",
+            f"{row['speedup_vs_today']:.2f}x" if both else "-", f"{diff:.1e}",
+            ("yes" if row["exact"] else "no") + (f" (compile {row['compile_s']:.0f} s)" if "compile_s" in row else ""),
+        ])  # fmt: skip
+    header = ["shape", "mask", "option", "fwd ms", "fwd+bwd ms", "GFLOP/s", "of bound", "vs today",
+              "max abs diff", "exact"]  # fmt: skip
+    bounds = "; ".join(
+        f"{row['shape']} {row['mask']} {row['bound_ms']:.1f} ms"
+        for row in r["rows"]
+        if row["option"] == "sdpa (default dispatch)" and "bound_ms" in row
+    )
+    shipped = "; ".join(f"{kind}: " + ", ".join(f"{kernel} up to {n}" if n else kernel for n, kernel in entries)
+                        for kind, entries in r["fastest"].items())  # fmt: skip
+    how = (
+        f"`{r['command']}`, {r['threads']} threads; the step's own matrix products ran at "
+        f"{r['matmul_gflop_s']:.0f} GFLOP/s, so the bound (attention's FLOPs at that rate) is {bounds}. "
+        f'"Of bound": the bound over the option\'s forward + backward time; "vs today": today\'s path '
+        f"(64-row blocks, 256 for a one-row mask) over the option's time. The fastest exact option ftune can "
+        f"ship, per mask and length: {shipped}."
+    )
+    verdicts = []
+    for mask in ("causal", "documents"):
+        group = [
+            row for row in r["rows"] if (row["shape"], row["mask"]) == ("4x512", mask) and row.get("exact")
+        ]
+        if not group:
+            continue
+        best = max(group, key=lambda row: row["speedup_vs_today"])
+        today_ms = best["fwd_bwd_ms"] * best["speedup_vs_today"]
+        verdicts.append(
+            f"4x512 {mask}: the fastest exact option ({best['option']}) is {best['speedup_vs_today']:.2f}x today's "
+            f"path; today's takes {today_ms / best['bound_ms']:.2f}x the bound, so 2x faster would need "
+            f"{today_ms / 2 / best['bound_ms']:.2f}x it"
+        )
+    verdict = (
+        ("At sequence 512 (issue 43's target, 2x today's forward + backward): " + "; ".join(verdicts) + ".")
+        if verdicts
+        else ""
+    )
+    return "\n\n".join(
+        x for x in (table(header, rows, "llrrrrrrrl"), how, verdict, provenance("attention")) if x
+    )

@@ -6,7 +6,9 @@ a full mask does). A causal mask leaves half of the pairs unused and a packed-do
 of them (7 documents in 512 tokens use about 1/7). Attending block of queries by block of queries,
 each over only the span of keys it can see, skips that work. The skipped keys are exactly those
 the mask excludes for every query of a block, so the result is that of one SDPA call up to float
-rounding (``tests/modules/test_cpu_attention.py``).
+rounding (``tests/modules/test_cpu_attention.py``). Which blocks (their size, SDPA calls or plain
+matrix products, a batch at once or row by row), or one SDPA call, is chosen per mask kind and sequence
+length by ``CPU_KERNELS``, the fastest of ``benchmarks/attention.py``'s measurements.
 """
 
 import weakref
@@ -15,6 +17,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ftune.modules.matmul_attention import Blocks, matmul_attention
 
 # Query rows per block; 64 was the fastest of 32 / 64 / 128 for SmolLM2-135M (9 heads of 64,
 # 512 tokens, fp32 and bf16).
@@ -27,7 +31,20 @@ CPU_ROW_BLOCK = 256
 # Use the blocked path for a mask only when it skips at least this share of the pairs.
 _MIN_SKIPPED = 0.25
 
-Blocks = list[tuple[int, int, int, int]]  # (q_start, q_end, k_start, k_end)
+# The kernel per mask kind and sequence length: the fastest exact option of benchmarks/attention.py
+# (benchmarks/results/attention.json; tests/benchmarks/test_attention.py checks the table against a
+# full run on an idle machine). Until one is recorded: one SDPA call for causal 1x2048 (1.8x faster
+# than 64-row blocks at one thread on a busy machine, faster still at two), today's kernels elsewhere
+# (a busy machine ranked them differently at one and two threads; 8k not measured yet). Per kind, (longest sequence, kernel) in order, None = any longer. "sdpa": one SDPA
+# call; "blocked N": SDPA calls on blocks of N query rows, each over the keys its rows may see; "matmul
+# N": the same blocks as matrix products (`ftune.modules.matmul_attention`; fp32 and fp64, other dtypes
+# take "blocked N"). A mask of one row (a padding-free batch) has blocks that also end at each
+# document's start; "... by row" (masks of several rows) attends row by row, each row so.
+CPU_KERNELS: dict[str, list[tuple[int | None, str]]] = {
+    "causal": [(1024, f"blocked {CPU_QUERY_BLOCK}"), (4096, "sdpa"), (None, f"blocked {CPU_QUERY_BLOCK}")],
+    "masked": [(None, f"blocked {CPU_QUERY_BLOCK}")],
+    "masked, one row": [(4096, f"blocked {CPU_ROW_BLOCK}"), (None, f"blocked {CPU_ROW_BLOCK}")],
+}
 
 
 def cpu_attention(
@@ -56,9 +73,32 @@ def cpu_attention(
     Returns:
         (b, s, dim).
     """
+    kind = "causal" if mask is None else "masked, one row" if q.shape[0] == 1 else "masked"
+    kernel = cpu_kernel(kind, q.shape[2])
+    if kernel == "sdpa":
+        out = _sdpa(q, k, v, None if mask is None else mask[:, None], gqa)
+        return o_proj(out.transpose(1, 2).flatten(2))
+    how, rows, *by_row = kernel.split()
+    attend = _matmul if how == "matmul" and q.dtype in (torch.float32, torch.float64) else _masked
     if mask is None:
-        return _causal(q, k, v, gqa, o_proj)
-    return _masked(q, k, v, mask, gqa, o_proj)
+        return (
+            _matmul(q, k, v, None, gqa, o_proj, int(rows))
+            if attend is _matmul
+            else _causal(q, k, v, gqa, o_proj, int(rows))
+        )
+    if by_row and q.shape[0] > 1 and mask.shape[0] == q.shape[0]:
+        # Each row alone: its blocks end at its own documents' starts (a batch's blocks span every row's).
+        rows_out = [
+            attend(q[i : i + 1], k[i : i + 1], v[i : i + 1], mask, gqa, o_proj, int(rows), row=i)
+            for i in range(q.shape[0])
+        ]
+        return torch.cat(rows_out)
+    return attend(q, k, v, mask, gqa, o_proj, int(rows))
+
+
+def cpu_kernel(kind: str, seq_len: int) -> str:
+    """`CPU_KERNELS`' kernel for a mask kind ("causal", "masked", "masked, one row") and a sequence length."""
+    return next(kernel for longest, kernel in CPU_KERNELS[kind] if longest is None or seq_len <= longest)
 
 
 def key_blocks(
@@ -99,47 +139,85 @@ def key_blocks(
     return blocks if used <= (1 - _MIN_SKIPPED) * s * s_kv else None
 
 
-def _causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool, o_proj: nn.Module) -> torch.Tensor:
+def _causal(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gqa: bool,
+    o_proj: nn.Module,
+    rows: int = CPU_QUERY_BLOCK,
+) -> torch.Tensor:
     """Causal attention: the blocks depend on the shape only, so this compiles without a break."""
     s = q.shape[2]
     causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()[None]  # (1, s, s)
-    ends = [min(q0 + CPU_QUERY_BLOCK, s) for q0 in range(0, s, CPU_QUERY_BLOCK)]
-    blocks = [(q0, q1, 0, q1) for q0, q1 in zip(range(0, s, CPU_QUERY_BLOCK), ends)]
+    ends = [min(q0 + rows, s) for q0 in range(0, s, rows)]
+    blocks = [(q0, q1, 0, q1) for q0, q1 in zip(range(0, s, rows), ends)]
     return _blocked(q, k, v, causal, blocks, gqa, o_proj)
 
 
 # The last mask's blocks: every layer of a forward (and a checkpointed layer's recompute) gets the
 # same mask tensor, so its blocks, with their host syncs, are found once a forward, not once a layer.
-# (weak reference to the mask, its version counter, block, split_documents, blocks)
-_last_blocks: list[tuple[Any, int, int, bool, Blocks | None]] = []
+# [(weak reference to the mask, its version counter, {(block, split_documents, batch row): blocks})]
+_last_blocks: list[tuple[Any, int, dict[tuple[int, bool, int | None], Blocks | None]]] = []
 
 
-def cached_key_blocks(mask: torch.Tensor, block: int, *, split_documents: bool) -> Blocks | None:
-    """`key_blocks` of `mask`, reused while the same, unmodified mask tensor comes back."""
-    if _last_blocks:
-        ref, version, last_block, last_split, blocks = _last_blocks[0]
-        if (
-            ref() is mask
-            and version == mask._version
-            and (last_block, last_split) == (block, split_documents)
-        ):
-            return blocks
-    blocks = key_blocks(mask, block, split_documents=split_documents)
-    _last_blocks[:] = [(weakref.ref(mask), mask._version, block, split_documents, blocks)]
-    return blocks
+def cached_key_blocks(
+    mask: torch.Tensor, block: int, *, split_documents: bool, row: int | None = None
+) -> Blocks | None:
+    """`key_blocks` of `mask` (of its batch row `row` alone, if given), reused while the same, unmodified
+    mask tensor comes back."""
+    if not (_last_blocks and _last_blocks[0][0]() is mask and _last_blocks[0][1] == mask._version):
+        _last_blocks[:] = [(weakref.ref(mask), mask._version, {})]
+    found = _last_blocks[0][2]
+    key = (block, split_documents, row)
+    if key not in found:
+        rows = mask if row is None else mask[row : row + 1]
+        found[key] = key_blocks(rows, block, split_documents=split_documents)
+    return found[key]
 
 
 @torch.compiler.disable  # the blocks depend on the mask's values: run eagerly (one graph break)
 def _masked(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool, o_proj: nn.Module
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    gqa: bool,
+    o_proj: nn.Module,
+    rows: int,
+    row: int | None = None,
 ) -> torch.Tensor:
-    if q.shape[0] == 1:  # one row (padding-free batches): document-aligned blocks of up to 256 rows
-        blocks = cached_key_blocks(mask, CPU_ROW_BLOCK, split_documents=True)
-    else:
-        blocks = cached_key_blocks(mask, CPU_QUERY_BLOCK, split_documents=False)
+    """o_proj(attention) by SDPA blocks; q, k, v of batch row `row` alone (with its row of mask), when given."""
+    # One row (padding-free batches, or a row alone): blocks also end at each document's start.
+    blocks = cached_key_blocks(mask, rows, split_documents=q.shape[0] == 1, row=row)
+    mask = mask if row is None else mask[row : row + 1]
     if blocks is None:
         return o_proj(_sdpa(q, k, v, mask[:, None], gqa).transpose(1, 2).flatten(2))
     return _blocked(q, k, v, mask, blocks, gqa, o_proj)
+
+
+@torch.compiler.disable  # a loop of blocks in an autograd.Function: run eagerly (one graph break)
+def _matmul(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    gqa: bool,
+    o_proj: nn.Module,
+    rows: int,
+    row: int | None = None,
+) -> torch.Tensor:
+    """o_proj(attention) with the blocks as matrix products; mask (b or 1, s, s) or None (causal); q, k, v
+    of batch row `row` alone (with its row of mask), when given."""
+    s = q.shape[2]
+    if mask is None:
+        blocks = [(q0, min(q0 + rows, s), 0, min(q0 + rows, s)) for q0 in range(0, s, rows)]
+    else:
+        blocks = cached_key_blocks(mask, rows, split_documents=q.shape[0] == 1, row=row)
+        mask = mask if row is None else mask[row : row + 1]
+        if blocks is None:  # nothing to skip, or a query that sees no key: one SDPA call
+            return o_proj(_sdpa(q, k, v, mask[:, None], gqa).transpose(1, 2).flatten(2))
+    return o_proj(matmul_attention(q, k, v, mask, blocks))  # (b, s, h * d) in, as o_proj takes it
 
 
 def _blocked(
@@ -160,13 +238,15 @@ def _blocked(
     return torch.cat(outs, dim=1)
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool) -> torch.Tensor:
-    """SDPA; in bf16 / fp16 with the backward recomputed in fp32 (see `_Fp32BackwardAttention`)."""
+def _sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, gqa: bool
+) -> torch.Tensor:
+    """SDPA (mask None: causal); in bf16 / fp16 with the backward recomputed in fp32 (`_Fp32BackwardAttention`)."""
     low_precision = q.dtype in (torch.bfloat16, torch.float16)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if low_precision and needs_grad and not torch.compiler.is_compiling():
         return _Fp32BackwardAttention.apply(q, k, v, mask, gqa)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=gqa)
 
 
 class _Fp32BackwardAttention(torch.autograd.Function):
@@ -181,11 +261,11 @@ class _Fp32BackwardAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, gqa: bool
     ) -> torch.Tensor:
         ctx.save_for_backward(q, k, v, mask)
         ctx.gqa = gqa
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=gqa)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -193,7 +273,9 @@ class _Fp32BackwardAttention(torch.autograd.Function):
         needed = ctx.needs_input_grad[:3]
         with torch.enable_grad():
             inputs = [t.detach().float().requires_grad_(n) for t, n in zip((q, k, v), needed)]
-            out = F.scaled_dot_product_attention(*inputs, attn_mask=mask, enable_gqa=ctx.gqa)
+            out = F.scaled_dot_product_attention(
+                *inputs, attn_mask=mask, is_causal=mask is None, enable_gqa=ctx.gqa
+            )
             wanted = [t for t in inputs if t.requires_grad]
             grads = iter(torch.autograd.grad(out, wanted, grad.float()))
         return *(next(grads).to(t.dtype) if n else None for t, n in zip((q, k, v), needed)), None, None

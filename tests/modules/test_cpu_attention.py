@@ -157,6 +157,7 @@ def test_blocks_are_found_once_per_mask_and_again_when_it_changes(monkeypatch) -
 
     used = []
     monkeypatch.setattr(ca, "key_blocks", lambda *a, **kw: used.append(1) or key_blocks(*a, **kw))
+    monkeypatch.setitem(ca.CPU_KERNELS, "masked", [(None, "blocked 64")])  # the batch's blocks, found at once
     mask = MASKS["packed documents"]()
     q, k, v, o_proj = inputs(torch.float32)
     for _ in range(3):  # three layers
