@@ -131,7 +131,7 @@ SETTINGS: dict[str, Key] = {
     ),
     "tensor_parallel_dim": Key(
         "tensor_parallel_dim",
-        "a dp x tp device mesh as torchtune's (full_finetune_distributed; LoRA refuses it)",
+        "a dp x tp device mesh as torchtune's (the full-weight distributed recipes; LoRA and QAT refuse it)",
     ),
     "tensor_parallel_plan": Key(
         None, "ftune's plan is base_llama_tp_plan's: q/k/v and gate/up by columns, o and down by rows"
