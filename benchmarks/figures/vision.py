@@ -66,7 +66,7 @@ def vision_demo() -> str:
         )
         + f": in {steps:.1f} epochs (the minutes a loaded, shared CPU gave) the model learnt the answers' form "
         "(it scored 0% before) and not yet what the images show. A fresh encoder now sees the pixels (its "
-        "initialisation, below), and an 8-image overfit of one kind learns, slowly; more steps (the same "
+        "initialisation, below), and the same model overfits 8 images of one kind in a few dozen steps; more steps (the same "
         "command on an idle machine) or a pretrained SigLIP encoder (`ftune.models.llava.siglip_hf_to_ftune`) "
         "are what to try."
     )
