@@ -2,19 +2,22 @@
 synthetic image task, with held-out exact match before and after, and what images cost a step.
 
     ./quickstart.sh            # first: SmolLM2-135M-Instruct in $FTUNE_HOME/models (ftune convert gguf smollm2)
-    OMP_NUM_THREADS=1 python benchmarks/vision_demo.py [--steps 150] [--minutes 38] [--batch-size 8]
+    OMP_NUM_THREADS=1 python benchmarks/vision_demo.py [--steps 300] [--minutes 25] [--batch-size 4]
 
 1. **The model**: `ftune.models.llava.llava` joins the pretrained SmolLM2-135M-Instruct decoder with a
    randomly initialised SigLIP-style encoder (48 px images in 16 px patches: 9 image tokens, one a
-   cell of the task's 3 x 3 grid; 4 layers of width 192) through a fresh MLP projector. The image
+   cell of the task's 3 x 3 grid; 4 layers of width 192, initialised as transformers initialises
+   SigLIP) through a fresh MLP projector. The image
    token is one of SmolLM2's reserved special tokens (``<empty_output>``), so the tokenizer is unchanged.
-2. **Training**: LoRA (rank 16) on every linear of the decoder, the encoder and the projector trained
-   fully (`requires_grad`), AdamW, on `ftune.datasets.image_task_dataset`'s training split (2000
+2. **Training**: LoRA (rank 16) on every linear of the decoder at ``--lr``, the encoder and the
+   projector trained fully (`requires_grad`) at ``--vision-lr`` (they start random), AdamW, on `ftune.datasets.image_task_dataset`'s training split (2000
    questions about Pillow-drawn shapes: colour, shape, count, left/right), for ``--steps`` steps or
    ``--minutes`` minutes. The loop is the recipes' forward line
    (``model.hidden(batch.tokens, **batch.model_inputs)``) and loss.
-3. **Exact match** on the 100 held-out questions (layouts never seen in training), greedy, before and
-   after, overall and per question kind.
+3. **Exact match** on the ``--n-heldout`` held-out questions (layouts never seen in training), greedy,
+   before and after, overall and per question kind, beside two baselines per kind: chance (a uniform
+   guess among the kind's answers) and the best constant answer on the held-out questions (what a
+   model that learned the answers' prior but not the images scores).
 4. **Images against text**: the step time (median of ``--repeats``) and peak RSS of a training
    batch with its images, against the same batch with every image token replaced by a text token
    and no images (the same token count): the encoder and projector's share of a step.
@@ -41,6 +44,7 @@ from ftune import data, training  # noqa: E402
 from ftune.checkpointing import load_hf  # noqa: E402
 from ftune.data import LlavaImageTransform, collate_prompts, padded_collate_vision  # noqa: E402
 from ftune.datasets import exact_match, image_task_dataset, image_task_prompt_dataset  # noqa: E402
+from ftune.datasets.image_task import ANSWERS  # noqa: E402
 from ftune.generation import generate_batch  # noqa: E402
 from ftune.models.llava import llava  # noqa: E402
 from ftune.peft import apply_lora  # noqa: E402
@@ -90,6 +94,20 @@ def heldout_exact_match(model, tokenizer, prompts, batch_size: int = 25) -> dict
     }
 
 
+def baselines(prompts) -> dict[str, dict[str, float]]:
+    """Per kind: chance (1 / the kind's answers) and the share of the best constant answer."""
+    answers: dict[str, list[str]] = {}
+    for record in prompts.records:  # the records only: no image decoded
+        answers.setdefault(record["task"], []).append(record["answer"])
+    return {
+        kind: {
+            "chance": round(1 / len(ANSWERS[kind]), 3),
+            "constant": round(max(seen.count(a) for a in set(seen)) / len(seen), 3),
+        }
+        for kind, seen in sorted(answers.items())
+    }
+
+
 def timed_steps(model, optimizer, raw, repeats: int) -> dict[str, float]:
     """Median seconds of a forward, backward and optimizer step on `raw`, and the peak RSS over them."""
     loss_fn = CrossEntropyLoss()
@@ -115,14 +133,17 @@ def text_only(raw: dict[str, torch.Tensor], image_id: int, text_id: int) -> dict
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--minutes", type=float, default=38.0, help="stop training after this long")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--minutes", type=float, default=25.0, help="stop training after this long")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3, help="the decoder's LoRA adapters")
+    p.add_argument("--vision-lr", type=float, default=3e-3, help="the encoder and the projector")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--n-train", type=int, default=2000)
-    p.add_argument("--n-heldout", type=int, default=100)
-    p.add_argument("--data-dir", default=None, help="default: $FTUNE_HOME/data/image_task_48")
+    p.add_argument("--n-heldout", type=int, default=200)
+    p.add_argument(
+        "--data-dir", default=None, help="default: $FTUNE_HOME/data/image_task_48_<n-train>_<n-heldout>"
+    )
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "vision_demo.json"))
     args = p.parse_args()
     home = Path(os.environ.get("FTUNE_HOME", Path.home() / ".cache" / "ftune"))
@@ -131,7 +152,8 @@ def main() -> None:
         sys.exit(
             f"vision_demo: no {folder}/model.safetensors; run ./quickstart.sh (or ftune convert gguf smollm2) first."
         )
-    data_dir = args.data_dir or str(home / "data" / "image_task_48")
+    # The split sizes name the folder: files written for other sizes would be read as they are.
+    data_dir = args.data_dir or str(home / "data" / f"image_task_48_{args.n_train}_{args.n_heldout}")
     tokenizer = HFTokenizer(folder)
     transform = LlavaImageTransform(
         image_size=ENCODER["image_size"], patch_size=ENCODER["patch_size"], image_token=IMAGE_TOKEN
@@ -143,8 +165,13 @@ def main() -> None:
     )
     model = build(folder, tokenizer)
     trainable = training.trainable_params(model)
-    optimizer = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.0)
-    scheduler = training.cosine_with_warmup(optimizer, num_warmup_steps=20, num_training_steps=args.steps)
+    vision = {id(p) for part in (model.vision_encoder, model.projector) for p in part.parameters()}
+    groups = [
+        {"params": [p for p in trainable if id(p) not in vision], "lr": args.lr},
+        {"params": [p for p in trainable if id(p) in vision], "lr": args.vision_lr},
+    ]
+    optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
+    scheduler = training.cosine_with_warmup(optimizer, num_warmup_steps=10, num_training_steps=args.steps)
     loader = data.build_dataloader(
         train,
         batch_size=args.batch_size,
@@ -159,6 +186,8 @@ def main() -> None:
     }
     print("parameters", counts, flush=True)
 
+    baseline = baselines(heldout)
+    print("held-out baselines", baseline, flush=True)
     start = time.perf_counter()
     before = heldout_exact_match(model, tokenizer, heldout)
     eval_seconds = time.perf_counter() - start
@@ -204,9 +233,10 @@ def main() -> None:
                  f"{ENCODER['vision_embed_dim']}, {ENCODER['image_size']} px, {ENCODER['patch_size']} px patches) "
                  "+ MLP projector",
         "parameters": counts, "steps": step, "batch_size": args.batch_size, "lr": args.lr,
+        "vision_lr": args.vision_lr, "encoder_init": "transformers' SigLIP",
         "train_seconds": round(train_seconds, 1), "eval_seconds": round(eval_seconds, 1),
         "n_train": args.n_train, "n_heldout": args.n_heldout,
-        "exact_match_before": before, "exact_match_after": after,
+        "baselines": baseline, "exact_match_before": before, "exact_match_after": after,
         "loss_first10": round(statistics.mean(losses[:10]), 3), "loss_last10": round(statistics.mean(losses[-10:]), 3),
         "losses": losses, "images_vs_text": cost, "load1_end": load1(),
     }]  # fmt: skip

@@ -119,6 +119,34 @@ class SiglipVisionEncoder(nn.Module):
             for _ in range(num_layers)
         )
         self.post_layernorm = nn.LayerNorm(embed_dim, eps=norm_eps)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise a fresh encoder as transformers initialises `SiglipVisionModel`.
+
+        PyTorch's defaults would draw the position embeddings from N(0, 1): at width 192 that is 14
+        times SigLIP's 1 / sqrt(width), and the encoder's output then hardly depends on the pixels
+        (a composed model with a random encoder learns the answers' prior, not the images). SigLIP's:
+        position embeddings N(0, 1 / width); the patch embedding LeCun normal (truncated normal of
+        std sqrt(1 / fan_in) / 0.8796), bias 0; attention and MLP weights Xavier uniform, attention
+        biases 0, MLP biases N(0, 1e-6²); LayerNorms 1 and 0. A checkpoint's weights replace all of it.
+        """
+        width = self.position_embedding.weight.shape[1]
+        nn.init.normal_(self.position_embedding.weight, std=width**-0.5)
+        fan_in = self.patch_embedding.weight[0].numel()
+        nn.init.trunc_normal_(self.patch_embedding.weight, std=fan_in**-0.5 / 0.87962566103423978)
+        nn.init.zeros_(self.patch_embedding.bias)
+        for layer in self.layers:
+            attention = layer.self_attn
+            for proj in (attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj):
+                nn.init.xavier_uniform_(proj.weight)
+                nn.init.zeros_(proj.bias)
+            for fc in (layer.mlp.fc1, layer.mlp.fc2):
+                nn.init.xavier_uniform_(fc.weight)
+                nn.init.normal_(fc.bias, std=1e-6)
+            for norm in (layer.layer_norm1, layer.layer_norm2):
+                norm.reset_parameters()
+        self.post_layernorm.reset_parameters()
 
     def forward(self, pixel_values: torch.Tensor, *, feature_layer: int | None = None) -> torch.Tensor:
         """Patch features, row-major over the patch grid.
