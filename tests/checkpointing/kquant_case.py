@@ -59,7 +59,9 @@ def put_probe(path: Path) -> np.ndarray:
     return probe
 
 
-def llama_quantize(source: Path, target: Path, name: str, imatrix: dict[str, np.ndarray] | None = None) -> Path:
+def llama_quantize(
+    source: Path, target: Path, name: str, imatrix: dict[str, np.ndarray] | None = None
+) -> Path:
     """llama.cpp's `llama_model_quantize` (one thread) of `source` as `name`, with `imatrix` (tensor name
     -> float32 weights, what llama-quantize --imatrix passes: the file's sums over counts) if given."""
     import llama_cpp

@@ -40,7 +40,15 @@ from ftune.checkpointing.gguf.kquants import (
 
 GGMLType = gguf.GGMLQuantizationType
 F32 = np.float32
-WEIGHTED = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1)
+WEIGHTED = (
+    GGMLType.Q4_K,
+    GGMLType.Q5_K,
+    GGMLType.Q6_K,
+    GGMLType.Q4_0,
+    GGMLType.Q4_1,
+    GGMLType.Q5_0,
+    GGMLType.Q5_1,
+)
 _ROWS_AT_ONCE = 256  # rows encoded at once (arrays of a few MB)
 
 

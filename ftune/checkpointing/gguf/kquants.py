@@ -190,7 +190,9 @@ def _q5_k(blocks: np.ndarray) -> np.ndarray:
     return np.concatenate([head, qh.astype(np.uint8), qs.astype(np.uint8)], axis=1)
 
 
-def fit_symmetric(x: np.ndarray, w: np.ndarray | None = None, nmax: int = 32) -> tuple[np.ndarray, np.ndarray]:
+def fit_symmetric(
+    x: np.ndarray, w: np.ndarray | None = None, nmax: int = 32
+) -> tuple[np.ndarray, np.ndarray]:
     """Scale and levels (in [0, 2 * nmax), nmax is zero) of each column of `x` (k, n): `make_qx_quants`
     with weights `w` (default x**2, as without an importance matrix), trying inverse scales
     -(nmax + 0.1 * k) / max for k in -9..9."""
