@@ -47,7 +47,9 @@ def test_importance_moves_the_error_to_unimportant_columns() -> None:
     importance = np.where(np.arange(512) % 8 == 0, 100.0, 0.01).astype(np.float32)  # every 8th column heavy
     heavy = np.arange(512) % 8 == 0
     for qtype in (Q.Q4_K, Q.Q5_0):
-        plain = gguf.quants.dequantize(gguf.quants.quantize(values, qtype), qtype) if qtype == Q.Q5_0 else None
+        plain = (
+            gguf.quants.dequantize(gguf.quants.quantize(values, qtype), qtype) if qtype == Q.Q5_0 else None
+        )
         if plain is None:
             from ftune.checkpointing.gguf.kquants import quantize_k
 

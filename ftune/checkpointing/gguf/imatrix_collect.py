@@ -71,7 +71,11 @@ def collect_imatrix(
         )
     loaded = HFCheckpointer(folder).load()
     net = build_float_model(
-        loaded, checkpoint_dir=folder, adapter_dir=adapter_dir, device=torch.device("cpu"), dtype=torch.float32
+        loaded,
+        checkpoint_dir=folder,
+        adapter_dir=adapter_dir,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
     )
     layers = int(text_model_config(read_json(folder / HF_CONFIG_FILE))["num_hidden_layers"])
     names = block_linear_names(net, loaded.family, num_layers=layers)
