@@ -9,6 +9,7 @@ test_gguf_imatrix_llama_cpp.py compares whole exported files where llama.cpp is 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gguf
@@ -128,6 +129,28 @@ def test_collect_equals_the_statistic_through_transformers(tmp_path: Path) -> No
     assert (ours.chunk_count, ours.chunk_size, ours.datasets) == (3, 32, ["calib.txt"])
     with pytest.raises(ValueError, match="fewer than one chunk of 4096"):
         collect_imatrix(folder, text, chunk_size=4096)
+
+
+def test_collect_reads_chat_records_through_the_template(tmp_path: Path) -> None:
+    """A .jsonl file's records are rendered through the chat template: the same matrix as that text."""
+    folder = tiny_folder(tmp_path / "m", "smollm2", hidden_size=64, intermediate_size=96, num_hidden_layers=1)
+    records = [{"messages": [{"role": "user", "content": f"Rewrite {i} please."},
+                             {"role": "assistant", "content": f"{i}/{i}"}]} for i in range(60)]  # fmt: skip
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    from ftune.data import Message
+    from ftune.tokenizers import HFTokenizer
+
+    tok = HFTokenizer(folder)
+    rendered = "".join(tok.render([Message(**m) for m in r["messages"]]) for r in records)
+    assert "<|im_start|>assistant" in rendered
+    (tmp_path / "train.txt").write_text(rendered)
+    a = collect_imatrix(folder, tmp_path / "train.jsonl", chunk_size=64, max_chunks=2)
+    b = collect_imatrix(folder, tmp_path / "train.txt", chunk_size=64, max_chunks=2)
+    for key in b.sums:
+        np.testing.assert_array_equal(a.sums[key], b.sums[key])
+    (tmp_path / "bad.jsonl").write_text('{"text": "no messages"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: a .jsonl calibration file holds chat records"):
+        collect_imatrix(folder, tmp_path / "bad.jsonl", chunk_size=64)
 
 
 def test_q4_0_first_ffn_down_takes_q4_1_with_an_imatrix() -> None:

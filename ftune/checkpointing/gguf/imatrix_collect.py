@@ -3,7 +3,9 @@
     imatrix = collect_imatrix("checkpoints/SmolLM2-135M", "calibration.txt", adapter_dir="out/step_60")
     write_imatrix("model.imatrix.gguf", imatrix)      # then: ftune export gguf ... --imatrix model.imatrix.gguf
 
-The text is tokenized whole (no special tokens added) and cut into chunks of `chunk_size` tokens (the
+The text (a UTF-8 file; or a `.jsonl` file of chat records, `{"messages": [...]}` a line, each
+rendered through the model's chat template, one after another, so the statistic sees the prompts the
+model will be given) is tokenized whole (no special tokens added) and cut into chunks of `chunk_size` tokens (the
 rest, shorter than a chunk, is dropped), as llama-imatrix cuts it; a chunk starts with the BOS token
 where the tokenizer adds one. Each chunk runs through the model (float32, the adapter merged) and a
 hook on every linear layer of the decoder blocks adds, per input column, the squares of that layer's
@@ -17,6 +19,7 @@ name (gguf's tensor-name map), exactly as `export_gguf` names it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -33,6 +36,7 @@ from ftune.checkpointing.hf import HFCheckpointer
 from ftune.checkpointing.inference import build_float_model
 from ftune.checkpointing.model_build import HF_CONFIG_FILE
 from ftune.checkpointing.readers import read_json
+from ftune.data import Message
 from ftune.models import text_model_config
 from ftune.tokenizers import HFTokenizer
 
@@ -51,7 +55,8 @@ def collect_imatrix(
 
     Args:
         model_dir: an HF-layout folder ftune reads (what `ftune export gguf` takes).
-        text_file: UTF-8 calibration text (never the data the model is evaluated on).
+        text_file: UTF-8 calibration text, or a .jsonl file of chat records (never the data the model is
+            evaluated on).
         adapter_dir: a LoRA/DoRA step folder to merge first, or None.
         chunk_size: tokens a chunk (llama-imatrix's context size, default 512 there too).
         max_chunks: run at most this many chunks (None: all).
@@ -62,7 +67,7 @@ def collect_imatrix(
     folder = Path(model_dir).expanduser()
     text_path = Path(text_file).expanduser()
     tokenizer = HFTokenizer(folder)
-    ids = tokenizer.encode(text_path.read_text(encoding="utf-8"), add_bos=False, add_eos=False)
+    ids = tokenizer.encode(calibration_text(text_path, tokenizer), add_bos=False, add_eos=False)
     chunks = len(ids) // chunk_size if max_chunks is None else min(max_chunks, len(ids) // chunk_size)
     if chunks < 1:
         raise ValueError(
@@ -105,6 +110,30 @@ def collect_imatrix(
         out.sums[name] = total.float().numpy().reshape(1, -1)
         out.counts[name] = torch.tensor([float(counts[name])]).numpy()
     return out
+
+
+def calibration_text(path: Path, tokenizer: HFTokenizer) -> str:
+    """The text of `path`: the file itself, or a .jsonl file's chat records through the chat template.
+
+    Raises:
+        ValueError: a .jsonl line that is not a record with a `messages` list (names the line).
+    """
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".jsonl":
+        return text
+    parts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
+            raise ValueError(
+                f'{path}:{number}: a .jsonl calibration file holds chat records, {{"messages": [{{"role": '
+                f'..., "content": ...}}, ...]}} a line; this line has keys {sorted(record) if isinstance(record, dict) else type(record).__name__}. '
+                "Pass such records, or a plain text file (any other suffix)."
+            )
+        parts.append(tokenizer.render([Message(m["role"], m["content"]) for m in record["messages"]]))
+    return "".join(parts)
 
 
 def block_linear_names(net: nn.Module, family: str, *, num_layers: int) -> dict[nn.Module, str]:
