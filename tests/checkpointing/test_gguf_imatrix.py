@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from kquant_case import k_folder, probe_rows
+from kquant_case import SIZES, k_folder, probe_rows
 from test_gguf_export import tiny_folder
 
 from ftune.checkpointing.gguf.export import export_gguf
@@ -171,3 +171,28 @@ def test_export_refuses_a_useless_or_foreign_imatrix(tmp_path: Path) -> None:
         export_gguf(folder, tmp_path / "a.gguf", file_type="f16", imatrix=path)
     with pytest.raises(ValueError, match=r"entry blk.0.attn_q.weight has 100 values .* needs \(256,\)"):
         export_gguf(folder, tmp_path / "b.gguf", file_type="q4_k_m", imatrix=path)
+
+
+def test_cli_export_imatrix_then_gguf(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`ftune export imatrix` writes the file `ftune export gguf --imatrix` reads; bad arguments are refused
+    before the model loads."""
+    from ftune.cli.export import main
+
+    folder = tiny_folder(
+        tmp_path / "model", "smollm2", **{**SIZES, "num_hidden_layers": 1, "intermediate_size": 256}
+    )
+    text = tmp_path / "calib.txt"
+    text.write_text("Rewrite the date 2036-10-28 in the format MM/DD/YYYY. 10/28/2036\n" * 30)
+    assert main(["imatrix", str(folder), str(tmp_path / "m.dat"), "--text", str(text)]) != 0
+    assert "does not end in .gguf" in capsys.readouterr().err
+    assert main(["imatrix", str(folder), str(tmp_path / "m.gguf"), "--text", str(tmp_path / "no.txt")]) != 0
+    assert "--text" in capsys.readouterr().err
+    out = tmp_path / "m.gguf"
+    assert main(["imatrix", str(folder), str(out), "--text", str(text), "--chunk-size", "64"]) == 0
+    assert f"--imatrix {out}" in capsys.readouterr().out
+    assert len(read_imatrix(out).sums) == 7
+    assert (
+        main(["gguf", str(folder), str(tmp_path / "q.gguf"), "--type", "q4_k_m", "--imatrix", str(out)]) == 0
+    )
+    reader = gguf.GGUFReader(tmp_path / "q.gguf")
+    assert reader.get_field("quantize.imatrix.entries_count").contents() == 7
