@@ -315,7 +315,18 @@ def _gguf_rows() -> tuple[dict, list[dict]]:
 
 def _gguf_label(r: dict) -> str:
     """A file row's type, with the calibration text of its importance matrix if it has one."""
-    return f"{r['type']} with an imatrix of {r['imatrix']}" if r.get("imatrix") else r["type"]
+    return f"{r['type']} + imatrix" if r.get("imatrix") else r["type"]
+
+
+def _imatrix_sentence() -> str:
+    """What the `+ imatrix` rows were quantized with (the results file's `imatrix`), or nothing."""
+    im = load("gguf_quickstart").get("imatrix")
+    if not im:
+        return ""
+    return (
+        f"`+ imatrix`: quantized with an importance matrix of {im['text']} ({im['chunks']} chunks of "
+        f"{im['chunk_size']} tokens at most, `ftune export imatrix` of the merged model), never of the held-out prompts. "
+    )
 
 
 def gguf_quickstart() -> str:
@@ -344,7 +355,7 @@ def gguf_quickstart() -> str:
     prompts = ", ".join(f"{_gguf_label(r)} {r['same_prompt_tokens']}/{n}" for r in files)
     exports = ", ".join(f"{_gguf_label(r)} {r['export_seconds']:g} s" for r in files)
     text = (
-        f"{target}The prompts llama.cpp built from the chat template stored in the file were ftune's prompt tokens "
+        f"{_imatrix_sentence()}{target}The prompts llama.cpp built from the chat template stored in the file were ftune's prompt tokens "
         f"exactly ({prompts}). Export took {exports} (merge included, on 2 shared cores)."
     )
     return table(header, rows, "lrrr") + "\n\n" + text + "\n\n" + provenance("gguf_quickstart")
@@ -357,7 +368,12 @@ def quickstart_gguf() -> str:
     parts = [f"{_gguf_label(r)} ({r['size_bytes'] / 1e6:.0f} MB) {r['exact_match']:g}%" for r in files]
     return (
         f"On the quickstart's adapter ({n} held-out prompts, greedy; ftune's own score {ours['exact_match']:g}%), "
-        "llama.cpp scores " + ", ".join(parts) + ".\n\n" + provenance("gguf_quickstart")
+        "llama.cpp scores "
+        + ", ".join(parts)
+        + ".\n\n"
+        + _imatrix_sentence()
+        + "\n\n" * bool(_imatrix_sentence())
+        + provenance("gguf_quickstart")
     )
 
 
