@@ -371,7 +371,7 @@ def quickstart_gguf() -> str:
         "llama.cpp scores "
         + ", ".join(parts)
         + ".\n\n"
-        + _imatrix_sentence()
+        + _imatrix_sentence().strip()
         + "\n\n" * bool(_imatrix_sentence())
         + provenance("gguf_quickstart")
     )
