@@ -224,6 +224,8 @@ def main() -> None:
         old = json.loads(args.json.read_text())
         done = {(r["type"], r.get("imatrix")) for r in rows}
         rows[1:1] = [r for r in old["rows"][1:] if (r["type"], r.get("imatrix")) not in done]
+        if "imatrix" in old:  # what earlier imatrix rows were made with, unless this run makes new ones
+            extra["imatrix"] = old["imatrix"]
         extra["earlier_runs"] = [
             *old.get("earlier_runs", []),
             {k: old[k] for k in ("commit", "date", "command", "note")},
