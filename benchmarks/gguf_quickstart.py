@@ -2,6 +2,7 @@
 
     python benchmarks/gguf_quickstart.py output/quickstart/lora/step_60      # the quickstart's adapter
     python benchmarks/gguf_quickstart.py ADAPTER --types q8_0 --limit 10     # a quick look
+    python benchmarks/gguf_quickstart.py ADAPTER --types --imatrix-text train --append   # + imatrix rows
 
 For the adapter (a LoRA/DoRA step folder of a run on the base model, default the converted
 SmolLM2-135M-Instruct in $FTUNE_HOME/models) this runs, each in its own process:
@@ -13,6 +14,13 @@ SmolLM2-135M-Instruct in $FTUNE_HOME/models) this runs, each in its own process:
    (llama-cpp-python's Jinja formatter, as its create_chat_completion does), tokenized by llama.cpp,
    then greedy completion (temperature 0) of at most the same budget, ended by the model's end-of-generation
    token; exact match as ftune's eval counts it (whitespace-normalised equality).
+
+With `--imatrix-text` (a text file, or `train`: the demo's training records rendered through the
+model's chat template, never the held-out ones) `ftune export imatrix` first makes an importance matrix
+of the merged model on that text (at most `--imatrix-chunks` chunks of 512 tokens), and each of
+`--imatrix-types` (default q4_k_m, q5_k_m, q4_k_s) is exported with `--imatrix` and scored the same
+way; those rows name the calibration text in `imatrix`. `--append` keeps the file's other llama.cpp
+rows (ftune's own row is measured again).
 
 Recorded per type: file size, export time, exact match, how many prompts llama.cpp tokenized to
 ftune's own prompt tokens, and how many answers equal ftune's answer. Writes
@@ -42,6 +50,7 @@ HOME = Path(os.environ.get("FTUNE_HOME", Path.home() / ".cache" / "ftune")).expa
 MODEL = HOME / "models" / "SmolLM2-135M-Instruct"
 HELDOUT = HOME / "data" / "demo" / "heldout.jsonl"
 TYPES = ["f16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0"]
+IMATRIX_TYPES = ["q4_k_m", "q5_k_m", "q4_k_s"]
 
 
 def ftune_eval(model: Path, adapter: Path, heldout: Path, limit: int, out: Path) -> dict:
@@ -55,10 +64,36 @@ def ftune_eval(model: Path, adapter: Path, heldout: Path, limit: int, out: Path)
     return {**result, "wall_seconds": time.perf_counter() - start}
 
 
-def export(model: Path, adapter: Path, out: Path, file_type: str) -> float:
+def export(model: Path, adapter: Path, out: Path, file_type: str, imatrix: Path | None = None) -> float:
     """`ftune export gguf` in its own process; its wall time."""
     command = [sys.executable, "-m", "ftune.cli", "export", "gguf", str(model), str(out),
                "--adapter", str(adapter), "--type", file_type, "--force"]  # fmt: skip
+    if imatrix is not None:
+        command += ["--imatrix", str(imatrix)]
+    start = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=True)
+    return time.perf_counter() - start
+
+
+def calibration_text(name: str, model: Path, heldout: Path, out: Path) -> tuple[Path, str]:
+    """The calibration text file and how rows name it: a file as given, or `train`: the demo's training
+    records (beside the held-out file) through the model's chat template, one after another."""
+    if name != "train":
+        return Path(name), Path(name).name
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    lines = (
+        json.loads(line) for line in (heldout.parent / "train.jsonl").read_text().splitlines() if line.strip()
+    )
+    out.write_text("".join(tokenizer.apply_chat_template(r["messages"], tokenize=False) for r in lines))
+    return out, "the demo's training records (train.jsonl, chat template)"
+
+
+def make_imatrix(model: Path, adapter: Path, text: Path, out: Path, chunks: int) -> float:
+    """`ftune export imatrix` of the merged model in its own process; its wall time."""
+    command = [sys.executable, "-m", "ftune.cli", "export", "imatrix", str(model), str(out), "--adapter",
+               str(adapter), "--text", str(text), "--chunks", str(chunks), "--force"]  # fmt: skip
     start = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True)
     return time.perf_counter() - start
@@ -122,7 +157,13 @@ def main() -> None:
     )
     parser.add_argument("--heldout", type=Path, default=HELDOUT, help="held-out chat records (the demo's)")
     parser.add_argument("--limit", type=int, default=100, help="held-out prompts scored")
-    parser.add_argument("--types", nargs="+", default=TYPES, help=f"GGUF types (default {' '.join(TYPES)})")
+    parser.add_argument("--types", nargs="*", default=TYPES, help=f"GGUF types (default {' '.join(TYPES)})")
+    parser.add_argument(
+        "--imatrix-text", help="calibration text for imatrix rows: a file, or `train` (see above)"
+    )
+    parser.add_argument("--imatrix-types", nargs="+", default=IMATRIX_TYPES, help="types exported with it")
+    parser.add_argument("--imatrix-chunks", type=int, default=40, help="chunks of 512 tokens it runs at most")
+    parser.add_argument("--append", action="store_true", help="keep the results file's other llama.cpp rows")
     parser.add_argument(
         "--threads", type=int, default=1, help="llama.cpp threads (2 were 10x slower on busy cores)"
     )
@@ -146,9 +187,19 @@ def main() -> None:
              "num_correct": ours["num_correct"], "num_prompts": ours["num_total"],
              "eval_seconds": round(ours["seconds"], 1), "max_new_tokens": ours["max_new_tokens"]}]  # fmt: skip
     theirs = [s["prediction"] for s in ours["samples"]]
-    for file_type in args.types:
-        path = args.work / f"{args.model.name}-ft.{file_type.upper()}.gguf"
-        seconds = export(args.model, args.adapter, path, file_type)
+    runs = [(file_type, None) for file_type in args.types]
+    imatrix, calibration, imatrix_seconds = None, None, None
+    if args.imatrix_text:
+        text, calibration = calibration_text(
+            args.imatrix_text, args.model, args.heldout, args.work / "calibration.txt"
+        )
+        imatrix = args.work / "quickstart.imatrix.gguf"
+        imatrix_seconds = make_imatrix(args.model, args.adapter, text, imatrix, args.imatrix_chunks)
+        runs += [(file_type, imatrix) for file_type in args.imatrix_types]
+    for file_type, with_imatrix in runs:
+        suffix = ".imatrix" if with_imatrix else ""
+        path = args.work / f"{args.model.name}-ft.{file_type.upper()}{suffix}.gguf"
+        seconds = export(args.model, args.adapter, path, file_type, with_imatrix)
         got = llama_cpp_eval(path, samples, want_prompts, ours["max_new_tokens"], args.threads)
         correct = [
             normalize_whitespace(p) == normalize_whitespace(r)
@@ -163,11 +214,28 @@ def main() -> None:
                      "same_prompt_tokens": got["same_prompt_tokens"], "same_answer_as_ftune": same,
                      "examples": [{"reference": r, "llama_cpp": p, "ftune": t} for p, (_, r), t, ok
                                   in zip(got["predictions"], samples, theirs, correct) if not ok][:3]})  # fmt: skip
-        print(f"{file_type}: exact match {rows[-1]['exact_match']}% (ftune {rows[0]['exact_match']}%), "
+        if with_imatrix is not None:
+            rows[-1]["imatrix"] = calibration
+        print(f"{file_type}{suffix}: exact match {rows[-1]['exact_match']}% (ftune {rows[0]['exact_match']}%), "
               f"{path.stat().st_size / 2**20:.1f} MiB, same answer as ftune {same}/{len(samples)}")  # fmt: skip
     load.append(load1())
+    extra = {}
+    if args.append and args.json.is_file():
+        old = json.loads(args.json.read_text())
+        done = {(r["type"], r.get("imatrix")) for r in rows}
+        rows[1:1] = [r for r in old["rows"][1:] if (r["type"], r.get("imatrix")) not in done]
+        if "imatrix" in old:  # what earlier imatrix rows were made with, unless this run makes new ones
+            extra["imatrix"] = old["imatrix"]
+        extra["earlier_runs"] = [
+            *old.get("earlier_runs", []),
+            {k: old[k] for k in ("commit", "date", "command", "note")},
+        ]
+    if imatrix is not None:
+        extra["imatrix"] = {"text": calibration, "chunks": args.imatrix_chunks, "chunk_size": 512,
+                            "seconds": round(imatrix_seconds, 1)}  # fmt: skip
     write_results(args.json, "gguf_quickstart", rows, note=args.note, adapter=args.adapter.name,
-                  llama_cpp_python=llama_cpp.__version__, use_extra_bufts=False, load_average_1min=load)  # fmt: skip
+                  llama_cpp_python=llama_cpp.__version__, use_extra_bufts=False, load_average_1min=load,
+                  **extra)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
 For each `--type`, `ftune export gguf` of the model (in this process, timed), then llama.cpp
 (llama-cpp-python 0.3.36):
 
-1. agreement: llama.cpp's own quantizer (`llama_model_quantize`, no importance matrix) makes the same
-   type of ftune's F32 export; recorded is how many tensors hold the same GGML type and the same bytes;
+1. agreement: llama.cpp's own quantizer (`llama_model_quantize`, no importance matrix, or with
+   `--imatrix FILE` both sides quantize with that importance matrix) makes the same type of ftune's F32
+   export; recorded is how many tensors hold the same GGML type and the same bytes;
 2. quality: the file runs over the first tokens of `--text` (default docs/glossary.md), one window;
    recorded are the perplexity and how often its next-token argmax equals the F32 file's;
 3. speed: prompt processing of that window and 64 greedy tokens after a short prompt, tokens/s,
@@ -40,10 +41,21 @@ TYPES = ["f16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q4_k_m", "q4_k_s", "q4_0"]
 LLAMA_FTYPE = {name: int(getattr(gguf.LlamaFileType, f"MOSTLY_{name.upper()}")) for name in TYPES}
 
 
-def llama_quantize(source: Path, target: Path, name: str) -> None:
+def llama_quantize(source: Path, target: Path, name: str, imatrix: Path | None = None) -> None:
+    """llama.cpp's quantizer, given the importance weights llama-quantize --imatrix would pass it."""
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = LLAMA_FTYPE[name]
     params.nthread = 1
+    if imatrix is not None:
+        from ftune.checkpointing.gguf.imatrix import read_imatrix
+
+        matrix = read_imatrix(imatrix)
+        keep = {key: np.ascontiguousarray(matrix.weights(key), dtype=np.float32) for key in matrix.sums}
+        entries = (llama_cpp.llama_model_imatrix_data * (len(keep) + 1))()  # ends with a null name
+        for entry, (key, values) in zip(entries, keep.items()):
+            entry.name, entry.size = key.encode(), values.size
+            entry.data = values.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        params.imatrix = ctypes.cast(entries, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
     rc = llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params))
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize({source}, {name}) returned {rc}")
@@ -94,6 +106,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads")
     parser.add_argument("--work", type=Path, default=ROOT / "output" / "gguf_types", help="files go here")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "gguf_types.json")
+    parser.add_argument("--imatrix", type=Path, help="quantize both sides with this importance matrix file")
     parser.add_argument("--note", default="", help="what else to record (e.g. what shared the machine)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -106,9 +119,11 @@ def main() -> None:
     rows = []
     for name in args.types:
         start = time.perf_counter()
-        path = export_gguf(args.model, args.work / f"model.{name.upper()}.gguf", file_type=name).path
+        path = export_gguf(
+            args.model, args.work / f"model.{name.upper()}.gguf", file_type=name, imatrix=args.imatrix
+        ).path
         seconds = time.perf_counter() - start
-        llama_quantize(f32, args.work / f"llama.{name.upper()}.gguf", name)
+        llama_quantize(f32, args.work / f"llama.{name.upper()}.gguf", name, args.imatrix)
         same = agreement(path, args.work / f"llama.{name.upper()}.gguf")
         logits, speed = run(path, ids, args.threads)
         shifted = logits - logits.max(axis=1, keepdims=True)
@@ -126,7 +141,8 @@ def main() -> None:
     load.append(load1())
     write_results(args.json, "gguf_types", rows, note=args.note, model=args.model.name, text=str(args.text.relative_to(ROOT)),
                   tokens=len(ids), f32_perplexity=round(float(np.exp(nll)), 3), threads=args.threads,
-                  llama_cpp_python=llama_cpp.__version__, load_average_1min=load)  # fmt: skip
+                  llama_cpp_python=llama_cpp.__version__, load_average_1min=load,
+                  imatrix=None if args.imatrix is None else args.imatrix.name)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -139,6 +139,8 @@ LATE: dict[tuple[str, str], str] = {
     ("ftune.cli.export", "ftune.checkpointing.gguf.export_lora"): (
         "the same imports as ftune.checkpointing.gguf.export, for `--adapter-only`"
     ),
+    ("ftune.cli.export", "ftune.checkpointing.gguf.imatrix"): "the same, for `export imatrix`",
+    ("ftune.cli.export", "ftune.checkpointing.gguf.imatrix_collect"): "the same, for `export imatrix`",
     ("ftune.cli.validate", "ftune.cli.lora_targets"): (
         "~2 s (torch, the model builders); only a config with a peft section has LoRA targets to match "
         "against the model built on the meta device, and a settings problem is reported before it"

@@ -313,6 +313,22 @@ def _gguf_rows() -> tuple[dict, list[dict]]:
     return ours, [r for r in rows if r["runtime"] == "llama.cpp"]
 
 
+def _gguf_label(r: dict) -> str:
+    """A file row's type, with the calibration text of its importance matrix if it has one."""
+    return f"{r['type']} + imatrix" if r.get("imatrix") else r["type"]
+
+
+def _imatrix_sentence() -> str:
+    """What the `+ imatrix` rows were quantized with (the results file's `imatrix`), or nothing."""
+    im = load("gguf_quickstart").get("imatrix")
+    if not im:
+        return ""
+    return (
+        f"`+ imatrix`: quantized with an importance matrix of {im['text']} ({im['chunks']} chunks of "
+        f"{im['chunk_size']} tokens at most, `ftune export imatrix` of the merged model), never of the held-out prompts. "
+    )
+
+
 def gguf_quickstart() -> str:
     """docs/checkpoints.md: the quickstart's adapter exported and scored by llama.cpp (gguf_quickstart.py)."""
     ours, files = _gguf_rows()
@@ -326,21 +342,20 @@ def gguf_quickstart() -> str:
         ]
     ]
     rows += [
-        [f"llama.cpp, {r['type']}", f"{r['size_bytes'] / 1e6:.0f} MB", f"{r['exact_match']:g}% ({r['num_correct']}/{n})",
+        [f"llama.cpp, {_gguf_label(r)}", f"{r['size_bytes'] / 1e6:.0f} MB", f"{r['exact_match']:g}% ({r['num_correct']}/{n})",
          f"{r['same_answer_as_ftune']}/{n}"]
         for r in files
     ]  # fmt: skip
     header = ["", "file", f"exact match, {n} held-out prompts", "same answer as ftune"]
     target = ""
     for kind, within in (("Q8_0", 2), ("Q4_K_M", 3)):  # issue 42's targets
-        row = next((r for r in files if r["type"] == kind), None)
-        if row is not None:
+        for row in [r for r in files if r["type"] == kind]:
             gap = abs(row["exact_match"] - ours["exact_match"])
-            target += f"{kind} is {gap:g} point{'' if gap == 1 else 's'} from ftune's own score (the target: within {within}). "
-    prompts = ", ".join(f"{r['type']} {r['same_prompt_tokens']}/{n}" for r in files)
-    exports = ", ".join(f"{r['type']} {r['export_seconds']:g} s" for r in files)
+            target += f"{_gguf_label(row)} is {gap:g} point{'' if gap == 1 else 's'} from ftune's own score (the target: within {within}). "
+    prompts = ", ".join(f"{_gguf_label(r)} {r['same_prompt_tokens']}/{n}" for r in files)
+    exports = ", ".join(f"{_gguf_label(r)} {r['export_seconds']:g} s" for r in files)
     text = (
-        f"{target}The prompts llama.cpp built from the chat template stored in the file were ftune's prompt tokens "
+        f"{_imatrix_sentence()}{target}The prompts llama.cpp built from the chat template stored in the file were ftune's prompt tokens "
         f"exactly ({prompts}). Export took {exports} (merge included, on 2 shared cores)."
     )
     return table(header, rows, "lrrr") + "\n\n" + text + "\n\n" + provenance("gguf_quickstart")
@@ -350,10 +365,15 @@ def quickstart_gguf() -> str:
     """docs/quickstart.md: one sentence of the same results."""
     ours, files = _gguf_rows()
     n = ours["num_prompts"]
-    parts = [f"{r['type']} ({r['size_bytes'] / 1e6:.0f} MB) {r['exact_match']:g}%" for r in files]
+    parts = [f"{_gguf_label(r)} ({r['size_bytes'] / 1e6:.0f} MB) {r['exact_match']:g}%" for r in files]
     return (
         f"On the quickstart's adapter ({n} held-out prompts, greedy; ftune's own score {ours['exact_match']:g}%), "
-        "llama.cpp scores " + ", ".join(parts) + ".\n\n" + provenance("gguf_quickstart")
+        "llama.cpp scores "
+        + ", ".join(parts)
+        + ".\n\n"
+        + _imatrix_sentence().strip()
+        + "\n\n" * bool(_imatrix_sentence())
+        + provenance("gguf_quickstart")
     )
 
 

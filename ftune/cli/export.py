@@ -1,11 +1,14 @@
-"""`ftune export gguf <model folder> <out.gguf> --type T [--adapter DIR [--adapter-only]] [--force] [--make-parents]`.
+"""`ftune export gguf <model folder> <out.gguf> --type T [--adapter DIR [--adapter-only]] [--imatrix FILE] [--force]
+[--make-parents]` and `ftune export imatrix <model folder> <out.gguf> --text FILE [--adapter DIR]`.
 
 The model folder is any HF-layout folder ftune reads (a base model, a full fine-tune's step folder,
 a LoRA run's merged/ folder); `--adapter` merges a LoRA/DoRA step folder into it first. Beside the
 file goes `<name>.Modelfile` for Ollama. With `--adapter-only` the LoRA adapter is written unmerged,
 as the adapter file llama.cpp applies over its base model (`--lora`), and no Modelfile. An
 image-text model (Gemma 3, SmolVLM) also gives `mmproj-<name>.gguf`, its vision tower and projector,
-which llama.cpp's `llama-mtmd-cli --mmproj` loads beside the model file.
+which llama.cpp's `llama-mtmd-cli --mmproj` loads beside the model file. `--imatrix` quantizes with an
+importance matrix, as `llama-quantize --imatrix` does; `ftune export imatrix` makes one (llama.cpp's
+GGUF imatrix file, what llama-imatrix writes) from calibration text through the model.
 
 Outputs never land on inputs (`ftune.checkpointing.output_guard`): the file and its Modelfile are
 replaced only with --force, never inside the model or adapter folder, never through a symbolic link, and
@@ -56,11 +59,37 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="write the --adapter unmerged, as a LoRA adapter file for llama.cpp's --lora (types f32, f16, bf16, q8_0)",
     )
+    g.add_argument(
+        "--imatrix",
+        type=Path,
+        help="an importance matrix (GGUF, from `ftune export imatrix` or llama-imatrix) to quantize with "
+        "(types q6_k, q5_k_*, q4_k_*, q4_0)",
+    )
     g.add_argument("--name", help="general.name in the file (default: the model folder's name)")
     g.add_argument("--force", action="store_true", help="replace an existing output file and its Modelfile")
     g.add_argument("--make-parents", action="store_true", help="create the output's missing parent folders")
     g.add_argument("--debug", action="store_true")
+    m = sub.add_parser(
+        "imatrix", help="an importance matrix of a model on calibration text, for `export gguf --imatrix`"
+    )
+    m.add_argument(
+        "model_dir", type=Path, help="HF-layout model folder (config.json, weights, tokenizer.json)"
+    )
+    m.add_argument("output", help="the imatrix .gguf file to write")
+    m.add_argument(
+        "--text", type=Path, required=True, help="UTF-8 calibration text (not the evaluation data)"
+    )
+    m.add_argument("--adapter", type=Path, help="a LoRA/DoRA step folder to merge into the model first")
+    m.add_argument(
+        "--chunk-size", type=int, default=512, help="tokens a chunk (llama-imatrix's -c; default 512)"
+    )
+    m.add_argument("--chunks", type=int, help="run at most this many chunks (default: the whole text)")
+    m.add_argument("--force", action="store_true", help="replace an existing output file")
+    m.add_argument("--make-parents", action="store_true", help="create the output's missing parent folders")
+    m.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
+    if args.kind == "imatrix":
+        return _export_imatrix(args)
     try:
         check_adapter_gguf_type(args.type) if args.adapter_only else check_gguf_type(args.type)
         _check_outputs(args)  # every argument checked before torch and the exporter load
@@ -69,7 +98,12 @@ def main(argv: list[str]) -> int:
         from ftune.checkpointing.gguf.export import export_gguf  # torch and gguf: see LATE in test_layout
 
         exported = export_gguf(
-            args.model_dir, args.output, file_type=args.type, adapter_dir=args.adapter, name=args.name
+            args.model_dir,
+            args.output,
+            file_type=args.type,
+            adapter_dir=args.adapter,
+            name=args.name,
+            imatrix=args.imatrix,
         )
     except Exception as e:  # noqa: BLE001
         return report(e, ["--debug"] if args.debug else [])
@@ -106,6 +140,55 @@ def _export_adapter(args: argparse.Namespace) -> int:
         f"Wrote {exported.path} (a LoRA adapter of {exported.modules} matrices for llama.cpp '{exported.architecture}', "
         f"alpha {exported.alpha:g}, {args.type.lower()}).\n"
         f"  llama.cpp: llama-cli -m <the base model exported as .gguf> --lora {exported.path}"
+    )
+    return 0
+
+
+def _export_imatrix(args: argparse.Namespace) -> int:
+    """`export imatrix`: the importance matrix of the model (+ adapter) on the text, as llama-imatrix writes it."""
+    try:
+        given = args.output
+        args.output = Path(given).expanduser()
+        if args.output.suffix != ".gguf":
+            raise ValueError(
+                f"output {given!r} does not end in .gguf; ftune writes llama.cpp's GGUF imatrix file. "
+                f"Give a file name such as {args.output.with_suffix('.gguf').name}."
+            )
+        if not args.text.is_file():
+            raise FileNotFoundError(
+                f"--text {str(args.text)!r} is not a file. Pass a UTF-8 calibration text (for instance the "
+                "training data's text, or docs), never the data the model is evaluated on."
+            )
+        if args.chunk_size < 16:  # llama-imatrix skips batches of fewer than 16 tokens
+            raise ValueError(
+                f"--chunk-size {args.chunk_size} is below 16 tokens; give 16 or more (512 is usual)."
+            )
+        args.model_dir = args.model_dir.expanduser()
+        require_model_folder(args.model_dir)
+        inputs = {"the model folder": args.model_dir, "the --adapter folder": args.adapter}
+        check_output_dir(given, inputs, key="output", fix="Write the imatrix file outside the input folders.")
+        output_file(given, option="output", force=args.force, make_parents=args.make_parents)
+        check_model_folder(args.model_dir)
+        if args.adapter is not None:
+            check_adapter_folder(args.adapter.expanduser())
+        from ftune.checkpointing.gguf.imatrix import write_imatrix  # torch and gguf: see LATE
+        from ftune.checkpointing.gguf.imatrix_collect import collect_imatrix
+
+        imatrix = collect_imatrix(
+            args.model_dir,
+            args.text,
+            adapter_dir=args.adapter,
+            chunk_size=args.chunk_size,
+            max_chunks=args.chunks,
+        )
+        write_imatrix(args.output, imatrix)
+    except Exception as e:  # noqa: BLE001
+        return report(e, ["--debug"] if args.debug else [])
+    print(
+        f"Wrote {args.output} (importance matrix of {len(imatrix.sums)} matrices over {imatrix.chunk_count} chunks "
+        f"of {imatrix.chunk_size} tokens of {args.text.name}).\n"
+        f"  ftune:     ftune export gguf {args.model_dir} <out.gguf> --type q4_k_m --imatrix {args.output}\n"
+        f"  llama.cpp: llama-quantize --imatrix {args.output} <model.F16.gguf> <out.gguf> Q4_K_M"
     )
     return 0
 

@@ -59,13 +59,24 @@ def put_probe(path: Path) -> np.ndarray:
     return probe
 
 
-def llama_quantize(source: Path, target: Path, name: str) -> Path:
-    """llama.cpp's `llama_model_quantize` (no importance matrix, one thread) of `source` as `name`."""
+def llama_quantize(
+    source: Path, target: Path, name: str, imatrix: dict[str, np.ndarray] | None = None
+) -> Path:
+    """llama.cpp's `llama_model_quantize` (one thread) of `source` as `name`, with `imatrix` (tensor name
+    -> float32 weights, what llama-quantize --imatrix passes: the file's sums over counts) if given."""
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = LLAMA_FTYPES[name]
     params.nthread = 1
+    if imatrix:
+        keep = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in imatrix.items()}
+        entries = (llama_cpp.llama_model_imatrix_data * (len(keep) + 1))()  # ends with a null name
+        for entry, (key, values) in zip(entries, keep.items()):
+            entry.name = key.encode()
+            entry.data = values.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            entry.size = values.size
+        params.imatrix = ctypes.cast(entries, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
     rc = llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params))
     assert rc == 0, f"llama_model_quantize({source}, {name}) returned {rc}"
     return target

@@ -47,6 +47,7 @@ from ftune.checkpointing.gguf.export_types import (
     wide_attn_v,
 )
 from ftune.checkpointing.gguf.export_vocab import TokenizerInfo, write_tokenizer
+from ftune.checkpointing.gguf.imatrix import imatrix_weights, read_imatrix_for
 from ftune.checkpointing.gguf.ollama import modelfile_text
 from ftune.checkpointing.hf import HFCheckpointer
 from ftune.checkpointing.inference import merge_adapter_folder
@@ -151,6 +152,7 @@ def export_gguf(
     file_type: str,
     adapter_dir: str | os.PathLike | None = None,
     name: str | None = None,
+    imatrix: str | os.PathLike | None = None,
 ) -> Exported:
     """Write the model of `model_dir` (with `adapter_dir` merged) as a GGUF file llama.cpp runs.
 
@@ -162,6 +164,8 @@ def export_gguf(
             q4_k_m, q4_k_s, q4_0).
         adapter_dir: a LoRA/DoRA step folder to merge first, or None.
         name: `general.name`; default: the model folder's name.
+        imatrix: an importance matrix file (GGUF, `ftune export imatrix` or llama-imatrix) to quantize
+            with, as `llama-quantize --imatrix` does (types q6_k, q5_k_*, q4_k_*, q4_0).
 
     Returns:
         What was written (`Exported`).
@@ -172,6 +176,7 @@ def export_gguf(
     """
     start = time.perf_counter()
     ftype = lookup_file_type(file_type)
+    importance = None if imatrix is None else read_imatrix_for(imatrix, ftype)
     folder = Path(model_dir).expanduser()
     raw = read_json(folder / HF_CONFIG_FILE) if (folder / HF_CONFIG_FILE).is_file() else {}
     vision = None  # (whole state in ftune names, config.json) of an image-text model
@@ -206,6 +211,8 @@ def export_gguf(
         "num_experts": int(builder_kwargs(config, family).get("num_experts", 0)),
     }
     mix["wide_attn_v"] = wide_attn_v(arch, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads)
+    mix["imatrix"] = importance is not None
+    weights = {} if importance is None else imatrix_weights(importance, tensors, imatrix, writer)
     types = _add_tensor_infos(writer, tensors, ftype, mix)
     out = Path(output)
     with atomic_path(out) as tmp:
@@ -213,7 +220,7 @@ def export_gguf(
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for gguf_name, value in tensors.items():  # one tensor in memory at a time
-            writer.write_tensor_data(encode(to_numpy(value), types[gguf_name]))
+            writer.write_tensor_data(encode(to_numpy(value), types[gguf_name], weights.get(gguf_name)))
         writer.close()
     modelfile = write_modelfile(out, info)
     mmproj = None

@@ -125,3 +125,8 @@ def _stacked(parts: list[torch.Tensor]) -> torch.Tensor:
 def to_numpy(value: torch.Tensor) -> np.ndarray:
     """A float32 numpy copy of a tensor of any float dtype (bf16 included)."""
     return value.detach().to(torch.float32).cpu().contiguous().numpy()
+
+
+def gguf_arch(arch: str) -> gguf.MODEL_ARCH:
+    """The gguf package's enum of llama.cpp architecture `arch` (its tensor-name map's key)."""
+    return _ARCHES[arch]

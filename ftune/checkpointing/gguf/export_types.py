@@ -5,8 +5,9 @@
     data = encode(array, qtype)                                  # the bytes GGUFWriter stores
 
 f32, f16, bf16 and q8_0 are what llama.cpp's `convert_hf_to_gguf.py` writes: every matrix in the
-type. q4_0 and the K-quant files are what `llama-quantize` makes of an F32/F16 file (without an
-importance matrix), tensor by tensor, because its choices are what people compare against:
+type. q4_0 and the K-quant files are what `llama-quantize` makes of an F32/F16 file (with or without
+an importance matrix, `imatrix_quants`), tensor by tensor, because its choices are what people compare
+against:
 
 - 1-D tensors (norms, biases, `rope_freqs`), every `*_norm.weight` and a mixture of experts' router
   (`ffn_gate_inp`, small, and every token's routing depends on it) stay F32.
@@ -24,6 +25,7 @@ importance matrix), tensor by tensor, because its choices are what people compar
   32-block type of nearly its size (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), and a row that is not
   whole 32-blocks either goes F16. SmolLM2-135M's rows of 576 are such rows: most of its q4_k_m file
   is Q5_0 (so is llama.cpp's).
+- With an importance matrix, a q4_0 file's `ffn_down` of the first eighth of the layers is Q4_1.
 
 The block arithmetic is `kquants` for Q4_K/Q5_K/Q6_K (ftune's own encoders) and `gguf.quants`
 (llama.cpp's Python port) for Q8_0/Q4_0/Q5_0/Q5_1.
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 import gguf
 import numpy as np
 
+from ftune.checkpointing.gguf.imatrix_quants import WEIGHTED, quantize_weighted
 from ftune.checkpointing.gguf.kquants import quantize_k
 from ftune.config.gguf_args import check_gguf_type
 
@@ -104,6 +107,7 @@ def tensor_type(
     num_layers: int = 0,
     wide_attn_v: bool = False,
     num_experts: int = 0,
+    imatrix: bool = False,
 ) -> GGMLType:
     """The GGML type tensor `name` (GGUF name, torch shape) gets in a `ftype` file.
 
@@ -116,6 +120,8 @@ def tensor_type(
         wide_attn_v: llama.cpp's 70B rule applies (80-layer llama with grouped-query attention, or
             80-layer qwen2).
         num_experts: experts of a mixture-of-experts model (0 for a dense one).
+        imatrix: the file is quantized with an importance matrix (a q4_0 file's first eighth of
+            `ffn_down` then takes Q4_1, as llama-quantize does).
     """
     if (
         len(shape) < 2
@@ -134,6 +140,7 @@ def tensor_type(
             num_layers=num_layers,
             wide_attn_v=wide_attn_v,
             num_experts=num_experts,
+            imatrix=imatrix,
         )
     if qtype in _FALLBACK and cols % gguf.GGML_QUANT_SIZES[qtype][0]:
         logger.info("%s: rows of %d are not whole 256-blocks; %s instead of %s", name, cols,
@@ -153,7 +160,15 @@ def tensor_type(
 
 
 def _requantized(
-    name: str, cols: int, ftype: FileType, *, tied: bool, num_layers: int, wide_attn_v: bool, num_experts: int
+    name: str,
+    cols: int,
+    ftype: FileType,
+    *,
+    tied: bool,
+    num_layers: int,
+    wide_attn_v: bool,
+    num_experts: int,
+    imatrix: bool,
 ) -> GGMLType:
     """llama-quantize's type for a matrix before the block-size fallback (`llama_tensor_get_type`)."""
     qtype = ftype.matrix
@@ -182,6 +197,8 @@ def _requantized(
             qtype = GGMLType.Q6_K
         elif ftype.name == "q4_k_s" and layer < num_layers // 8:
             qtype = GGMLType.Q5_K
+        elif ftype.name == "q4_0" and imatrix and layer < num_layers // 8:
+            qtype = GGMLType.Q4_1  # llama.cpp: guards the first ffn_down layers, only with an imatrix
     return qtype
 
 
@@ -190,8 +207,12 @@ def wide_attn_v(arch: str, *, num_layers: int, num_heads: int, num_kv_heads: int
     return num_layers == 80 and (arch == "qwen2" or (arch == "llama" and num_heads != num_kv_heads))
 
 
-def encode(array: np.ndarray, qtype: GGMLType) -> np.ndarray:
-    """`array` (float32, torch shape) as the bytes (or values) GGUFWriter stores for `qtype`."""
+def encode(array: np.ndarray, qtype: GGMLType, importance: np.ndarray | None = None) -> np.ndarray:
+    """`array` (float32, torch shape) as the bytes (or values) GGUFWriter stores for `qtype`, quantized
+    with `importance` (the matrix's importance-matrix weights, `imatrix.ImportanceMatrix.weights`) if given
+    and the type uses it (Q8_0 does not, in llama.cpp either)."""
+    if importance is not None and qtype in WEIGHTED:
+        return quantize_weighted(array, qtype, importance)
     if qtype == GGMLType.F32:
         return np.ascontiguousarray(array, dtype=np.float32)
     if qtype == GGMLType.F16:

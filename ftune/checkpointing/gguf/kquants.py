@@ -18,7 +18,7 @@ weighted least squares over a grid of 21 (Q4_K) or 16 (Q5_K) candidate inverse s
 themselves quantized against the block's largest and the values re-rounded with the stored scales.
 
 Byte equality with llama.cpp is the goal, so the arithmetic is float32 in llama.cpp's order: every
-sum is accumulated element by element in sequence (`_seq_sum`, never numpy's pairwise sum), products
+sum is accumulated element by element in sequence (`seq_sum`, never numpy's pairwise sum), products
 keep C's left-to-right grouping, rounding is half to even (llama.cpp's `nearest_int` trick does the
 same), and fp16 conversions round to nearest even. The work is vectorised across sub-blocks: arrays
 are laid out (position in sub-block, sub-block), so a sequential sum is 31 whole-row additions.
@@ -50,7 +50,7 @@ def quantize_k(array: np.ndarray, qtype: GGMLType) -> np.ndarray:
     """
     values = np.ascontiguousarray(array, dtype=F32)
     assert values.shape[-1] % QK_K == 0, (values.shape, qtype)  # callers fall back first (export_types)
-    encode = {GGMLType.Q4_K: _q4_k, GGMLType.Q5_K: _q5_k, GGMLType.Q6_K: _q6_k}[qtype]
+    encode = {GGMLType.Q4_K: _q4_k, GGMLType.Q5_K: _q5_k, GGMLType.Q6_K: q6_k}[qtype]
     blocks = values.reshape(-1, QK_K)
     out = np.empty((len(blocks), BLOCK_BYTES[qtype]), dtype=np.uint8)
     for start in range(0, len(blocks), _CHUNK):
@@ -58,7 +58,7 @@ def quantize_k(array: np.ndarray, qtype: GGMLType) -> np.ndarray:
     return out.reshape(*values.shape[:-1], values.shape[-1] // QK_K * BLOCK_BYTES[qtype])
 
 
-def _seq_sum(a: np.ndarray) -> np.ndarray:
+def seq_sum(a: np.ndarray) -> np.ndarray:
     """Sum over axis 0 in sequence, in float32: C's `for (i...) s += a[i]`, vectorised over axis 1."""
     total = a[0].copy()
     for row in a[1:]:
@@ -66,17 +66,17 @@ def _seq_sum(a: np.ndarray) -> np.ndarray:
     return total
 
 
-def _rint(a: np.ndarray) -> np.ndarray:
+def rint(a: np.ndarray) -> np.ndarray:
     """llama.cpp's `nearest_int`: round half to even, as an int32."""
     return np.rint(a).astype(np.int32)
 
 
-def _levels(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+def levels_in(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """`nearest_int` clamped to [lo, hi], kept in float32 (exact: small integers) for the sums."""
     return np.clip(np.rint(a), lo, hi)
 
 
-def _fp16(a: np.ndarray) -> np.ndarray:
+def fp16(a: np.ndarray) -> np.ndarray:
     """Round float32 to fp16 (nearest even) and back: the value llama.cpp stores and reads."""
     return a.astype(np.float16).astype(F32)
 
@@ -92,21 +92,21 @@ def _fit_scale_min(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[n
     Returns:
         scale (n,), the subtracted minimum (n,) (>= 0) and the levels (32, n) (float32 integers).
     """
-    sum_x2 = _seq_sum(x * x)
+    sum_x2 = seq_sum(x * x)
     av_x = np.sqrt(sum_x2 / F32(32))
     w = av_x + np.abs(x)  # (32, n)
     lo = first_lo = np.minimum(x.min(axis=0), F32(0))
     hi = x.max(axis=0)
     flat = hi == lo
     span = np.where(flat, F32(1), hi - lo)
-    sum_w = _seq_sum(w)
-    sum_x = _seq_sum(w * x)
+    sum_w = seq_sum(w)
+    sum_x = seq_sum(w * x)
     shifted = x - lo
     iscale = F32(nmax) / span
     scale = F32(1) / iscale
-    levels = _levels(iscale * shifted, 0, nmax)
+    levels = levels_in(iscale * shifted, 0, nmax)
     diff = scale * levels + lo - x
-    best = _seq_sum(w * (diff * diff))
+    best = seq_sum(w * (diff * diff))
     lf, wl, tmp = (np.empty_like(x) for _ in range(3))  # reused buffers: the loop runs nstep + 1 times
     with np.errstate(divide="ignore", invalid="ignore"):
         for step in range(nstep + 1):
@@ -115,9 +115,9 @@ def _fit_scale_min(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[n
             np.subtract(x, lo, out=shifted)
             np.clip(np.rint(np.multiply(iscale, shifted, out=lf), out=lf), 0, nmax, out=lf)
             np.multiply(w, lf, out=wl)
-            sum_l = _seq_sum(wl)
-            sum_l2 = _seq_sum(np.multiply(wl, lf, out=tmp))
-            sum_xl = _seq_sum(np.multiply(wl, x, out=tmp))
+            sum_l = seq_sum(wl)
+            sum_l2 = seq_sum(np.multiply(wl, lf, out=tmp))
+            sum_xl = seq_sum(np.multiply(wl, x, out=tmp))
             det = sum_w * sum_l2 - sum_l * sum_l
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
@@ -129,7 +129,7 @@ def _fit_scale_min(x: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[n
             tmp -= x
             tmp *= tmp
             tmp *= w  # w * diff**2
-            error = _seq_sum(tmp)
+            error = seq_sum(tmp)
             better = (det > 0) & (error < best)
             np.copyto(levels, lf, where=better)
             best = np.where(better, error, best)
@@ -144,8 +144,8 @@ def _scale_codes(values: np.ndarray, largest: np.ndarray) -> tuple[np.ndarray, n
     """6-bit codes of per-sub-block `values` (8, n) against the block's `largest` (n,), and fp16 `d`."""
     with np.errstate(divide="ignore"):
         inverse = np.where(largest > 0, F32(63) / largest, F32(0))
-    codes = np.minimum(63, _rint(inverse * values) & 0xFF)  # C stores the int in a uint8, then caps
-    return codes, _fp16(largest / F32(63))
+    codes = np.minimum(63, rint(inverse * values) & 0xFF)  # C stores the int in a uint8, then caps
+    return codes, fp16(largest / F32(63))
 
 
 def _k_block(blocks: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[np.ndarray, ...]:
@@ -166,10 +166,10 @@ def _k_block(blocks: np.ndarray, nmax: int, rmin: float, nstep: int) -> tuple[np
     sub_d = (d[None, :] * ls.astype(F32)).T.reshape(1, n * 8)  # (1, n*8)
     sub_m = (dmin[None, :] * lm.astype(F32)).T.reshape(1, n * 8)
     with np.errstate(divide="ignore", invalid="ignore"):
-        again = _levels((x + sub_m) / sub_d, 0, nmax)
+        again = levels_in((x + sub_m) / sub_d, 0, nmax)
     levels = np.where(sub_d != 0, again, levels)
     levels = levels.T.astype(np.int32).reshape(n, 256)
-    head = np.concatenate([_f16_bytes(d), _f16_bytes(dmin), packed.T.astype(np.uint8)], axis=1)
+    head = np.concatenate([f16_bytes(d), f16_bytes(dmin), packed.T.astype(np.uint8)], axis=1)
     return head, levels
 
 
@@ -190,49 +190,54 @@ def _q5_k(blocks: np.ndarray) -> np.ndarray:
     return np.concatenate([head, qh.astype(np.uint8), qs.astype(np.uint8)], axis=1)
 
 
-def _fit_symmetric(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Scale and levels (in [0, 63], 32 is zero) of each column of `x` (16, n): `make_qx_quants`
-    with nmax 32 and weights x**2, trying inverse scales -(32 + 0.1 * k) / max for k in -9..9."""
+def fit_symmetric(
+    x: np.ndarray, w: np.ndarray | None = None, nmax: int = 32
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scale and levels (in [0, 2 * nmax), nmax is zero) of each column of `x` (k, n): `make_qx_quants`
+    with weights `w` (default x**2, as without an importance matrix), trying inverse scales
+    -(nmax + 0.1 * k) / max for k in -9..9."""
     n = x.shape[1]
     amax_at = np.abs(x).argmax(axis=0)  # the first largest |x|, as C's strict `>` scan finds
     peak = x[amax_at, np.arange(n)]
     zero = np.abs(peak) < F32(1e-15)
     peak = np.where(zero, F32(1), peak)
-    w = x * x
+    w = x * x if w is None else w
     wx = w * x
 
     def trial(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        q = _levels(iscale * x, -32, 31)
-        return q, _seq_sum(wx * q), _seq_sum(w * q * q)
+        q = levels_in(iscale * x, -nmax, nmax - 1)
+        return q, seq_sum(wx * q), seq_sum(w * q * q)
 
-    levels, sumlx, suml2 = trial(F32(-32) / peak)
+    levels, sumlx, suml2 = trial(F32(-nmax) / peak)
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = np.where(suml2 != 0, sumlx / suml2, F32(0))
         best = scale * sumlx
         for k in [*range(-9, 0), *range(1, 10)]:
-            q, sumlx, suml2 = trial(-(F32(32) + F32(0.1) * F32(k)) / peak)
+            q, sumlx, suml2 = trial(-(F32(nmax) + F32(0.1) * F32(k)) / peak)
             better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
             levels = np.where(better, q, levels)
             scale = np.where(better, sumlx / suml2, scale)
             best = np.where(better, scale * sumlx, best)
-    return np.where(zero, F32(0), scale), np.where(zero, F32(0), levels + 32)
+    return np.where(zero, F32(0), scale), np.where(zero, F32(0), levels + nmax)
 
 
-def _q6_k(blocks: np.ndarray) -> np.ndarray:
+def q6_k(blocks: np.ndarray, importance: np.ndarray | None = None) -> np.ndarray:
+    """Q6_K bytes of super-blocks (n, 256); `importance` (n, 256): an importance matrix's weights."""
     n = len(blocks)
     x = np.ascontiguousarray(blocks.reshape(n * 16, 16).T)  # (16, n*16)
-    scale, levels = _fit_symmetric(x)
+    w = None if importance is None else np.ascontiguousarray(importance.reshape(n * 16, 16).T)
+    scale, levels = fit_symmetric(x, w)
     scale = scale.reshape(n, 16)
     first_max = np.abs(scale).argmax(axis=1)
     max_scale = scale[np.arange(n), first_max]
     empty = np.abs(max_scale) < F32(1e-15)
     with np.errstate(divide="ignore", invalid="ignore"):
         iscale = np.where(empty, F32(0), F32(-128) / np.where(empty, F32(1), max_scale))
-        d = _fp16(np.where(empty, F32(0), F32(1) / iscale))
-    codes = np.minimum(127, _rint(iscale[:, None] * scale))  # (n, 16), within [-128, 127]
+        d = fp16(np.where(empty, F32(0), F32(1) / iscale))
+    codes = np.minimum(127, rint(iscale[:, None] * scale))  # (n, 16), within [-128, 127]
     sub_d = (d[:, None] * codes.astype(F32)).reshape(1, n * 16)
     with np.errstate(divide="ignore", invalid="ignore"):
-        again = _levels(x / sub_d, -32, 31) + 32
+        again = levels_in(x / sub_d, -32, 31) + 32
     levels = np.where(sub_d != 0, again, levels).T.astype(np.int32).reshape(n, 2, 4, 32)  # 128-value halves
     a, b, c, e = (levels[:, :, i] for i in range(4))
     ql = np.concatenate([(a & 0xF) | ((c & 0xF) << 4), (b & 0xF) | ((e & 0xF) << 4)], axis=2)
@@ -242,7 +247,7 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
             ql.reshape(n, 128).astype(np.uint8),
             qh.reshape(n, 64).astype(np.uint8),
             codes.astype(np.int8).view(np.uint8),
-            _f16_bytes(d),
+            f16_bytes(d),
         ],
         axis=1,
     )
@@ -250,6 +255,6 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
     return out
 
 
-def _f16_bytes(values: np.ndarray) -> np.ndarray:
+def f16_bytes(values: np.ndarray) -> np.ndarray:
     """(n,) float32 -> (n, 2) little-endian fp16 bytes."""
     return values.astype("<f2").view(np.uint8).reshape(-1, 2)
