@@ -166,7 +166,11 @@ def plan(
         t["weights: one layer gathered"] = terms.weight_bytes(shape, e) / shape.num_layers / tp
         # the root (embedding, final norm) stays gathered after forward: the loss uses it at once
         t["weights: root gathered (embedding)"] = shape.vocab_size * shape.embed_dim * e
-        if work.device == "cpu":
+        if work.device == "cpu" and tp > 1:
+            t["checkpoint pages read (tensor parallel)"] = terms.tensor_parallel_checkpoint_bytes(
+                shape, e, tp, root * e
+            )
+        elif work.device == "cpu":
             # Every rank loads the whole checkpoint and builds the whole model before FSDP2 shards it:
             # the state dict stays referenced by the recipe, and the freed unsharded model's pages
             # stay in the process's heap (measured at world size 2: benchmarks/memory_plan.py).

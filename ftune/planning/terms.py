@@ -40,6 +40,19 @@ def gradient_bytes(shape: ModelShape, elem: int) -> float:
     return shape.trainable * elem
 
 
+def tensor_parallel_checkpoint_bytes(shape: ModelShape, elem: int, tp: int, root: float) -> float:
+    """The memory-mapped checkpoint's pages a tensor-parallel run's rank 0 reads before training (CPU).
+
+    The model is built on the checkpoint's mapped tensors (no copy). Tensor parallel then scatters
+    each layer's projections from rank 0 (DTensor's `distribute_tensor`), which reads every layer's
+    weights whole, while FSDP2 copies each tensor-parallel rank's slice of the root (embedding,
+    output, final norm: `root` bytes) from its own mapping. Measured at dp=1 x tp=3 (SmolLM2-135M's
+    widths, 3 and 12 layers): rank 0's resident memory grows by this on sharding, glibc's in-use
+    bytes by the shards alone (benchmarks/memory_plan.py has the run of 30 layers).
+    """
+    return weight_bytes(shape, elem) - root + root / tp
+
+
 def optimizer_state_bytes(
     shape: ModelShape, elem: int, component: str, momentum: float | None = None
 ) -> float:

@@ -55,6 +55,12 @@ def test_tensor_parallel_splits_the_layers_and_leaves_the_embedding_whole_on_eac
     assert six.terms["activations"] == 30 * terms.layer_activation_bytes(local, 4, 512, 4)
     assert six.terms["activations"] < one.terms["activations"]
     assert six.terms["loss blocks"] == one.terms["loss blocks"]  # the whole batch's, on every rank
+    # On CPU rank 0 reads every layer of the mapped checkpoint (it scatters their shards) and its tp
+    # slice of the embedding: one copy of the layers, not FSDP2's two copies of the whole model.
+    assert six.terms["checkpoint pages read (tensor parallel)"] == pytest.approx(
+        SHAPE.params * 4 - emb + emb / 3
+    )
+    assert "checkpoint and unsharded model (before sharding)" not in six.terms
 
 
 def test_context_parallel_splits_the_sequences_and_keeps_the_gathered_keys_and_values():

@@ -116,3 +116,12 @@ def test_qlora_base_weights_count_at_nf4_size():
     assert terms.weight_bytes(plain, 4) - terms.weight_bytes(nf4, 4) == pytest.approx(
         adapted * (4 - terms.NF4_BYTES)
     )
+
+
+def test_a_tensor_parallel_rank_reads_every_layer_and_its_slice_of_the_embedding():
+    model = _model(device="meta")
+    layers = sum(p.numel() for n, p in model.named_parameters() if n.startswith("layers.")) * 4
+    embedding, norm = 512 * 128 * 4, 128 * 4  # tied output: the root is the embedding and the final norm
+    assert layers + embedding + norm == terms.weight_bytes(shape_of(model), 4)
+    read = terms.tensor_parallel_checkpoint_bytes(shape_of(model), 4, 2, embedding)
+    assert read == layers + norm + embedding / 2
