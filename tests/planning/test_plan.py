@@ -28,7 +28,10 @@ def test_a_full_step_is_weights_optimizer_activations_loss_and_the_overheads():
     # the layers' gradients fit in the room of the activations freed: only the embedding's adds
     assert p.terms["gradients (beyond the activations freed)"] == 49152 * 576 * 4
     assert p.terms["runtime (Python, torch, data)"] == CPU_RUNTIME_GIB * GIB
-    assert p.terms["allocator (CPU heap)"] == pytest.approx(CPU_ALLOCATOR_SHARE * (acts + loss))
+    # glibc maps tensors over its 32 MiB mmap limit, which its heap then never keeps: here the loss's
+    # blocks of logits (256 tokens x 49,152 x 4 bytes, 48 MiB) and the embedding's gradient (108 MiB)
+    held = acts + 2048 * 576 * 4  # the activations and the loss's fp32 gradient of the hidden states
+    assert p.terms["allocator (CPU heap)"] == pytest.approx(CPU_ALLOCATOR_SHARE * held)
     assert p.peak_gib == pytest.approx(sum(p.terms.values()) / GIB)
 
 
