@@ -283,8 +283,8 @@ def main() -> None:
         print(f"{r['run']:24} measured {r['measured_gib']:.2f} GiB  predicted {r['predicted_gib']:.2f}  "
               f"{r['error']:+.1%}")  # fmt: skip
     write_results(args.results, "memory_plan", rows,
-                  note=" ".join(["Peak RSS of rank 0 (VmHWM after the last of 3 steps) against ftune plan's "
-                                 "prediction.", args.note]).strip())  # fmt: skip
+                  note=" ".join(["Peak RSS of rank 0 (VmHWM after the last step: of 3, of 2 for the 2k-8k rows) "
+                                 "against ftune plan's prediction.", args.note]).strip())  # fmt: skip
 
 
 if __name__ == "__main__":
