@@ -49,7 +49,7 @@ def memory_plan() -> str:
     ]
     worst = max(abs(row["error"]) for row in r["rows"])
     run_line = (
-        f"`python benchmarks/memory_plan.py`: {len(rows)} runs of 3 steps, fp32, the peak RSS of rank 0 (model "
+        f"`python benchmarks/memory_plan.py`: {len(rows)} runs of 3 steps (the 2k-8k rows 2), fp32, the peak RSS of rank 0 (model "
         f"loading included) beside `ftune plan` of the same recipe, config and overrides; largest error "
         f"{worst:.1%} (tests/benchmarks/test_memory_plan.py holds every row within 15%). {r['note']}"
     )

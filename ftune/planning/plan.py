@@ -39,7 +39,9 @@ CPU_RUNTIME_GIB = 0.53
 # so the peak RSS holds more than the live tensors: this share of the step's transient memory
 # (activations, loss blocks). Set before the runs of benchmarks/memory_plan.py and kept: there, what
 # the live terms leave unexplained is 0.14-0.29 of the transient memory without activation
-# checkpointing (more with it, where the recompute churns the heap).
+# checkpointing (more with it, where the recompute churns the heap). Only tensors under glibc's
+# largest mmap threshold stay in the heap (`terms.heap_held`): at 8k tokens a micro-batch the
+# feed-forward's activations and the loss's blocks are mapped and unmapped whole.
 CPU_ALLOCATOR_SHARE = 0.25
 
 
@@ -85,6 +87,8 @@ class Workload:
         device: "cpu", "cuda", ...
         batch_size, grad_accum_steps: the settings' (what a smaller micro-batch changes).
         loss_tokens: the tokens the loss projects to the vocabulary (0: all; GRPO: the completions').
+        packed: rows are packed documents (``dataset.packed``): attention reads the batch's one
+            document mask in every layer, not a causal mask each layer builds.
     """
 
     method: str
@@ -103,6 +107,7 @@ class Workload:
     batch_size: int = 1
     grad_accum_steps: int = 1
     loss_tokens: int = 0
+    packed: bool = False
 
 
 @dataclass
@@ -145,7 +150,7 @@ def plan(
     and the gradients it makes take the room of the activations it frees. GRPO's sampling (the
     KV cache, no autograd) peaks apart from training; the larger of the two counts. On CPU,
     glibc's heap keeps a share of the transient memory (activations, loss blocks) beyond the
-    live tensors.
+    live tensors: of the tensors small enough to come from the heap (`terms.heap_held`).
     """
     e = dtype_bytes(work.dtype)
     shard = parallel.world_size if parallel.fsdp else 1
@@ -166,7 +171,11 @@ def plan(
         t["weights: one layer gathered"] = terms.weight_bytes(shape, e) / shape.num_layers / tp
         # the root (embedding, final norm) stays gathered after forward: the loss uses it at once
         t["weights: root gathered (embedding)"] = shape.vocab_size * shape.embed_dim * e
-        if work.device == "cpu":
+        if work.device == "cpu" and tp > 1:
+            t["checkpoint pages read (tensor parallel)"] = terms.tensor_parallel_checkpoint_bytes(
+                shape, e, tp, root * e
+            )
+        elif work.device == "cpu":
             # Every rank loads the whole checkpoint and builds the whole model before FSDP2 shards it:
             # the state dict stays referenced by the recipe, and the freed unsharded model's pages
             # stay in the process's heap (measured at world size 2: benchmarks/memory_plan.py).
@@ -181,28 +190,35 @@ def plan(
     layer_shape, rows, seq = _split_layers(shape, tp), work.rows, work.seq
     step: dict[str, float] = {}
     seq = -(-seq // cp)  # context parallel: this rank's slice of each sequence
+    layer = terms.layer_activation_blocks(layer_shape, rows, seq, e, packed=work.packed)
     if work.activation_offloading and work.device != "cpu":
-        acts = terms.layer_activation_bytes(layer_shape, rows, seq, e)
-        step["activations (offloaded: one layer on the device)"] = acts
-    elif work.activation_checkpointing:
-        acts = terms.checkpointed_activation_bytes(layer_shape, rows, seq, e)
-        step["activations (checkpointed)"] = acts
+        heap = layer
+        step["activations (offloaded: one layer on the device)"] = _total(heap)
+    elif work.activation_checkpointing:  # each layer's input, and one layer recomputed at a time
+        heap = [(rows * seq * shape.embed_dim * e, shape.num_layers), *layer]
+        step["activations (checkpointed)"] = _total(heap)
     else:
-        acts = shape.num_layers * terms.layer_activation_bytes(layer_shape, rows, seq, e)
-        step["activations"] = acts
+        heap = [(size, n * shape.num_layers) for size, n in layer]
+        step["activations"] = _total(heap)
+    acts = _total(heap)
+    if work.packed:  # context parallel: this rank's queries against every key
+        heap.append((terms.packed_mask_bytes(rows, seq, work.seq), 1))
+        step["attention mask (packed documents)"] = heap[-1][0]
     if cp > 1:  # each layer keeps the gathered keys and values; the loss reads the gathered hidden states
-        kv = 2 * rows * (work.seq - seq) * layer_shape.kv_dim * e
-        step["context parallel: gathered keys, values, hidden states"] = (
-            shape.num_layers * kv + terms.hidden_bytes(shape, tokens, e)
-        )
+        gathered = [
+            (rows * (work.seq - seq) * layer_shape.kv_dim * e, 2 * shape.num_layers),
+            (tokens * shape.embed_dim * e, 1),
+        ]
+        heap += gathered
+        step["context parallel: gathered keys, values, hidden states"] = _total(gathered)
     copies = 4 if work.method == "kd" else 3  # KD: the teacher's block of logits beside the student's
     loss_tokens = work.loss_tokens * work.rows // max(work.rollout_rows, 1) if work.loss_tokens else tokens
-    step["loss blocks"] = terms.loss_bytes(
-        shape, loss_tokens, work.num_chunks, trains_output=full, copies=copies
-    )
+    loss = terms.loss_blocks(shape, loss_tokens, work.num_chunks, trains_output=full, copies=copies)
+    heap += loss
+    step["loss blocks"] = _total(loss)
     if teacher is not None:
-        step["teacher hidden states"] = terms.hidden_bytes(teacher, tokens, e)
-    transient = sum(step.values())
+        heap.append((terms.hidden_bytes(teacher, tokens, e), 1))
+        step["teacher hidden states"] = heap[-1][0]
     # Backward makes the gradients layer by layer while it frees that layer's activations: the
     # embedding's comes first (the loss made it), the layers' add to the peak only where they
     # outgrow the activations already freed. Then the optimizer step holds them all, no activations.
@@ -215,14 +231,14 @@ def plan(
     step["gradients (beyond the activations freed)"] = embedding + max(0.0, grads - embedding - acts)
     if shard > 1:
         step["gradients: one layer unsharded"] = terms.gradient_bytes(shape, e) / shape.num_layers / tp
-    train = sum(step.values())
+    train, sampling_peak = sum(step.values()), False
     if work.method == "grpo":
         rollout = terms.kv_cache_bytes(shape, work.rollout_rows, work.rollout_len, e)
         rollout += terms.inference_layer_bytes(shape, work.rollout_rows, 1, e)
         rollout += work.rollout_rows * shape.vocab_size * 4  # one step's fp32 logits
         kv = terms.kv_cache_bytes(shape, work.rollout_rows, work.rollout_len, e)
         if rollout > train:
-            step, transient = {"rollout KV cache (sampling peak)": rollout}, rollout
+            step, sampling_peak = {"rollout KV cache (sampling peak)": rollout}, True
         else:
             notes.append(
                 f"sampling peaks lower: {rollout / GIB:.2f} GiB in place of the update's {train / GIB:.2f} GiB "
@@ -230,9 +246,15 @@ def plan(
                 f"{work.rollout_len} positions x {shape.kv_dim})"
             )
     t.update(step)
-    if work.device == "cpu":
-        t["allocator (CPU heap)"] = CPU_ALLOCATOR_SHARE * transient
+    if work.device == "cpu":  # a share of the transient tensors the heap keeps once freed
+        t["allocator (CPU heap)"] = CPU_ALLOCATOR_SHARE * (
+            rollout if sampling_peak else terms.heap_held(heap)
+        )
     return Plan(terms=t, workload=work, shape=shape, parallelism=parallel, teacher=teacher, notes=notes)
+
+
+def _total(blocks: list[tuple[float, int]]) -> float:
+    return float(sum(size * n for size, n in blocks))
 
 
 def _split_layers(shape: ModelShape, tp: int) -> ModelShape:
@@ -299,6 +321,7 @@ def workload_of(cfg: Any, settings: Any) -> Workload:
         batch_size=batch,
         grad_accum_steps=settings.grad_accum_steps,
         loss_tokens=rollout_rows * settings.max_new_tokens if method == "grpo" else 0,
+        packed=bool((node.get("dataset") or {}).get("packed", False)),
     )
 
 

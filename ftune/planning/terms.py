@@ -11,8 +11,13 @@ from ftune.planning.shapes import ModelShape
 # NF4 (QLoRA): 4 bits a weight, plus one 8-bit scale per block of 64 and one fp32 scale per 256
 # blocks (torchao's double quantization): 0.5 + 1/64 + 4/(64 * 256) bytes a weight.
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
-# CPU attention (ftune.modules.cpu_attention) takes its block path from this many query rows up.
+# CPU attention (ftune.modules.cpu_attention) takes its block path from this many query rows up,
+# in blocks of CPU_QUERY_BLOCK query rows (CPU_ROW_BLOCK for a packed one-row batch).
 CPU_BLOCKED_FROM = 128
+CPU_QUERY_BLOCK = 64
+CPU_ROW_BLOCK = 256
+# glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): see `heap_held`.
+MMAP_THRESHOLD_MAX = 32 * 2**20
 
 # Optimizer state per trainable parameter, in bytes, by the `_component_` of the config's
 # optimizer (ftune.training.optimizer_state_bytes measures them: docs/benchmarks.md).
@@ -40,6 +45,19 @@ def gradient_bytes(shape: ModelShape, elem: int) -> float:
     return shape.trainable * elem
 
 
+def tensor_parallel_checkpoint_bytes(shape: ModelShape, elem: int, tp: int, root: float) -> float:
+    """The memory-mapped checkpoint's pages a tensor-parallel run's rank 0 reads before training (CPU).
+
+    The model is built on the checkpoint's mapped tensors (no copy). Tensor parallel then scatters
+    each layer's projections from rank 0 (DTensor's `distribute_tensor`), which reads every layer's
+    weights whole, while FSDP2 copies each tensor-parallel rank's slice of the root (embedding,
+    output, final norm: `root` bytes) from its own mapping. Measured at dp=1 x tp=3 (SmolLM2-135M's
+    widths, 3 and 12 layers): rank 0's resident memory grows by this on sharding, glibc's in-use
+    bytes by the shards alone (benchmarks/memory_plan.py has the run of 30 layers).
+    """
+    return weight_bytes(shape, elem) - root + root / tp
+
+
 def optimizer_state_bytes(
     shape: ModelShape, elem: int, component: str, momentum: float | None = None
 ) -> float:
@@ -57,49 +75,96 @@ def optimizer_state_bytes(
     return shape.trainable * (tensors * elem + (fixed or 0.0))
 
 
-def layer_activation_bytes(
-    shape: ModelShape, rows: int, seq: int, elem: int, *, trains_layers: bool = True
-) -> float:
-    """What one decoder layer's forward saves for backward, for `rows` sequences of `seq` tokens.
+def layer_activation_blocks(
+    shape: ModelShape, rows: int, seq: int, elem: int, *, packed: bool = False
+) -> list[tuple[float, int]]:
+    """What one decoder layer's forward saves for backward, as (bytes of a tensor, tensors) pairs.
 
     Per token: the layer's input and normed input twice (attention, feed-forward: 4 D), queries and
     the attention output (2 q_dim), keys and values (2 kv_dim), the feed-forward's gate and up
     (2 F; 3 F when the down projection is frozen or adapted, which keeps its input, the product;
     LoRA's low-rank activations are not kept) and one fp32 log-sum-exp a head. Per position
-    (shared by the rows): RoPE's fp32 tables, (3 head_dim + 2) x 4 bytes. On CPU, causal
-    attention over at least 128 rows also keeps two (seq x seq) bool masks per layer.
+    (shared by the rows): RoPE's fp32 tables, (3 head_dim + 2) x 4 bytes. On CPU, attention over
+    at least 128 rows runs in blocks of query rows, and SDPA keeps an fp32 copy of each block's
+    boolean mask: causal, half the (seq x seq) pairs (2 seq^2 bytes); packed rows (`packed`), the
+    pairs within each document, counted for documents of one block (256 rows) at most: a longer
+    document costs more, up to the causal figure. The packed batch's boolean mask itself is shared
+    by every layer (`packed_mask_bytes`).
     """
+    d, tokens = shape, rows * seq
+    head_dim = d.q_dim // max(d.num_heads, 1)
+    blocks = [
+        (tokens * d.embed_dim * elem, 4),
+        (tokens * d.q_dim * elem, 2),
+        (tokens * d.kv_dim * elem, 2),
+        (tokens * d.ffn_dim * elem, 2 if d.lean_down else 3),
+        (tokens * 4 * d.num_heads, 1),
+        (seq * (3 * head_dim + 2) * 4, 1),
+    ]
+    if seq >= CPU_BLOCKED_FROM and packed:
+        width = min(seq, CPU_ROW_BLOCK)
+        blocks.append((4 * rows * width * width, -(-seq // width)))
+    elif seq >= CPU_BLOCKED_FROM:  # a block's keys run to its last row: seq / 2 on average
+        blocks.append((4 * CPU_QUERY_BLOCK * seq / 2, -(-seq // CPU_QUERY_BLOCK)))
+    return blocks
+
+
+def layer_activation_bytes(
+    shape: ModelShape, rows: int, seq: int, elem: int, *, trains_layers: bool = True, packed: bool = False
+) -> float:
+    """What one decoder layer's forward saves for backward (`layer_activation_blocks`, summed)."""
     if not trains_layers:
         return 0.0
-    d = shape
-    ffn = (2 if d.lean_down else 3) * d.ffn_dim
-    per_token = 4 * d.embed_dim + 2 * d.q_dim + 2 * d.kv_dim + ffn
-    head_dim = d.q_dim // max(d.num_heads, 1)
-    per_position = (3 * head_dim + 2) * 4
-    mask = 2 * seq * seq if seq >= CPU_BLOCKED_FROM else 0
-    return rows * seq * (per_token * elem + 4 * d.num_heads) + seq * per_position + mask
+    return float(sum(size * n for size, n in layer_activation_blocks(shape, rows, seq, elem, packed=packed)))
 
 
-def checkpointed_activation_bytes(shape: ModelShape, rows: int, seq: int, elem: int) -> float:
+def heap_held(blocks: list[tuple[float, int]]) -> float:
+    """The bytes of `blocks` ((bytes of a tensor, tensors) pairs) that glibc's heap keeps once freed.
+
+    glibc's malloc maps a block at least as large as its mmap threshold and unmaps it on free; the
+    threshold rises to the size of the mapped blocks freed, but never beyond 32 MiB on 64-bit
+    (mallopt(3), M_MMAP_THRESHOLD). Smaller blocks come from the heap, which keeps them when freed.
+    """
+    return float(sum(size * n for size, n in blocks if size < MMAP_THRESHOLD_MAX))
+
+
+def checkpointed_activation_bytes(
+    shape: ModelShape, rows: int, seq: int, elem: int, *, packed: bool = False
+) -> float:
     """Activation checkpointing: each layer keeps its input; backward recomputes one layer at a time."""
     kept = shape.num_layers * rows * seq * shape.embed_dim * elem
-    return kept + layer_activation_bytes(shape, rows, seq, elem)
+    return kept + layer_activation_bytes(shape, rows, seq, elem, packed=packed)
 
 
-def loss_bytes(
+def packed_mask_bytes(rows: int, queries: int, keys: int) -> float:
+    """The document mask of a packed batch (`ftune.training.packed_mask`): one bool (queries x keys)
+    a row, built once a micro-batch and read by every layer, alive until its backward ends."""
+    return rows * queries * keys
+
+
+def loss_blocks(
     shape: ModelShape, tokens: int, num_chunks: int, *, trains_output: bool, copies: int = 3
-) -> float:
-    """The chunked loss (`ftune.training.ChunkedCrossEntropyLoss` and the DPO/KD/GRPO losses).
+) -> list[tuple[float, int]]:
+    """The chunked loss (`ftune.training.ChunkedCrossEntropyLoss` and the DPO/KD/GRPO losses), as
+    (bytes of a tensor, tensors) pairs.
 
     One block of fp32 logits at a time (`copies` of it alive: the logits, their softmax turned into
     the gradient in place, the block's one-hot and products), the gradient of the hidden states it
     keeps for backward (fp32, tokens x D) and, when the output projection trains, its fp32 gradient.
     """
     block = -(-tokens // max(num_chunks, 1))
-    logits = copies * block * shape.vocab_size * 4
-    saved = tokens * shape.embed_dim * 4
-    weight = shape.vocab_size * shape.embed_dim * 4 if trains_output else 0
-    return logits + saved + weight
+    blocks = [(block * shape.vocab_size * 4, copies), (tokens * shape.embed_dim * 4, 1)]
+    if trains_output:
+        blocks.append((shape.vocab_size * shape.embed_dim * 4, 1))
+    return blocks
+
+
+def loss_bytes(
+    shape: ModelShape, tokens: int, num_chunks: int, *, trains_output: bool, copies: int = 3
+) -> float:
+    """The chunked loss's memory (`loss_blocks`, summed)."""
+    blocks = loss_blocks(shape, tokens, num_chunks, trains_output=trains_output, copies=copies)
+    return float(sum(size * n for size, n in blocks))
 
 
 def kv_cache_bytes(shape: ModelShape, rows: int, length: int, elem: int) -> float:

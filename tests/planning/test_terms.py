@@ -116,3 +116,44 @@ def test_qlora_base_weights_count_at_nf4_size():
     assert terms.weight_bytes(plain, 4) - terms.weight_bytes(nf4, 4) == pytest.approx(
         adapted * (4 - terms.NF4_BYTES)
     )
+
+
+def test_a_tensor_parallel_rank_reads_every_layer_and_its_slice_of_the_embedding():
+    model = _model(device="meta")
+    layers = sum(p.numel() for n, p in model.named_parameters() if n.startswith("layers.")) * 4
+    embedding, norm = 512 * 128 * 4, 128 * 4  # tied output: the root is the embedding and the final norm
+    assert layers + embedding + norm == terms.weight_bytes(shape_of(model), 4)
+    read = terms.tensor_parallel_checkpoint_bytes(shape_of(model), 4, 2, embedding)
+    assert read == layers + norm + embedding / 2
+
+
+def test_packed_rows_share_the_batch_mask_across_layers():
+    from ftune.modules.cpu_attention import CPU_QUERY_BLOCK, CPU_ROW_BLOCK
+    from ftune.modules.masks import document_causal_mask
+
+    torch.manual_seed(0)
+    tokens = torch.randint(0, SIZES["vocab_size"], (1, 512))
+    # two documents of one block (256 rows) each: SDPA keeps each block's mask in fp32
+    mask = document_causal_mask(torch.arange(512).div(256, rounding_mode="floor")[None])
+    saved = []
+    for layers in (1, 2):
+        model, seen = _model(num_layers=layers), {}
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+        def pack(t, seen=seen, params=params):
+            if t.untyped_storage().data_ptr() not in params:
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model.hidden(tokens, mask=mask)
+        saved.append(sum(seen.values()))
+    planned = terms.layer_activation_bytes(shape_of(_model(device="meta")), 1, 512, 4, packed=True)
+    assert planned == pytest.approx(saved[1] - saved[0], rel=0.02)  # the plan a block's worth above
+    assert terms.packed_mask_bytes(1, 512, 512) == mask.numel()  # once for every layer
+    assert (terms.CPU_QUERY_BLOCK, terms.CPU_ROW_BLOCK) == (CPU_QUERY_BLOCK, CPU_ROW_BLOCK)
+
+
+def test_the_heap_keeps_only_tensors_under_glibcs_mmap_limit():
+    mib = 2**20
+    assert terms.heap_held([(31 * mib, 2), (32 * mib, 1), (48 * mib, 3)]) == 62 * mib
