@@ -6,13 +6,13 @@
 A generated block sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->` in a page; edit
 the results file (or rerun the benchmark that writes it), never the block. Every block ends with
 the machine, commit and date its figures were measured on. The renderers, one small function a
-block, live beside this file: training.py (docs/benchmarks.md, training recipes), memory.py
-(docs/memory.md: the memory plan against measured peaks), step.py (where one step's time and memory
-go), methods.py (DPO, KD and GRPO demos, GRPO against TRL, MoE experts), reward.py (the reward
-model, GRPO with it and PPO: reward_demo.py), pages.py (README, quickstart, QAT tables, inference
-recipes), vision.py (docs/images.md: the image demo), sequence.py (docs/benchmarks.md: tokens/s against
-sequence length) and text.py (sentences of prose built from the
-results);
+block, live beside this file: training.py (docs/benchmarks.md, training recipes), sequence.py
+(docs/benchmarks.md: tokens/s against sequence length), memory.py (docs/memory.md: the memory plan
+against measured peaks), step.py (where one step's time and memory go), methods.py (DPO, KD and
+GRPO demos, GRPO against TRL, MoE experts), reward.py (the reward model, GRPO with it and PPO:
+reward_demo.py), pages.py (README, quickstart, QAT tables, inference recipes), gguf.py (the GGUF
+file types, the quickstart through llama.cpp), vision.py (docs/images.md: the image demo) and
+text.py (sentences of prose built from the results);
 tests/docs/test_doc_figures.py also fails on a measured figure written outside a block.
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the package `figures`, qat_record
-from figures import memory, methods, pages, reward, sequence, step, text, training, vision  # noqa: E402
+from figures import gguf, memory, methods, pages, reward, sequence, step, text, training, vision  # noqa: E402
 from figures.common import ROOT  # noqa: E402
 
 # block name -> (page, renderer)
@@ -78,9 +78,9 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "qat_sweep": ("docs/qat.md", pages.qat_sweep),
     "bf16_slowdown": ("docs/glossary.md", pages.bf16_slowdown),
     "gemma3_conversion": ("docs/checkpoints.md", text.gemma3_conversion),
-    "gguf_quickstart": ("docs/checkpoints.md", pages.gguf_quickstart),
-    "gguf_types": ("docs/checkpoints.md", pages.gguf_types),
-    "quickstart_gguf": ("docs/quickstart.md", pages.quickstart_gguf),
+    "gguf_quickstart": ("docs/checkpoints.md", gguf.gguf_quickstart),
+    "gguf_types": ("docs/checkpoints.md", gguf.gguf_types),
+    "quickstart_gguf": ("docs/quickstart.md", gguf.quickstart_gguf),
     "eval_speed": ("docs/recipes/eval.md", pages.eval_speed),
     "recipe_full_single": ("docs/recipes/full_finetune_single_device.md", training.recipe_full_single),
     "recipe_lora_single": ("docs/recipes/lora_finetune_single_device.md", training.recipe_lora_single),
