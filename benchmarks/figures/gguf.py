@@ -69,10 +69,23 @@ def quickstart_gguf() -> str:
         f"On the quickstart's adapter ({n} held-out prompts, greedy; ftune's own score {ours['exact_match']:g}%), "
         "llama.cpp scores "
         + ", ".join(parts)
-        + ".\n\n"
+        + ". "
+        + _fresh_sentence()
+        + "\n\n"
         + _imatrix_sentence().strip()
         + "\n\n" * bool(_imatrix_sentence())
-        + provenance("gguf_quickstart")
+        + provenance("gguf_quickstart", "gguf_quickstart_500")
+    )
+
+
+def _fresh_sentence() -> str:
+    """The 500-prompt run in one sentence (gguf_quickstart_500.json)."""
+    rows = load("gguf_quickstart_500")["rows"]
+    (ours,) = [x for x in rows if x["runtime"] == "ftune"]
+    files = ", ".join(f"{_gguf_label(x)} {x['exact_match']:g}%" for x in rows if x["runtime"] == "llama.cpp")
+    return (
+        f"On {ours['num_prompts']} fresh prompts of the same task, ftune scores {ours['exact_match']:g}% and "
+        f"llama.cpp {files}: 100 prompts move a score by several points by chance."
     )
 
 
@@ -105,3 +118,26 @@ def gguf_types() -> str:
         + "\n\n"
         + provenance("gguf_types")
     )
+
+
+def gguf_quickstart_500() -> str:
+    """docs/checkpoints.md: the same adapter on 500 fresh prompts (gguf_quickstart.py --fresh-heldout 500)."""
+    r = load("gguf_quickstart_500")
+    (ours,) = [x for x in r["rows"] if x["runtime"] == "ftune"]
+    files = [x for x in r["rows"] if x["runtime"] == "llama.cpp"]
+    n = ours["num_prompts"]
+    rows = [
+        [
+            "ftune (the adapter merged in fp32)",
+            f"{ours['exact_match']:g}% ({ours['num_correct']}/{n})",
+            "-",
+            "-",
+        ]
+    ]
+    rows += [
+        [f"llama.cpp, {_gguf_label(x)}", f"{x['exact_match']:g}% ({x['num_correct']}/{n})",
+         f"{x['exact_match'] - ours['exact_match']:+.1f}", f"{x['same_answer_as_ftune']}/{n}"]
+        for x in files
+    ]  # fmt: skip
+    header = ["", f"exact match, {n} fresh prompts", "points from ftune", "same answer as ftune"]
+    return table(header, rows, "lrrr") + "\n\n" + provenance("gguf_quickstart_500")

@@ -80,6 +80,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "gemma3_conversion": ("docs/checkpoints.md", text.gemma3_conversion),
     "gguf_quickstart": ("docs/checkpoints.md", gguf.gguf_quickstart),
     "gguf_types": ("docs/checkpoints.md", gguf.gguf_types),
+    "gguf_quickstart_500": ("docs/checkpoints.md", gguf.gguf_quickstart_500),
     "quickstart_gguf": ("docs/quickstart.md", gguf.quickstart_gguf),
     "eval_speed": ("docs/recipes/eval.md", pages.eval_speed),
     "recipe_full_single": ("docs/recipes/full_finetune_single_device.md", training.recipe_full_single),
