@@ -32,18 +32,17 @@ CPU_ROW_BLOCK = 256
 _MIN_SKIPPED = 0.25
 
 # The kernel per mask kind and sequence length: the fastest exact option of benchmarks/attention.py
-# (benchmarks/results/attention.json; tests/benchmarks/test_attention.py checks the table against a
-# full run on an idle machine). Until one is recorded: one SDPA call for causal 1x2048 (1.8x faster
-# than 64-row blocks at one thread on a busy machine, faster still at two), today's kernels elsewhere
-# (a busy machine ranked them differently at one and two threads; 8k not measured yet). Per kind, (longest sequence, kernel) in order, None = any longer. "sdpa": one SDPA
-# call; "blocked N": SDPA calls on blocks of N query rows, each over the keys its rows may see; "matmul
-# N": the same blocks as matrix products (`ftune.modules.matmul_attention`; fp32 and fp64, other dtypes
-# take "blocked N"). A mask of one row (a padding-free batch) has blocks that also end at each
-# document's start; "... by row" (masks of several rows) attends row by row, each row so.
+# (benchmarks/results/attention.json, 2 threads, nothing else running; tests/benchmarks/test_attention.py
+# checks the table against that file). Per kind, (longest sequence, kernel) in order, None = any
+# longer. "sdpa": one SDPA call (PyTorch's flash kernel on CPU); "blocked N": SDPA calls on blocks of N
+# query rows, each over the keys its rows may see; "matmul N": the same blocks as matrix products
+# (`ftune.modules.matmul_attention`; fp32 and fp64, other dtypes take "blocked N"). A mask of one row
+# (a padding-free batch) has blocks that also end at each document's start; "... by row" (masks of
+# several rows) attends row by row, each row so. A row of one document takes "causal" (its mask is None).
 CPU_KERNELS: dict[str, list[tuple[int | None, str]]] = {
-    "causal": [(1024, f"blocked {CPU_QUERY_BLOCK}"), (4096, "sdpa"), (None, f"blocked {CPU_QUERY_BLOCK}")],
-    "masked": [(None, f"blocked {CPU_QUERY_BLOCK}")],
-    "masked, one row": [(4096, f"blocked {CPU_ROW_BLOCK}"), (None, f"blocked {CPU_ROW_BLOCK}")],
+    "causal": [(1024, "matmul 64"), (4096, "sdpa"), (None, "sdpa")],
+    "masked": [(None, "blocked 64 by row")],
+    "masked, one row": [(4096, "matmul 64"), (None, "matmul 256")],
 }
 
 
