@@ -6,16 +6,14 @@ model allocates or saves (tiny models, the saved-tensor hooks of autograd).
 
 from __future__ import annotations
 
+from ftune.modules.cpu_attention import cpu_kernel
 from ftune.planning.shapes import ModelShape
 
 # NF4 (QLoRA): 4 bits a weight, plus one 8-bit scale per block of 64 and one fp32 scale per 256
 # blocks (torchao's double quantization): 0.5 + 1/64 + 4/(64 * 256) bytes a weight.
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
-# CPU attention (ftune.modules.cpu_attention) takes its block path from this many query rows up,
-# in blocks of CPU_QUERY_BLOCK query rows (CPU_ROW_BLOCK for a packed one-row batch).
+# CPU attention (ftune.modules.cpu_attention) takes the kernel of its table from this many query rows up.
 CPU_BLOCKED_FROM = 128
-CPU_QUERY_BLOCK = 64
-CPU_ROW_BLOCK = 256
 # glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): see `heap_held`.
 MMAP_THRESHOLD_MAX = 32 * 2**20
 
@@ -85,11 +83,13 @@ def layer_activation_blocks(
     (2 F; 3 F when the down projection is frozen or adapted, which keeps its input, the product;
     LoRA's low-rank activations are not kept) and one fp32 log-sum-exp a head. Per position
     (shared by the rows): RoPE's fp32 tables, (3 head_dim + 2) x 4 bytes. On CPU, attention over
-    at least 128 rows runs in blocks of query rows, and SDPA keeps an fp32 copy of each block's
-    boolean mask: causal, half the (seq x seq) pairs (2 seq^2 bytes); packed rows (`packed`), the
-    pairs within each document, counted for documents of one block (256 rows) at most: a longer
-    document costs more, up to the causal figure. The packed batch's boolean mask itself is shared
-    by every layer (`packed_mask_bytes`).
+    at least 128 rows runs the kernel `ftune.modules.cpu_attention.CPU_KERNELS` names for the mask
+    and length. Where that is SDPA on blocks of N query rows ("blocked N"), SDPA keeps an fp32 copy
+    of each block's boolean mask: causal, half the (seq x seq) pairs (2 seq^2 bytes); packed rows
+    (`packed`), the pairs within each document, counted for documents of one block at most: a
+    longer document costs more, up to the causal figure. One SDPA call on a causal row ("sdpa") and
+    the matrix-product blocks ("matmul N") keep no mask copy. The packed batch's boolean mask itself
+    is shared by every layer (`packed_mask_bytes`).
     """
     d, tokens = shape, rows * seq
     head_dim = d.q_dim // max(d.num_heads, 1)
@@ -101,11 +101,16 @@ def layer_activation_blocks(
         (tokens * 4 * d.num_heads, 1),
         (seq * (3 * head_dim + 2) * 4, 1),
     ]
-    if seq >= CPU_BLOCKED_FROM and packed:
-        width = min(seq, CPU_ROW_BLOCK)
-        blocks.append((4 * rows * width * width, -(-seq // width)))
-    elif seq >= CPU_BLOCKED_FROM:  # a block's keys run to its last row: seq / 2 on average
-        blocks.append((4 * CPU_QUERY_BLOCK * seq / 2, -(-seq // CPU_QUERY_BLOCK)))
+    kernel = (
+        cpu_kernel("masked, one row" if rows == 1 else "masked", seq) if packed else cpu_kernel("causal", seq)
+    )
+    if seq >= CPU_BLOCKED_FROM and kernel.startswith("blocked "):
+        n = int(kernel.split()[1])  # query rows a block
+        if packed:
+            width = min(seq, n)
+            blocks.append((4 * rows * width * width, -(-seq // width)))
+        else:  # a block's keys run to its last row: seq / 2 on average
+            blocks.append((4 * n * seq / 2, -(-seq // n)))
     return blocks
 
 
