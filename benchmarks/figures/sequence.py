@@ -23,9 +23,12 @@ def vs_torchtune_seq(result: dict | None = None) -> str:
     for method, seq_len in sorted({(m, s) for m, s, _ in by}):
         tt, ft = by.get((method, seq_len, "torchtune")), by.get((method, seq_len, "ftune"))
         failed = [name for name, x in (("torchtune", tt), ("ftune", ft)) if x is None]
+        shared = {(x["variant"], x["tool"]) for x in r.get("left_out", [])}
+        why = {name: "left out: the machine was shared" if (f"{method}-fp32-s{seq_len}", name) in shared else "failed"
+               for name in failed}  # fmt: skip
         rows.append([
             method, seq_len, *_each(tt, ft, "tok_s", ".0f").split(" / "),
-            f"{ft['tok_s'] / tt['tok_s']:.2f}x" if not failed else f"{failed[0]} failed",
+            f"{ft['tok_s'] / tt['tok_s']:.2f}x" if not failed else f"{failed[0]} {why[failed[0]]}",
             *_each(tt, ft, "peak_rss_gib", ".2f").split(" / "), _each(tt, ft, "bound_fraction", ".2f"),
             _each(tt, ft, "bound_fraction_with_attention", ".2f"),
         ])  # fmt: skip

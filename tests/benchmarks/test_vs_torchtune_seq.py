@@ -1,6 +1,7 @@
 """The pure parts of benchmarks/vs_torchtune_seq.py: attention's FLOPs, the bound with and without them,
 the rows, the docs' table. Nothing here creates torchtune's venv or times anything."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -70,3 +71,23 @@ def test_docs_table_from_an_idle_run_and_no_figures_from_a_busy_or_quick_one():
         text = figures_sequence.vs_torchtune_seq(busy)
         assert text.startswith("No figures yet") and "|" not in text
     assert report.BLOCKS["vs_torchtune_seq"][0] == "docs/benchmarks.md"
+
+
+def test_a_run_other_processes_shared_is_left_out_of_its_row_and_named(tmp_path):
+    r = _result()
+    shared = next(x for x in r["runs"] if x["variant"] == "full-fp32-s512" and x["tool"] == "ftune")
+    shared["others_cores"] = 0.9
+    r |= {"bounds": {v["name"]: {"bound_s": 1.0, "attention_at_rate_s": 0.5, "products_gflops": 100.0}
+                     for v in seq.variants_for(["full", "lora"], [512, 8192], 3)},
+          "workload": {**r["workload"], "lengths": [512, 8192], "methods": ["full", "lora"]}}  # fmt: skip
+    path = tmp_path / "seq.json"
+    path.write_text(json.dumps(r))
+    seq.resummarise(path)
+    out = json.loads(path.read_text())
+    assert not out["contended"] and out["left_out"] == [
+        {"variant": "full-fp32-s512", "tool": "ftune", "others_cores": 0.9}
+    ]
+    assert not [x for x in out["rows"] if (x["variant"], x["tool"]) == ("full-fp32-s512", "ftune")]
+    text = figures_sequence.vs_torchtune_seq(out)
+    assert "| full | 512 | 171 | - | ftune left out: the machine was shared |" in text
+    assert "Left out: ftune full-fp32-s512 (other processes used 0.90 cores during it)." in out["note"]
