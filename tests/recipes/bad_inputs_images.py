@@ -9,8 +9,6 @@ import json as _json
 
 from PIL import Image as _Image
 
-from ftune.datasets.image_task import write_image_task as _write_image_task
-
 # fmt: off
 _IMAGES = ('~dataset', 'dataset._component_=ftune.datasets.multimodal_chat_dataset', 'dataset.source={tmp}/images.jsonl', 'dataset.image_transform=gemma3')
 CASES += [  # noqa: F821
@@ -62,6 +60,13 @@ SETUPS["image_pair_no_rejected"] = _image_pair_no_rejected  # noqa: F821
 
 SETUPS["image_bad_bytes"] = lambda tmp, ckpt: _write(tmp / "bad.png", "not a png")  # noqa: F821
 SETUPS["image_ok"] = lambda tmp, ckpt: _Image.new("RGB", (3, 2), (200, 10, 10)).save(tmp / "ok.png")  # noqa: F821
-SETUPS["image_task_small"] = lambda tmp, ckpt: _write_image_task(
-    tmp / "task", n_train=4, n_heldout=2, size=16
-)  # noqa: F821
+
+
+def _image_task_small(tmp, ckpt):
+    """The image task written for 4 + 2 examples of 16 pixels (its image_task.json records them)."""
+    from ftune.datasets.image_task import write_image_task  # torch: only when the case runs
+
+    write_image_task(tmp / "task", n_train=4, n_heldout=2, size=16)
+
+
+SETUPS["image_task_small"] = _image_task_small  # noqa: F821
