@@ -21,7 +21,6 @@ curves (`ftune plot`) to docs/recipes/grpo_demo_plot.png.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from demo_runs import demo_parser, log_rows
 from results_file import ROOT, load1, write_results
 
 MODEL, REPO = "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -53,20 +53,8 @@ def run(cmd: list[str], env: dict[str, str], log: Path, minutes: float | None = 
     return round(time.perf_counter() - start, 1)
 
 
-def log_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for f in sorted((run_dir / "logs").glob("*.jsonl"))
-            for line in f.read_text().splitlines() if line.strip()]  # fmt: skip
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "~/.cache/ftune")))
-    parser.add_argument(
-        "--sft-merged", type=Path, help="an SFT model folder (default: run the quickstart's SFT)"
-    )
-    parser.add_argument("--out", type=Path, default=ROOT / "output/grpo_demo")
+    parser = demo_parser(__doc__, "grpo_demo")
     parser.add_argument("--minutes", type=float, default=20.0, help="GRPO training time budget")
     parser.add_argument("--steps", type=int, default=1000, help="GRPO steps at most")
     parser.add_argument("--lr", type=float, default=1e-4)

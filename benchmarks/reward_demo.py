@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from demo_runs import demo_parser, log_rows
 from results_file import ROOT, load1, write_results
 
 MODEL, REPO = "SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -50,14 +51,7 @@ PPO_KEYS = ("step", "lr", "loss", "rlhf_reward", "scores", "kl", "kl_reward", "a
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--home", type=Path, default=Path(os.environ.get("FTUNE_HOME", "~/.cache/ftune")))
-    parser.add_argument(
-        "--sft-merged", type=Path, help="an SFT model folder (default: run the quickstart's SFT)"
-    )
-    parser.add_argument("--out", type=Path, default=ROOT / "output/reward_demo")
+    parser = demo_parser(__doc__, "reward_demo")
     parser.add_argument("--rm-steps", type=int, default=20, help="reward model steps (the config: 60)")
     parser.add_argument("--grpo-steps", type=int, default=20, help="GRPO steps of each run at most")
     parser.add_argument("--minutes", type=float, default=12.0, help="GRPO time budget of each run")
@@ -96,11 +90,6 @@ def accuracy_by_kind(tokenizer_path: Path, base: Path, adapter: Path, pairs: Pat
         counts = kinds.setdefault(r.get("rejected_kind", "all"), [0, 0])
         counts[0], counts[1] = counts[0] + (chosen > rejected), counts[1] + 1
     return dict(sorted(kinds.items()))
-
-
-def log_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for f in sorted((run_dir / "logs").glob("*.jsonl"))
-            for line in f.read_text().splitlines() if line.strip()]  # fmt: skip
 
 
 class Runner:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ftune import settings as recipe_settings_module  # this package: every shipped class
-from ftune.config import data_files, image_checks, record_checks
+from ftune.config import data_files, image_checks, image_task_manifest, record_checks
 from ftune.config.errors import ConfigError
 from ftune.config.loading import Config
 from ftune.config.model_source import check_model_source
@@ -198,7 +198,8 @@ def check_data_files(cfg) -> None:
     record without an answer or the prompt, or with one empty (same module); for prompt data (GRPO),
     a prompt that is not text and a reference answer a built-in reward reads that is missing or null
     (`ftune.config.record_checks`); for multimodal data, every image of every record
-    (`ftune.config.image_checks`). Hub
+    (`ftune.config.image_checks`); for the image task, a data_dir written for other sizes
+    (`ftune.config.image_task_manifest`). Hub
     ids, folders and split slices are left to the dataset's own check.
 
     Raises:
@@ -221,6 +222,9 @@ def check_data_files(cfg) -> None:
             _check_image_file(node)
         if component in _IMAGE_PAIR_BUILDERS:
             _check_image_pairs(node)
+        if component in image_task_manifest.BUILDERS and isinstance(node.get("data_dir"), str):
+            given = {key: node.get(key, default) for key, default in image_task_manifest.ARGS.items()}
+            image_task_manifest.check_manifest(Path(node["data_dir"]).expanduser(), given, section)
         if component in _KTO_BUILDERS:
             if section == "dataset" and data.get("batch_size") == 1:
                 raise ValueError(

@@ -9,10 +9,12 @@ Everything follows from the seed. No layout (question, colour, kind, cells, size
 in both splits, so the held-out score is on images the model never saw.
 
 `write_image_task` writes ``train.jsonl``, ``heldout.jsonl`` and the PNGs (``images/``) in the chat
-layout `ftune.datasets.multimodal_chat_dataset` reads; `image_task_dataset` is the dataset
-component that writes them on first use. The same files serve DPO (`image_task_preference_dataset`:
-the answer chosen, a wrong answer to the same question rejected) and GRPO (`image_task_prompt_dataset`:
-the question, its answer in the ``answer`` field for a reward such as ``ftune.rewards.ExactMatch``).
+layout `ftune.datasets.multimodal_chat_dataset` reads, and ``image_task.json``, the arguments they
+were written for; `image_task_dataset` is the dataset component that writes them on first use and
+refuses a folder written for other arguments (`ftune.config.image_task_manifest`). The same files
+serve DPO (`image_task_preference_dataset`: the answer chosen, a wrong answer to the same question
+rejected) and GRPO (`image_task_prompt_dataset`: the question, its answer in the ``answer`` field
+for a reward such as ``ftune.rewards.ExactMatch``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from PIL import Image, ImageDraw
 
+from ftune.config.image_task_manifest import (
+    MANIFEST,
+    check_manifest,
+    mismatch_error,
+    write_manifest,
+)
 from ftune.datasets.image_preference import ImagePreferenceDataset, image_preference_dataset
 from ftune.datasets.image_prompts import ImagePromptDataset, image_prompt_dataset
 from ftune.datasets.multimodal import MultimodalSFTDataset, multimodal_chat_dataset
@@ -165,7 +173,55 @@ def write_image_task(
         tmp = paths[split].with_suffix(".tmp")
         tmp.write_text("".join(lines))
         tmp.replace(paths[split])  # a complete file or none: the dataset writes when it is missing
+    write_manifest(out, {"n_train": n_train, "n_heldout": n_heldout, "seed": seed, "size": size})  # last
     return paths
+
+
+def _task_file(data_dir: str, split: str, args: dict[str, int], who: str) -> Path:
+    """The split's file in `data_dir`, written first when the folder has none; refused when the folder
+    was written for other arguments (its image_task.json, `ftune.config.image_task_manifest`).
+
+    A folder written before the manifest existed is compared with what `args` write: the records of
+    each split file (layouts follow from the counts and the seed, so no image is drawn) and the
+    size of the first image. Equal, the manifest is added and the files are used; else refused.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"{who}: split={split!r} is not accepted; use 'train' or 'heldout'.")
+    out, path = Path(data_dir), Path(data_dir) / SPLITS[split]
+    if not check_manifest(out, args, who) and any((out / name).is_file() for name in SPLITS.values()):
+        _adopt_unrecorded(out, args, who)
+    if not path.is_file():
+        write_image_task(data_dir, **args)
+    return path
+
+
+def _adopt_unrecorded(out: Path, args: dict[str, int], who: str) -> None:
+    """Record `args` for a folder of task files without a manifest if they are what `args` write."""
+    layouts = image_task_layouts(args["n_train"], args["n_heldout"], args["seed"])
+    found, first_image = [], None
+    for split, name in SPLITS.items():
+        if not (out / name).is_file():
+            continue
+        try:
+            written = [json.loads(line) for line in (out / name).read_text().splitlines() if line.strip()]
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            written = None
+        expected = [_record(layout, f"images/{split}_{i}.png") for i, layout in enumerate(layouts[split])]
+        if written != expected:
+            key = "n_train" if split == "train" else "n_heldout"
+            count = "unreadable records" if written is None else f"{len(written)} records"
+            found.append(f"{name} holds {count}, not the {len(expected)} that {who}.{key}={args[key]} and "
+                         f"{who}.seed={args['seed']} write")  # fmt: skip
+        elif written and first_image is None:
+            first_image = out / written[0]["messages"][0]["content"][0]["image"]
+    if not found and first_image is not None and first_image.is_file():
+        with Image.open(first_image) as image:
+            if image.size[0] != args["size"]:
+                found.append(f"its images are {image.size[0]} pixels square, not {who}.size={args['size']}")
+    if found:
+        unrecorded = f"{'; '.join(found)} (the folder has no {MANIFEST}: an older ftune wrote it)"
+        raise mismatch_error(out, args, unrecorded, who)
+    write_manifest(out, args)
 
 
 def image_task_dataset(
@@ -190,16 +246,16 @@ def image_task_dataset(
         split: "train" or "heldout".
         max_seq_len: truncate each sample.
         packed: refused, as for every dataset with images.
-        n_train, n_heldout, seed, size: what to write when the files are missing.
+        n_train, n_heldout, seed, size: what to write when the files are missing, and what the
+            files found must have been written for (recorded in ``image_task.json``).
 
     Raises:
-        ValueError: an unknown `split` (and what `multimodal_chat_dataset` raises).
+        ValueError: an unknown `split`; a `data_dir` written for other n_train, n_heldout, seed or
+            size (its image_task.json: delete the folder or pass those); and what
+            `multimodal_chat_dataset` raises.
     """
-    if split not in SPLITS:
-        raise ValueError(f"image_task_dataset: split={split!r} is not accepted; use 'train' or 'heldout'.")
-    path = Path(data_dir) / SPLITS[split]
-    if not path.is_file():
-        write_image_task(data_dir, n_train=n_train, n_heldout=n_heldout, seed=seed, size=size)
+    args = {"n_train": n_train, "n_heldout": n_heldout, "seed": seed, "size": size}
+    path = _task_file(data_dir, split, args, "image_task_dataset")
     return multimodal_chat_dataset(
         tokenizer, source=str(path), image_transform=image_transform, max_seq_len=max_seq_len, packed=packed
     )
@@ -212,14 +268,11 @@ def wrong_answer(task: str, answer: str) -> str:
 
 
 def _split_records(
-    data_dir: str, split: str, n_train: int, n_heldout: int, seed: int, size: int
+    data_dir: str, split: str, n_train: int, n_heldout: int, seed: int, size: int, who: str
 ) -> tuple[Path, list[dict[str, Any]]]:
     """The split's file (written first if missing) and its records, each with the question only."""
-    if split not in SPLITS:
-        raise ValueError(f"image task: split={split!r} is not accepted; use 'train' or 'heldout'.")
-    path = Path(data_dir) / SPLITS[split]
-    if not path.is_file():
-        write_image_task(data_dir, n_train=n_train, n_heldout=n_heldout, seed=seed, size=size)
+    args = {"n_train": n_train, "n_heldout": n_heldout, "seed": seed, "size": size}
+    path = _task_file(data_dir, split, args, who)
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for record in records:
         record["messages"] = [m for m in record["messages"] if m["role"] != "assistant"]
@@ -247,7 +300,9 @@ def image_task_preference_dataset(
     Raises:
         ValueError: an unknown `split` (and what `image_preference_dataset` raises).
     """
-    path, records = _split_records(data_dir, split, n_train, n_heldout, seed, size)
+    path, records = _split_records(
+        data_dir, split, n_train, n_heldout, seed, size, "image_task_preference_dataset"
+    )
     for record in records:
         record["chosen"], record["rejected"] = (
             record["answer"],
@@ -283,7 +338,9 @@ def image_task_prompt_dataset(
     Raises:
         ValueError: an unknown `split` (and what `image_prompt_dataset` raises).
     """
-    path, records = _split_records(data_dir, split, n_train, n_heldout, seed, size)
+    path, records = _split_records(
+        data_dir, split, n_train, n_heldout, seed, size, "image_task_prompt_dataset"
+    )
     return image_prompt_dataset(
         tokenizer,
         source=str(path),

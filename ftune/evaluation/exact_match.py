@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -76,19 +76,44 @@ def exact_match(
     Returns:
         Counts, accuracy, and the decoded predictions.
     """
+    return score_batches(
+        model, tokenizer, _text_batches(tokenizer, samples, batch_size), max_new_tokens, normalize
+    )
+
+
+def _text_batches(
+    tokenizer: Tokenizer, samples: Iterable[tuple[Sequence[Message], str]], batch_size: int
+) -> Iterator[tuple[list[tuple[list[int], str]], None]]:
+    """The samples as batches of (prompt ids, reference), without images."""
+    batch: list[tuple[list[int], str]] = []
+    for messages, reference in samples:
+        batch.append((prompt_tokens(tokenizer, messages), reference))
+        if len(batch) == batch_size:
+            yield batch, None
+            batch = []
+    if batch:
+        yield batch, None
+
+
+def score_batches(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    batches: Iterable[tuple[list[tuple[list[int], str]], Mapping[str, Any] | None]],
+    max_new_tokens: int,
+    normalize: Callable[[str], str] | None,
+) -> ExactMatchResult:
+    """Score every (batch, images) pair with `score_answers`, the model in eval mode meanwhile.
+
+    The model's training mode is restored afterwards, also when a batch raises. `batches` may be
+    lazy: it is consumed inside the eval-mode block.
+    """
     result = ExactMatchResult()
     stops = set(tokenizer.stop_tokens)
     was_training = model.training
     model.eval()
     try:
-        batch: list[tuple[list[int], str]] = []
-        for messages, reference in samples:
-            batch.append((prompt_tokens(tokenizer, messages), reference))
-            if len(batch) == batch_size:
-                score_answers(model, tokenizer, batch, stops, max_new_tokens, normalize, result)
-                batch = []
-        if batch:
-            score_answers(model, tokenizer, batch, stops, max_new_tokens, normalize, result)
+        for batch, images in batches:
+            score_answers(model, tokenizer, batch, stops, max_new_tokens, normalize, result, images=images)
     finally:
         model.train(was_training)
     return result

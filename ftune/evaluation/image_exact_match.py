@@ -15,7 +15,7 @@ their images, and an answer is correct when it equals the reference up to whites
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +26,7 @@ from ftune.config.data_files import json_records
 from ftune.config.image_checks import check_image_rows
 from ftune.datasets.image_generation import image_prompts_batch
 from ftune.datasets.image_prompts import ImagePromptDataset, image_prompt_dataset
-from ftune.evaluation.exact_match import ExactMatchResult, normalize_whitespace, score_answers
+from ftune.evaluation.exact_match import ExactMatchResult, normalize_whitespace, score_batches
 
 if TYPE_CHECKING:
     from ftune.tokenizers.base import Tokenizer
@@ -138,17 +138,17 @@ def image_exact_match(
     Returns:
         Counts, accuracy, and the decoded predictions.
     """
-    result = ExactMatchResult()
-    stops = set(tokenizer.stop_tokens)
-    was_training = model.training
-    model.eval()
-    try:
-        for start in range(0, len(dataset), batch_size):
-            items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
-            prompts = image_prompts_batch(items, dataset)
-            batch = list(zip(prompts.tokens, references[start : start + len(items)]))
-            images = {"pixel_values": prompts.pixel_values, "image_inputs": prompts.image_inputs}
-            score_answers(model, tokenizer, batch, stops, max_new_tokens, normalize, result, images=images)
-    finally:
-        model.train(was_training)
-    return result
+    return score_batches(
+        model, tokenizer, _image_batches(dataset, references, batch_size), max_new_tokens, normalize
+    )
+
+
+def _image_batches(
+    dataset: ImagePromptDataset, references: list[str], batch_size: int
+) -> Iterator[tuple[list[tuple[list[int], str]], dict[str, Any]]]:
+    """The prompts as batches of (prompt ids, reference), each with its images."""
+    for start in range(0, len(dataset), batch_size):
+        items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+        prompts = image_prompts_batch(items, dataset)
+        batch = list(zip(prompts.tokens, references[start : start + len(items)]))
+        yield batch, {"pixel_values": prompts.pixel_values, "image_inputs": prompts.image_inputs}

@@ -26,7 +26,7 @@ def test_the_same_seed_writes_the_same_files_and_another_seed_others(tmp_path):
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
         write_image_task(tmp_path / name, n_train=24, n_heldout=8, seed=seed, size=SIZE)
     a, b, c = (_files(tmp_path / n) for n in "abc")
-    assert a == b and len(a) == 2 + 24 + 8
+    assert a == b and len(a) == 3 + 24 + 8  # the two splits, image_task.json, the images
     assert a.keys() == c.keys() and a["train.jsonl"] != c["train.jsonl"]
 
 
@@ -69,9 +69,8 @@ def test_every_answer_is_what_the_pixels_show(tmp_path):
             user, answer = record["messages"]
             image_part, question = user["content"]
             assert question["text"] == QUESTIONS[record["task"]] and answer["content"] == record["answer"]
-            pixels = torch.tensor(
-                list(Image.open(tmp_path / image_part["image"]).getdata()), dtype=torch.float
-            )
+            with Image.open(tmp_path / image_part["image"]) as image:
+                pixels = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).float()
             seen = _read(pixels.reshape(SIZE, SIZE, 3))
             assert seen[record["task"]] == record["answer"], (image_part["image"], record, seen)
             checked += 1

@@ -53,9 +53,12 @@ def spread_share(model: nn.Module) -> float:
     over the std of everything (0 = the same output for every image)."""
     images = [draw(Layout("colour", colour, kind, ((r, c),)), 48) for colour in ("red", "blue") for kind in ("circle", "square") for r, c in ((0, 0), (1, 2))]  # fmt: skip
     pixels = torch.stack(
-        [torch.tensor(list(im.getdata()), dtype=torch.float32).T.reshape(3, 48, 48) for im in images]
+        [
+            torch.frombuffer(bytearray(im.tobytes()), dtype=torch.uint8).view(48, 48, 3).permute(2, 0, 1)
+            for im in images
+        ]
     )
-    pixels = (pixels / 255 - 0.5) / 0.5  # (8, 3, 48, 48), as LlavaImageTransform normalises
+    pixels = (pixels.float() / 255 - 0.5) / 0.5  # (8, 3, 48, 48), as LlavaImageTransform normalises
     with torch.no_grad():
         out = model(pixels, feature_layer=-1)  # (8, 9, 192)
     return float(out.std(0).mean() / out.std())

@@ -395,6 +395,6 @@ SETUPS = {
     "pref_no_prompt": lambda tmp, ckpt: _write(tmp / "val.jsonl", '{"chosen": "a", "rejected": "b"}\n'),
     "lora_step_folder": _lora_step_folder,
 }
-# More CASES and SETUPS: issue 37's outputs and records, 39's agents, 40's images, 41's rewards and PPO, 43's.
-for _part in ("outputs", "records", "agent", "images", "rewards", "ppo", "parallel"):
+# More CASES and SETUPS: issue 37's outputs and records, 39's agents, 40's images, 41's rewards and PPO, 43's, GGUF imatrix.
+for _part in ("outputs", "records", "agent", "images", "rewards", "ppo", "parallel", "gguf"):
     exec(Path(__file__).with_name(f"bad_inputs_{_part}.py").read_text())

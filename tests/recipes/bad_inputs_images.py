@@ -17,6 +17,7 @@ CASES += [  # noqa: F821
     _c('generate-image-missing', 'values', ('run', 'generate', 'prompt=hi', 'images=[{tmp}/gone.png]', 'checkpointer.checkpoint_dir={ckpt}'), 'does not exist', 'images[0]', "image file '{tmp}/gone.png'", 'fix the path or add the file'),  # noqa: F821
     _c('generate-image-unreadable', 'values', ('run', 'generate', 'prompt=hi', 'images=[{tmp}/bad.png]', 'checkpointer.checkpoint_dir={ckpt}'), 'cannot be decoded as an image', 'images[0]', "image file '{tmp}/bad.png'", 'store PNG, JPEG', 'image_bad_bytes'),  # noqa: F821
     _c('generate-image-text-model', 'checkpoints', ('run', 'generate', 'prompt=hi', 'images=[{tmp}/ok.png]', 'checkpointer.checkpoint_dir={ckpt}'), 'describes a text-only model', "images: images were given, but '{ckpt}/config.json'", "model_type 'llama'", 'point checkpointer.checkpoint_dir at one, or leave images empty', 'image_ok'),  # noqa: F821
+    _c('image-task-other-sizes', 'data', ('validate', 'smolvlm/256M_lora_dpo', 'dataset.data_dir={tmp}/task', 'dataset.n_train=6', 'dataset.n_heldout=2', 'dataset.size=16'), 'holds files written for other arguments', "data_dir '{tmp}/task'", 'dataset.n_train=6 (recorded 4) in its image_task.json', 'Delete the folder (the task is written anew on first use) or pass the arguments it was written with', 'image_task_small'),  # noqa: F821
     _c('image-missing', 'data', (*LORA, *_IMAGES), 'cannot be read', 'images.jsonl:2: messages[0].content[0].image', "image file '{tmp}/gone.png' does not exist", 'fix the path or add the file', 'image_missing'),  # noqa: F821
 ]
 # fmt: on
@@ -59,3 +60,13 @@ SETUPS["image_pair_no_rejected"] = _image_pair_no_rejected  # noqa: F821
 
 SETUPS["image_bad_bytes"] = lambda tmp, ckpt: _write(tmp / "bad.png", "not a png")  # noqa: F821
 SETUPS["image_ok"] = lambda tmp, ckpt: _Image.new("RGB", (3, 2), (200, 10, 10)).save(tmp / "ok.png")  # noqa: F821
+
+
+def _image_task_small(tmp, ckpt):
+    """The image task written for 4 + 2 examples of 16 pixels (its image_task.json records them)."""
+    from ftune.datasets.image_task import write_image_task  # torch: only when the case runs
+
+    write_image_task(tmp / "task", n_train=4, n_heldout=2, size=16)
+
+
+SETUPS["image_task_small"] = _image_task_small  # noqa: F821

@@ -204,7 +204,8 @@ def test_the_shipped_configs_run_and_the_distributed_recipe_as_a_world_of_one_ag
     (the recipe file torchrun would run on each rank) gives the same losses with the images."""
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(key, raising=False)
-    folder, task, _ = tiny
+    folder, _, _ = tiny
+    task = tmp_path / "task"  # _run's sizes (8 + 2 at 32 px), not the fixture task's 4 + 2
     one = _run(config, f"{recipe}_single_device", folder, task, tmp_path / "one", *extra)
     assert any(logged in row for row in read_log(tmp_path / "one")), read_log(tmp_path / "one")
     assert (tmp_path / "one" / "step_2" / "adapter_model.safetensors").is_file()
