@@ -152,10 +152,7 @@ DPO_COMMON = {
     "qat": na("no QAT preference recipe"),
     "learned_ranges": na("no QAT preference recipe"),
     "mixture_of_experts": YES,  # a LoRA reference keeps the policy's router state: tests/training/test_router_state.py
-    "images": unchecked(
-        f"{DPO_UNCHECKED}: image-grounded pairs (smolvlm/256M_lora_dpo); tests/recipes/test_vlm_dpo_grpo.py "
-        "checks that the loss is the hand-computed one and changes with the images"
-    ),
+    "images": YES,  # image-grounded pairs (smolvlm/256M_lora_dpo): the policy's log-probs see the pixels
 }
 DPO_LORA = {"lora": YES, "qlora": unchecked(DPO_UNCHECKED), "dora": unchecked(DPO_UNCHECKED)}
 DPO_SINGLE = {"optimizer_in_backward": unchecked(DPO_UNCHECKED)}
@@ -222,10 +219,7 @@ GRPO_COMMON = {
     "optimizer_in_backward": na(
         "a reused rollout's clipped ratio needs the step to end before the weights change; refused with a message"
     ),
-    "images": unchecked(
-        f"{GRPO_UNCHECKED}: image prompts (smolvlm/256M_lora_grpo); tests/recipes/test_vlm_dpo_grpo.py checks "
-        "that rollouts sample with the images and the log-probabilities change with them"
-    ),
+    "images": YES,  # image prompts (smolvlm/256M_lora_grpo): the update's gradient sees the pixels
 }
 GRPO_LORA = {"lora": YES, "qlora": unchecked(GRPO_UNCHECKED), "dora": unchecked(GRPO_UNCHECKED)}
 # The agent recipe: conversations with an environment, and rollouts beside training.

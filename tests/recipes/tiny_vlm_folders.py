@@ -69,13 +69,16 @@ SMOLVLM_TRANSFORM = _transform(
 )
 
 
-def smolvlm(path: Path) -> tuple[Path, list[str]]:
-    """Idefics3: 16 px tiles pixel-shuffled by 2 (4 tokens a tile); a 32 px image is 4 tiles + the global one."""
+def smolvlm(path: Path, fit_vocab: bool = False) -> tuple[Path, list[str]]:
+    """Idefics3: 16 px tiles pixel-shuffled by 2 (4 tokens a tile); a 32 px image is 4 tiles + the global one.
+    `fit_vocab`: the model's vocabulary is the tokenizer's (no id a sampler could draw that the tokenizer
+    cannot decode), else 448 (padded, as published models pad theirs)."""
     import transformers
 
     tok = vlm_tokenizer_folder(path / "tok", "idefics3")
+    vocab = HFTokenizer(tok).vocab_size if fit_vocab else LLAMA_TEXT["vocab_size"]
     config = transformers.Idefics3Config(
-        text_config=LLAMA_TEXT,
+        text_config={**LLAMA_TEXT, "vocab_size": vocab},
         vision_config=dict(SIGLIP, image_size=16, patch_size=4),
         scale_factor=2,
         image_token_id=HFTokenizer(tok).token_to_id("<image>"),
