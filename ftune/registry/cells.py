@@ -87,14 +87,10 @@ NO_QAT = {
     "qat": na("use qat_single_device or qat_distributed"),
     "learned_ranges": na("no QAT: use qat_single_device or qat_distributed"),
 }
-_IMAGES_UNCHECKED = (
-    "runs with an image-text model (the images reach the loss through the same model.hidden line as the "
-    "SFT recipes'), but no image run of this recipe is in the test suite"
-)
 QAT = {
     "qat": YES,
     "learned_ranges": YES,
-    "images": unchecked(f"{_IMAGES_UNCHECKED}; the quantizer fake-quantizes the encoder's linears too"),
+    "images": YES,  # the quantizer fake-quantizes the encoder's and the projector's linears too
 }
 # QAT + LoRA: plain LoRA adapters over the fake-quantized frozen base.
 QAT_LORA = {
@@ -106,7 +102,7 @@ QAT_LORA = {
         "LoRA trains its adapters only, and the adapter checkpoint has no place for ranges: "
         "quantizer.learn_ranges=true is refused with a message"
     ),
-    "images": unchecked(f"{_IMAGES_UNCHECKED}; the quantizer fake-quantizes the encoder's linears too"),
+    "images": YES,  # LoRA over a fake-quantized base: the encoder's linears are fake-quantized too
 }
 OPT_BWD = {"optimizer_in_backward": YES}
 NO_OPT_BWD_DIST = {
@@ -176,9 +172,7 @@ KD = {
     "qlora": na("a LoRA student over an NF4 base is not supported: use a full or LoRA student"),
     "dora": na("the student's adapters are plain LoRA"),
     **NO_QAT,
-    "images": unchecked(
-        f"{_IMAGES_UNCHECKED}; the teacher must share the student's vocabulary (a text teacher reads the tokens)"
-    ),
+    "images": YES,  # an image-text teacher of the student's vocabulary sees the images too
 }
 # Online RL (GRPO). What a GRPO run is checked for is ✓; what runs but is not checked on a GRPO run
 # is `unchecked`; what cannot apply is n/a.

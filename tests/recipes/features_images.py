@@ -1,15 +1,17 @@
 """The feature check of images (part of tests/recipes/features.py's CHECKS; same contract: it asserts
 the effect, tests/recipes/mutants_images.py holds the mutants that must fail it).
 
-The recipe's text config is pointed at a tiny random SmolVLM folder (tests/recipes/tiny_vlm_folders.py)
-and data with drawn images, of the recipe's kind: chats (supervised), the image task's preference pairs
-(DPO) or its prompts (GRPO). Two runs differ only in the pixels (the second's images inverted), and a
-figure of their first step, computed by the loss's forward before any update, must differ: the images
-reach the loss. The figure is the loss (supervised) or its gradient's norm: DPO's loss is log 2 while the
-policy equals its reference, GRPO's is 0 at ratio 1 (advantages sum to 0 in each group), whatever the
-pixels; their gradients, through the policy's log-probabilities, are not. GRPO's rollouts are sampled
-with the image features zeroed here, so that both runs sample the same completions (the same rewards)
-and only the update's forwards see the pixels (that the sampler sees them too is checked in
+The recipe's text config is pointed at a tiny random SmolVLM folder (tests/recipes/tiny_vlm_folders.py;
+every linear layer's input a multiple of 32, so that QAT's int4 groups fake-quantize the encoder too)
+and data with drawn images, of the recipe's kind: chats (supervised, QAT; KD with a second tiny SmolVLM
+as the teacher, which sees the images too), the image task's preference pairs (DPO) or its prompts
+(GRPO). Two runs differ only in the pixels (the second's images inverted), and a figure of their first
+step, computed by the loss's forward before any update, must differ: the images reach the loss. The
+figure is the loss, or its gradient's norm where the first loss does not depend on the pixels: DPO's
+is log 2 while the policy equals its reference, GRPO's 0 at ratio 1 (advantages sum to 0 in each
+group); their gradients, through the policy's log-probabilities, do. GRPO's rollouts are sampled with
+the image features zeroed here, so that both runs sample the same completions (the same rewards) and
+only the update's forwards see the pixels (that the sampler sees them too is checked in
 tests/recipes/test_vlm_dpo_grpo.py)."""
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ from ftune.runtime.rank import get_rank
 TASK = {"n_train": 8, "n_heldout": 2, "size": 32}  # the image task's records for DPO and GRPO: 32 px pictures
 # Recipe kind -> (the data file, relative to the folder it is written in; the dataset's overrides; the
 # logged figure of the first step that must change with the pixels).
+_CHATS = (
+    "chats.jsonl",
+    ("dataset._component_=ftune.datasets.multimodal_chat_dataset", "collate_fn=null"),
+    "loss",
+)
 KINDS = {
-    "sft": (
-        "chats.jsonl",
-        ("dataset._component_=ftune.datasets.multimodal_chat_dataset", "collate_fn=null"),
-        "loss",
-    ),
+    "sft": _CHATS,
+    "kd": _CHATS,  # and an image-text teacher of the same vocabulary (`_teacher`)
     "dpo": (
         "task/train.jsonl",
         ("dataset._component_=ftune.datasets.image_task_preference_dataset", "collate_fn=null"),
@@ -51,16 +55,41 @@ KINDS = {
 
 
 def _kind(run, tmp_path: Path) -> str:
-    """The recipe's kind, read from the figures of one step of its text config on the tiny text model."""
-    logs, _ = run("max_steps=1", output_dir=tmp_path / "text")
+    """The recipe's kind, read from one step of its text config on the tiny text model: its logged
+    figures, and whether it loads a teacher."""
+    teachers = []
+
+    def load_teacher(*args, **kwargs):
+        teachers.append(real(*args, **kwargs))
+        return teachers[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        real = training.load_teacher
+        mp.setattr(training, "load_teacher", load_teacher)
+        logs, _ = run("max_steps=1", output_dir=tmp_path / "text")
     if "completions/mean_length" in logs[0]:
         return "grpo"
-    return "dpo" if "logps/accuracy" in logs[0] else "sft"
+    if "logps/accuracy" in logs[0]:
+        return "dpo"
+    return "kd" if teachers else "sft"
+
+
+def _teacher(folder: Path) -> list[str]:
+    """The overrides that make the tiny image-text model in `folder` the teacher (it sees the images too)."""
+    return [
+        "~teacher_model",  # config.json sizes it
+        f"teacher_checkpointer.checkpoint_dir={folder}",
+        "teacher_checkpointer.image_text=true",
+        "~teacher_tokenizer",
+        "teacher_tokenizer._component_=ftune.tokenizers.HFTokenizer",
+        f"teacher_tokenizer.path={folder}",
+        "teacher_tokenizer.max_seq_len=256",
+    ]
 
 
 def _write(kind: str, where: Path) -> None:
     """The kind's data with drawn images in `where`: chats with 0 to 2 discs each, or the image task."""
-    if kind == "sft":
+    if kind in ("sft", "kd"):
         chats(where)
     else:
         write_image_task(where / "task", **TASK)
@@ -78,7 +107,7 @@ def _inverted(data: Path, folder: Path) -> None:
 def _dataset(kind: str, data: Path) -> list[str]:
     """The overrides that read `data` as the kind's dataset (a task is named by its folder)."""
     _, overrides, _ = KINDS[kind]
-    if kind == "sft":
+    if kind in ("sft", "kd"):
         return [*overrides, f"dataset.source={data}"]
     return [*overrides, f"dataset.data_dir={data.parent}", *(f"dataset.{k}={v}" for k, v in TASK.items())]
 
@@ -123,7 +152,10 @@ def images(run, tmp_path):
     inverted = where / "inverted" / Path(name).name
     if get_rank() == 0:
         where.mkdir(parents=True, exist_ok=True)
-        smolvlm(where, fit_vocab=kind == "grpo")  # GRPO decodes what it samples
+        # GRPO decodes what it samples; QAT's int4 groups of 32 divide every linear layer, the encoder's too.
+        smolvlm(where, fit_vocab=kind == "grpo", wide=True)
+        if kind == "kd":  # other weights: the KL to it is not 0 at the first step
+            smolvlm(where / "teacher", wide=True, seed=1)
         _write(kind, where)
         _inverted(data, inverted.parent)
     common = [
@@ -139,6 +171,7 @@ def images(run, tmp_path):
         "dataset_val=null",
         "max_steps=1",
         "batch_size=4",
+        *(_teacher(where / "teacher" / "smolvlm") if kind == "kd" else ()),
     ]
     got, rewards = {}, {}
     with pytest.MonkeyPatch.context() as mp:
