@@ -57,14 +57,13 @@ KINDS = {
 def _kind(run, tmp_path: Path) -> str:
     """The recipe's kind, read from one step of its text config on the tiny text model: its logged
     figures, and whether it loads a teacher."""
-    teachers = []
+    teachers, real = [], training.load_teacher
 
     def load_teacher(*args, **kwargs):
         teachers.append(real(*args, **kwargs))
         return teachers[-1]
 
     with pytest.MonkeyPatch.context() as mp:
-        real = training.load_teacher
         mp.setattr(training, "load_teacher", load_teacher)
         logs, _ = run("max_steps=1", output_dir=tmp_path / "text")
     if "completions/mean_length" in logs[0]:
