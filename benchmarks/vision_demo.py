@@ -6,8 +6,11 @@ synthetic image task, with held-out exact match before and after, and what image
 
 1. **The model**: `ftune.models.llava.llava` joins the pretrained SmolLM2-135M-Instruct decoder with a
    randomly initialised SigLIP-style encoder (48 px images in 16 px patches: 9 image tokens, one a
-   cell of the task's 3 x 3 grid; 4 layers of width 192, initialised as transformers initialises
-   SigLIP) through a fresh MLP projector. The image
+   cell of the task's 3 x 3 grid; width 192, initialised as transformers initialises SigLIP) through a
+   fresh MLP projector. ``--vision-layers`` sets the encoder's transformer layers: 0 (the default)
+   keeps SigLIP's patch and position embeddings only, so each image token holds its own cell; on
+   top of a random encoder, random layers mixed the cells and the decoder did not learn to read
+   them in the runs docs/images.md shows (4 layers). The image
    token is one of SmolLM2's reserved special tokens (``<empty_output>``), so the tokenizer is unchanged.
 2. **Training**: LoRA (rank 16) on every linear of the decoder at ``--lr``, the encoder and the
    projector trained fully (`requires_grad`) at ``--vision-lr`` (they start random), AdamW, on `ftune.datasets.image_task_dataset`'s training split (2000
@@ -55,16 +58,20 @@ from ftune.training.step.token_loss import batch_loss  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 IMAGE_TOKEN = "<empty_output>"  # a special token SmolLM2 reserves and never writes in chat
-ENCODER = dict(image_size=48, patch_size=16, vision_embed_dim=192, vision_num_layers=4,
-               vision_num_heads=3, vision_intermediate_dim=768)  # fmt: skip
+ENCODER = dict(image_size=48, patch_size=16, vision_embed_dim=192, vision_num_heads=3,
+               vision_intermediate_dim=768)  # fmt: skip
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 CPU = torch.device("cpu")
 
 
-def build(folder: Path, tokenizer: HFTokenizer) -> torch.nn.Module:
-    """The composed VLM: the pretrained decoder, a random encoder and projector; LoRA on the decoder."""
+def build(folder: Path, tokenizer: HFTokenizer, vision_layers: int) -> torch.nn.Module:
+    """The composed VLM: the pretrained decoder, a random encoder of `vision_layers` transformer layers
+    and a random projector; LoRA on the decoder."""
     torch.manual_seed(0)
-    model = llava(decoder=load_hf(folder), image_token_id=tokenizer.token_to_id(IMAGE_TOKEN), **ENCODER)
+    model = llava(
+        decoder=load_hf(folder), image_token_id=tokenizer.token_to_id(IMAGE_TOKEN),
+        vision_num_layers=vision_layers, **ENCODER,
+    )  # fmt: skip
     apply_lora(model, targets={"decoder": TARGETS}, rank=16, alpha=32)
     model.vision_encoder.requires_grad_(True)  # trained fully: they start random
     model.projector.requires_grad_(True)
@@ -138,6 +145,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3, help="the decoder's LoRA adapters")
     p.add_argument("--vision-lr", type=float, default=3e-3, help="the encoder and the projector")
+    p.add_argument("--vision-layers", type=int, default=0, help="the encoder's transformer layers")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--n-train", type=int, default=2000)
     p.add_argument("--n-heldout", type=int, default=200)
@@ -163,7 +171,7 @@ def main() -> None:
     heldout = image_task_prompt_dataset(
         tokenizer, data_dir=data_dir, image_transform=transform, split="heldout", **sizes
     )
-    model = build(folder, tokenizer)
+    model = build(folder, tokenizer, args.vision_layers)
     trainable = training.trainable_params(model)
     vision = {id(p) for part in (model.vision_encoder, model.projector) for p in part.parameters()}
     groups = [
@@ -229,11 +237,11 @@ def main() -> None:
     print("images vs text", cost, flush=True)
 
     rows = [{
-        "model": f"{MODEL} + random SigLIP-style encoder ({ENCODER['vision_num_layers']} layers, width "
+        "model": f"{MODEL} + random SigLIP-style encoder ({args.vision_layers} layers, width "
                  f"{ENCODER['vision_embed_dim']}, {ENCODER['image_size']} px, {ENCODER['patch_size']} px patches) "
                  "+ MLP projector",
         "parameters": counts, "steps": step, "batch_size": args.batch_size, "lr": args.lr,
-        "vision_lr": args.vision_lr, "encoder_init": "transformers' SigLIP",
+        "vision_lr": args.vision_lr, "vision_layers": args.vision_layers, "encoder_init": "transformers' SigLIP",
         "train_seconds": round(train_seconds, 1), "eval_seconds": round(eval_seconds, 1),
         "n_train": args.n_train, "n_heldout": args.n_heldout,
         "baselines": baseline, "exact_match_before": before, "exact_match_after": after,
