@@ -32,7 +32,7 @@ def plain_model_modules() -> None:
     """
     from ftune.modules import RMSNorm, SwiGLU, attention
 
-    attention.CPU_QUERY_BLOCK = 1 << 30  # never reached: SDPA over the whole sequence
+    attention.CPU_ATTENTION_FROM = 1 << 30  # never reached: SDPA over the whole sequence
     RMSNorm.lean_backward = SwiGLU.lean_backward = False
 
 

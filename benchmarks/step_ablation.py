@@ -10,7 +10,7 @@ switches the optimizations off one at a time:
 - ``label_selection``: ``batch_loss`` projects only the labelled positions to the vocabulary
   (off: ``loss_fn.token_wise = False``, the whole ``[b, s, dim]`` goes to the loss);
 - ``blocked_attention``: attention on CPU block by block over the keys each query block can see
-  (off: ``attention.CPU_QUERY_BLOCK`` set past the sequence length, so SDPA gets the whole
+  (off: ``attention.CPU_ATTENTION_FROM`` set past the sequence length, so SDPA gets the whole
   sequence);
 - ``lean_backward``: RMSNorm and SwiGLU save only their inputs for backward and recompute the
   rest (off: both left to autograd);
@@ -61,12 +61,12 @@ def no_label_selection(loss_fn):
 
 @contextmanager
 def no_blocked_attention():
-    block = attention.CPU_QUERY_BLOCK
-    attention.CPU_QUERY_BLOCK = 1 << 30
+    start = attention.CPU_ATTENTION_FROM
+    attention.CPU_ATTENTION_FROM = 1 << 30
     try:
         yield
     finally:
-        attention.CPU_QUERY_BLOCK = block
+        attention.CPU_ATTENTION_FROM = start
 
 
 @contextmanager

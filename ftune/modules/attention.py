@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ftune.modules.context_exchange import gather_context, global_causal_mask
-from ftune.modules.cpu_attention import CPU_QUERY_BLOCK, cpu_attention
+from ftune.modules.cpu_attention import CPU_ATTENTION_FROM, cpu_attention
 from ftune.modules.kv_cache import KVCache
 from ftune.modules.rope import RotaryEmbedding
 from ftune.modules.softcap import softcapped_attention
@@ -128,7 +128,7 @@ class GroupedQueryAttention(nn.Module):
             attn_mask = mask[:, None] if mask is not None else None  # (b, 1, s, s_kv)
             out = softcapped_attention(q, k, v, attn_mask, cap=self.logit_softcap)
             return self.o_proj(out.transpose(1, 2).reshape(b, s, self.num_heads * self.head_dim))
-        if self.kv_cache is None and x.device.type == "cpu" and s == k.shape[2] >= 2 * CPU_QUERY_BLOCK:
+        if self.kv_cache is None and x.device.type == "cpu" and s == k.shape[2] >= CPU_ATTENTION_FROM:
             # CPU kernels compute every (query, key) pair: skip the blocks the mask excludes.
             return cpu_attention(q, k, v, mask, gqa=self.num_kv_heads != self.num_heads, o_proj=self.o_proj)
         # No mask left means plain causal (with a cache there always is one): is_causal lets SDPA pick

@@ -28,6 +28,9 @@ CPU_QUERY_BLOCK = 64
 # IFBench samples (SmolLM2-135M, fp32), 1.1-1.2x faster than 64-row blocks that straddle documents:
 # each block's output projection is one (rows x 576) GEMM, too small at 64 rows and b = 1.
 CPU_ROW_BLOCK = 256
+# Self-attention over at least this many query rows (no cache) takes `cpu_attention` (the planner
+# counts its kernels from the same length).
+CPU_ATTENTION_FROM = 2 * CPU_QUERY_BLOCK
 # Use the blocked path for a mask only when it skips at least this share of the pairs.
 _MIN_SKIPPED = 0.25
 

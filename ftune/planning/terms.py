@@ -6,14 +6,12 @@ model allocates or saves (tiny models, the saved-tensor hooks of autograd).
 
 from __future__ import annotations
 
-from ftune.modules.cpu_attention import cpu_kernel
+from ftune.modules.cpu_attention import CPU_ATTENTION_FROM, cpu_kernel
 from ftune.planning.shapes import ModelShape
 
 # NF4 (QLoRA): 4 bits a weight, plus one 8-bit scale per block of 64 and one fp32 scale per 256
 # blocks (torchao's double quantization): 0.5 + 1/64 + 4/(64 * 256) bytes a weight.
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
-# CPU attention (ftune.modules.cpu_attention) takes the kernel of its table from this many query rows up.
-CPU_BLOCKED_FROM = 128
 # glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): see `heap_held`.
 MMAP_THRESHOLD_MAX = 32 * 2**20
 
@@ -104,7 +102,7 @@ def layer_activation_blocks(
     kernel = (
         cpu_kernel("masked, one row" if rows == 1 else "masked", seq) if packed else cpu_kernel("causal", seq)
     )
-    if seq >= CPU_BLOCKED_FROM and kernel.startswith("blocked "):
+    if seq >= CPU_ATTENTION_FROM and kernel.startswith("blocked "):
         n = int(kernel.split()[1])  # query rows a block
         if packed:
             width = min(seq, n)
