@@ -41,57 +41,47 @@ from ftune.config.run import report
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="ftune export", description="Export a model for other runtimes.")
     sub = parser.add_subparsers(dest="kind", required=True)
-    _add_export_parser(
+    g = _subcommand(
         sub,
         "gguf",
         help="an ftune model folder (+ adapter) to one .gguf file llama.cpp and Ollama run",
         output_help="the .gguf file to write (its folder must exist, or pass --make-parents)",
-        force_help="replace an existing output file and its Modelfile",
-        first=(
-            "--type",
-            {
-                "required": True,
-                "metavar": "TYPE",
-                "help": f"file type: {', '.join(GGUF_TYPES)} (q8_0: near-lossless, half of f16; q4_k_m: the usual 4-bit)",
-            },
-        ),
-        more=[
-            (
-                "--adapter-only",
-                {
-                    "action": "store_true",
-                    "help": "write the --adapter unmerged, as a LoRA adapter file for llama.cpp's --lora (types f32, f16, bf16, q8_0)",
-                },
-            ),
-            (
-                "--imatrix",
-                {
-                    "type": Path,
-                    "help": "an importance matrix (GGUF, from `ftune export imatrix` or llama-imatrix) to quantize with "
-                    "(types q6_k, q5_k_*, q4_k_*, q4_0)",
-                },
-            ),
-            ("--name", {"help": "general.name in the file (default: the model folder's name)"}),
-        ],
     )
-    _add_export_parser(
+    g.add_argument(
+        "--type",
+        required=True,
+        metavar="TYPE",
+        help=f"file type: {', '.join(GGUF_TYPES)} (q8_0: near-lossless, half of f16; q4_k_m: the usual 4-bit)",
+    )
+    g.add_argument("--adapter", **_ADAPTER)
+    g.add_argument(
+        "--adapter-only",
+        action="store_true",
+        help="write the --adapter unmerged, as a LoRA adapter file for llama.cpp's --lora (types f32, f16, bf16, q8_0)",
+    )
+    g.add_argument(
+        "--imatrix",
+        type=Path,
+        help="an importance matrix (GGUF, from `ftune export imatrix` or llama-imatrix) to quantize with "
+        "(types q6_k, q5_k_*, q4_k_*, q4_0)",
+    )
+    g.add_argument("--name", help="general.name in the file (default: the model folder's name)")
+    _add_output_flags(g, force_help="replace an existing output file and its Modelfile")
+    m = _subcommand(
         sub,
         "imatrix",
         help="an importance matrix of a model on calibration text, for `export gguf --imatrix`",
         output_help="the imatrix .gguf file to write",
-        force_help="replace an existing output file",
-        first=(
-            "--text",
-            {"type": Path, "required": True, "help": "UTF-8 calibration text (not the evaluation data)"},
-        ),
-        more=[
-            (
-                "--chunk-size",
-                {"type": int, "default": 512, "help": "tokens a chunk (llama-imatrix's -c; default 512)"},
-            ),
-            ("--chunks", {"type": int, "help": "run at most this many chunks (default: the whole text)"}),
-        ],
     )
+    m.add_argument(
+        "--text", type=Path, required=True, help="UTF-8 calibration text (not the evaluation data)"
+    )
+    m.add_argument("--adapter", **_ADAPTER)
+    m.add_argument(
+        "--chunk-size", type=int, default=512, help="tokens a chunk (llama-imatrix's -c; default 512)"
+    )
+    m.add_argument("--chunks", type=int, help="run at most this many chunks (default: the whole text)")
+    _add_output_flags(m, force_help="replace an existing output file")
     args = parser.parse_args(argv)
     if args.kind == "imatrix":
         return _export_imatrix(args)
@@ -131,30 +121,24 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-_Option = tuple[str, dict[str, Any]]
+# --adapter, as both subcommands take it.
+_ADAPTER: dict[str, Any] = {"type": Path, "help": "a LoRA/DoRA step folder to merge into the model first"}
 
 
-def _add_export_parser(
-    sub: argparse._SubParsersAction,
-    name: str,
-    *,
-    help: str,
-    output_help: str,
-    force_help: str,
-    first: _Option,
-    more: list[_Option],
-) -> None:
-    """Add a subcommand with the arguments `gguf` and `imatrix` share, in the order `--help` lists them:
-    the model folder and the output, the subcommand's required option `first`, --adapter, its options
-    `more`, then --force, --make-parents and --debug."""
+def _subcommand(
+    sub: argparse._SubParsersAction, name: str, *, help: str, output_help: str
+) -> argparse.ArgumentParser:
+    """A subcommand with the positional arguments both take: the model folder and the output file."""
     p = sub.add_parser(name, help=help)
     p.add_argument(
         "model_dir", type=Path, help="HF-layout model folder (config.json, weights, tokenizer.json)"
     )
     p.add_argument("output", help=output_help)
-    adapter = ("--adapter", {"type": Path, "help": "a LoRA/DoRA step folder to merge into the model first"})
-    for flag, options in [first, adapter, *more]:
-        p.add_argument(flag, **options)
+    return p
+
+
+def _add_output_flags(p: argparse.ArgumentParser, *, force_help: str) -> None:
+    """The flags both subcommands end with: --force, --make-parents, --debug."""
     p.add_argument("--force", action="store_true", help=force_help)
     p.add_argument("--make-parents", action="store_true", help="create the output's missing parent folders")
     p.add_argument("--debug", action="store_true")
