@@ -54,3 +54,34 @@ def memory_plan() -> str:
         f"{worst:.1%} (tests/benchmarks/test_memory_plan.py holds every row within 15%). {r['note']}"
     )
     return "\n\n".join((table(header, rows, "llrrlrrr"), run_line, provenance("memory_plan")))
+
+
+def heap_retention() -> str:
+    """What glibc's heap keeps per layer beside the saved activations, at each length (heap_retention.json)."""
+    r = load("heap_retention")
+    rows = [
+        [
+            row["method"],
+            row["tokens"],
+            f"{row['saved_mib_per_layer']:.1f}",
+            f"{row['mapped_mib_per_layer']:.1f}",
+            f"{row['heap_free_mib_per_layer']:.1f}",
+            f"{row['kept_share_of_saved']:.2f}",
+            f"{row['kept_share_of_heap_served']:.2f}",
+        ]
+        for row in r["rows"]
+    ]
+    header = [
+        "method",
+        "tokens",
+        "saved MiB a layer",
+        "of it mapped",
+        "heap kept free MiB a layer",
+        "kept / saved",
+        "kept / heap-served saved",
+    ]
+    run_line = (
+        "`python benchmarks/heap_retention.py`: one packed row, SmolLM2-135M's layer sizes, fp32, a forward "
+        f"with autograd on, glibc's `mallinfo2` after each layer. {r['note']}"
+    )
+    return "\n\n".join((table(header, rows, "lrrrrrr"), run_line, provenance("heap_retention")))

@@ -8,7 +8,7 @@ the results file (or rerun the benchmark that writes it), never the block. Every
 the machine, commit and date its figures were measured on. The renderers, one small function a
 block, live beside this file: training.py (docs/benchmarks.md, training recipes), sequence.py
 (docs/benchmarks.md: tokens/s against sequence length), memory.py (docs/memory.md: the memory plan
-against measured peaks), step.py (where one step's time and memory go), methods.py (DPO, KD and
+against measured peaks, and what the heap keeps), step.py (where one step's time and memory go), methods.py (DPO, KD and
 GRPO demos, GRPO against TRL, MoE experts), reward.py (the reward model, GRPO with it and PPO:
 reward_demo.py), pages.py (README, quickstart, QAT tables, inference recipes), gguf.py (the GGUF
 file types, the quickstart through llama.cpp), vision.py (docs/images.md: the image demo) and
@@ -91,6 +91,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "generate_vs_transformers": ("docs/recipes/generate.md", pages.generate_vs_transformers),
     "quantize_speed": ("docs/recipes/quantize.md", pages.quantize_speed),
     "memory_plan": ("docs/memory.md", memory.memory_plan),
+    "heap_retention": ("docs/memory.md", memory.heap_retention),
     "vision_demo": ("docs/images.md", vision.vision_demo),
 }
 

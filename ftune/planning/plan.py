@@ -39,9 +39,11 @@ CPU_RUNTIME_GIB = 0.53
 # so the peak RSS holds more than the live tensors: this share of the step's transient memory
 # (activations, loss blocks). Set before the runs of benchmarks/memory_plan.py and kept: there, what
 # the live terms leave unexplained is 0.14-0.29 of the transient memory without activation
-# checkpointing (more with it, where the recompute churns the heap). Only tensors under glibc's
-# largest mmap threshold stay in the heap (`terms.heap_held`): at 8k tokens a micro-batch the
-# feed-forward's activations and the loss's blocks are mapped and unmapped whole.
+# checkpointing (more with it, where the recompute churns the heap). The share is of all of it, the
+# blocks glibc maps (32 MiB or more) included: a mapped block goes back to the kernel when freed, but
+# the heap the residual-width tensors fragment grows with the tokens all the same
+# (benchmarks/heap_retention.py: the same share of a layer's saved bytes at 2k, 4k and 8k tokens,
+# where at 8k the feed-forward's are mapped).
 CPU_ALLOCATOR_SHARE = 0.25
 
 
@@ -150,7 +152,7 @@ def plan(
     and the gradients it makes take the room of the activations it frees. GRPO's sampling (the
     KV cache, no autograd) peaks apart from training; the larger of the two counts. On CPU,
     glibc's heap keeps a share of the transient memory (activations, loss blocks) beyond the
-    live tensors: of the tensors small enough to come from the heap (`terms.heap_held`).
+    live tensors (`CPU_ALLOCATOR_SHARE`).
     """
     e = dtype_bytes(work.dtype)
     shard = parallel.world_size if parallel.fsdp else 1
@@ -247,9 +249,7 @@ def plan(
             )
     t.update(step)
     if work.device == "cpu":  # a share of the transient tensors the heap keeps once freed
-        t["allocator (CPU heap)"] = CPU_ALLOCATOR_SHARE * (
-            rollout if sampling_peak else terms.heap_held(heap)
-        )
+        t["allocator (CPU heap)"] = CPU_ALLOCATOR_SHARE * (rollout if sampling_peak else _total(heap))
     return Plan(terms=t, workload=work, shape=shape, parallelism=parallel, teacher=teacher, notes=notes)
 
 

@@ -12,8 +12,6 @@ from ftune.planning.shapes import ModelShape
 # NF4 (QLoRA): 4 bits a weight, plus one 8-bit scale per block of 64 and one fp32 scale per 256
 # blocks (torchao's double quantization): 0.5 + 1/64 + 4/(64 * 256) bytes a weight.
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
-# glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): see `heap_held`.
-MMAP_THRESHOLD_MAX = 32 * 2**20
 
 # Optimizer state per trainable parameter, in bytes, by the `_component_` of the config's
 # optimizer (ftune.training.optimizer_state_bytes measures them: docs/benchmarks.md).
@@ -119,16 +117,6 @@ def layer_activation_bytes(
     if not trains_layers:
         return 0.0
     return float(sum(size * n for size, n in layer_activation_blocks(shape, rows, seq, elem, packed=packed)))
-
-
-def heap_held(blocks: list[tuple[float, int]]) -> float:
-    """The bytes of `blocks` ((bytes of a tensor, tensors) pairs) that glibc's heap keeps once freed.
-
-    glibc's malloc maps a block at least as large as its mmap threshold and unmaps it on free; the
-    threshold rises to the size of the mapped blocks freed, but never beyond 32 MiB on 64-bit
-    (mallopt(3), M_MMAP_THRESHOLD). Smaller blocks come from the heap, which keeps them when freed.
-    """
-    return float(sum(size * n for size, n in blocks if size < MMAP_THRESHOLD_MAX))
 
 
 def checkpointed_activation_bytes(

@@ -152,8 +152,3 @@ def test_packed_rows_share_the_batch_mask_across_layers():
     planned = terms.layer_activation_bytes(shape_of(_model(device="meta")), 1, 512, 4, packed=True)
     assert planned == pytest.approx(saved[1] - saved[0], rel=0.02)  # the plan a block's worth above
     assert terms.packed_mask_bytes(1, 512, 512) == mask.numel()  # once for every layer
-
-
-def test_the_heap_keeps_only_tensors_under_glibcs_mmap_limit():
-    mib = 2**20
-    assert terms.heap_held([(31 * mib, 2), (32 * mib, 1), (48 * mib, 3)]) == 62 * mib

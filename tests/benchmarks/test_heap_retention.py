@@ -1,0 +1,31 @@
+"""What the memory plan's allocator term is a share of (benchmarks/results/heap_retention.json; no run here).
+
+The plan takes the allocator's share of all the transient memory, the tensors glibc maps included
+(`ftune.planning.plan.CPU_ALLOCATOR_SHARE`). The results file has to bear that out: where a run maps
+part of each layer's saved bytes, the heap still keeps about the share it keeps where less is mapped.
+"""
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "heap_retention.json"
+ROWS = json.loads(RESULTS.read_text())["rows"]
+
+
+def test_the_file_covers_both_methods_at_2k_4k_and_8k():
+    assert {(r["method"], r["tokens"]) for r in ROWS} >= {
+        (m, n) for m in ("full", "lora") for n in (2048, 4096, 8192)
+    }
+
+
+def test_what_the_heap_keeps_follows_the_saved_bytes_not_the_heap_served_ones():
+    for method in ("full", "lora"):
+        rows = sorted((r for r in ROWS if r["method"] == method), key=lambda r: r["tokens"])
+        shorter, longest = rows[-2], rows[-1]
+        # the longest row maps part of each layer's saved bytes (the feed-forward's), the one before none ...
+        assert longest["mapped_mib_per_layer"] > 0.25 * longest["saved_mib_per_layer"], method
+        assert shorter["mapped_mib_per_layer"] == 0, method
+        # ... yet the heap keeps about the same share of all of them: not of the heap-served part alone
+        same = abs(longest["kept_share_of_saved"] / shorter["kept_share_of_saved"] - 1)
+        heap_only = abs(longest["kept_share_of_heap_served"] / shorter["kept_share_of_heap_served"] - 1)
+        assert same < 0.25 < 0.5 < heap_only, (method, same, heap_only)
