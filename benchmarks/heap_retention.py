@@ -1,6 +1,6 @@
 """What glibc's heap keeps beside a forward's saved activations, at 2k, 4k and 8k tokens.
 
-    python benchmarks/heap_retention.py [--lengths 2048 4096 8192] [--layers 8] [--methods full lora]
+    python benchmarks/heap_retention.py [--lengths 2048 4096 8192] [--layers 16] [--methods full lora]
 
 The memory plan's allocator term (`ftune.planning.plan.CPU_ALLOCATOR_SHARE`) is a share of a step's
 transient memory. This checks what that share is a share of. glibc maps a block of 32 MiB or more
@@ -13,9 +13,9 @@ One packed row (documents of 100-900 tokens, the packed-document mask, as the me
 runs), SmolLM2-135M's layer sizes, fp32, random weights, a forward with autograd on, after a freed
 31 MiB block has raised glibc's mmap threshold to its ceiling, as a step's loss does. After each
 layer: glibc's `mallinfo2` (the bytes in use, heap and mapped, and the heap's free bytes). Per
-layer, the median over the layers after the first: what the layer added to the bytes in use
+layer, the mean over the layers after the first (a layer strands whole freed blocks, one or a few): what the layer added to the bytes in use
 (its saved activations), the part of those that is mapped, and what it added to the heap's free
-bytes. Each length and method runs in a fresh process. Linux with glibc 2.33 or later only.
+bytes. Each length and method runs in `--repeats` fresh processes (the shares: their mean). Linux with glibc 2.33 or later only.
 Writes benchmarks/results/heap_retention.json, which benchmarks/figures/report.py renders into
 docs/memory.md.
 """
@@ -55,7 +55,7 @@ def _heap() -> tuple[int, int, int]:
 
 
 def child(seq: int, layers: int, method: str) -> dict:
-    """Run the forward in this process; per layer, the median growth of the heap's figures."""
+    """Run the forward in this process; per layer, the mean growth of the heap's figures."""
     import torch
 
     from ftune.models.smollm2 import smollm2
@@ -85,7 +85,7 @@ def child(seq: int, layers: int, method: str) -> dict:
         after = _heap()
         grew.append([a - b for a, b in zip(after, before)])
         before = after
-    saved, mapped, free = (statistics.median(g[i] for g in grew[1:]) for i in range(3))
+    saved, mapped, free = (statistics.mean(g[i] for g in grew[1:]) for i in range(3))
     return {"method": method, "tokens": seq, "documents": len(lengths), "layers": layers,
             "saved_mib_per_layer": round(saved / MIB, 1), "mapped_mib_per_layer": round(mapped / MIB, 1),
             "heap_free_mib_per_layer": round(free / MIB, 1), "kept_share_of_saved": round(free / saved, 3),
@@ -95,7 +95,8 @@ def child(seq: int, layers: int, method: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192])
-    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per method and length")
     parser.add_argument("--methods", nargs="+", choices=["full", "lora"], default=["full", "lora"])
     parser.add_argument("--child", nargs=3, metavar=("SEQ", "LAYERS", "METHOD"), help=argparse.SUPPRESS)
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -108,11 +109,17 @@ def main() -> None:
         for seq in args.lengths:
             load = load1()
             cmd = [sys.executable, __file__, "--child", str(seq), str(args.layers), method]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            rows.append({**json.loads(out.strip().splitlines()[-1]), "load1_before": load})
+            runs = [json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+                    for _ in range(args.repeats)]  # fmt: skip
+            row = runs[0] | {
+                k: round(statistics.mean(r[k] for r in runs), 3) for k in runs[0] if k.startswith("kept")
+            }
+            row |= {f"{k}_runs": [r[k] for r in runs] for k in runs[0] if k.startswith("kept")}
+            rows.append({**row, "load1_before": load})
             print(rows[-1], flush=True)
     write_results(args.results, "heap_retention", rows,
-                  note=f"A forward of {args.layers} layers a run, the median over layers 2-{args.layers}.")  # fmt: skip
+                  note=f"A forward of {args.layers} layers a run, the mean over layers 2-{args.layers}; "
+                  f"the shares are the mean of {args.repeats} fresh processes (each one's in `..._runs`).")  # fmt: skip
 
 
 if __name__ == "__main__":

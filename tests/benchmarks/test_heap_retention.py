@@ -21,11 +21,12 @@ def test_the_file_covers_both_methods_at_2k_4k_and_8k():
 def test_what_the_heap_keeps_follows_the_saved_bytes_not_the_heap_served_ones():
     for method in ("full", "lora"):
         rows = sorted((r for r in ROWS if r["method"] == method), key=lambda r: r["tokens"])
-        shorter, longest = rows[-2], rows[-1]
-        # the longest row maps part of each layer's saved bytes (the feed-forward's), the one before none ...
+        *shorter, longest = rows
+        # the longest row maps part of each layer's saved bytes (the feed-forward's), the shorter ones none ...
         assert longest["mapped_mib_per_layer"] > 0.25 * longest["saved_mib_per_layer"], method
-        assert shorter["mapped_mib_per_layer"] == 0, method
-        # ... yet the heap keeps about the same share of all of them: not of the heap-served part alone
-        same = abs(longest["kept_share_of_saved"] / shorter["kept_share_of_saved"] - 1)
-        heap_only = abs(longest["kept_share_of_heap_served"] / shorter["kept_share_of_heap_served"] - 1)
-        assert same < 0.25 < 0.5 < heap_only, (method, same, heap_only)
+        assert all(r["mapped_mib_per_layer"] == 0 for r in shorter), method
+        # ... yet the heap keeps a share of all of them in the shorter rows' band (widened by a quarter each
+        # way, the spread of fresh processes), and of the heap-served part alone a share above it
+        kept = [r["kept_share_of_saved"] for r in shorter]
+        low, high = 0.75 * min(kept), 1.25 * max(kept)
+        assert low <= longest["kept_share_of_saved"] <= high < longest["kept_share_of_heap_served"], method
