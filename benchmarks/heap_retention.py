@@ -35,6 +35,8 @@ from results_file import load1, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "heap_retention.json"
 MIB = 2**20
+# Figures that differ between fresh processes (the rest are sizes): the rows give their mean.
+AVERAGED = ("heap_free_mib_per_layer", "kept_share_of_saved", "kept_share_of_heap_served")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -111,15 +113,13 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--child", str(seq), str(args.layers), method]
             runs = [json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
                     for _ in range(args.repeats)]  # fmt: skip
-            row = runs[0] | {
-                k: round(statistics.mean(r[k] for r in runs), 3) for k in runs[0] if k.startswith("kept")
-            }
-            row |= {f"{k}_runs": [r[k] for r in runs] for k in runs[0] if k.startswith("kept")}
+            row = runs[0] | {k: round(statistics.mean(r[k] for r in runs), 3) for k in AVERAGED}
+            row |= {f"{k}_runs": [r[k] for r in runs] for k in AVERAGED}
             rows.append({**row, "load1_before": load})
             print(rows[-1], flush=True)
     write_results(args.results, "heap_retention", rows,
                   note=f"A forward of {args.layers} layers a run, the mean over layers 2-{args.layers}; "
-                  f"the shares are the mean of {args.repeats} fresh processes (each one's in `..._runs`).")  # fmt: skip
+                  f"what the heap kept is the mean of {args.repeats} fresh processes (each one's in `..._runs`).")  # fmt: skip
 
 
 if __name__ == "__main__":
