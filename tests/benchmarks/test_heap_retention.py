@@ -2,7 +2,8 @@
 
 The plan takes the allocator's share of all the transient memory, the tensors glibc maps included
 (`ftune.planning.plan.CPU_ALLOCATOR_SHARE`). The results file has to bear that out: where a run maps
-part of each layer's saved bytes, the heap still keeps about the share it keeps where less is mapped.
+part of each layer's saved bytes, the heap keeps no larger a share of all of them than where nothing
+is mapped, and a larger share of the heap-served part alone (what an earlier plan counted).
 """
 
 import json
@@ -25,8 +26,8 @@ def test_what_the_heap_keeps_follows_the_saved_bytes_not_the_heap_served_ones():
         # the longest row maps part of each layer's saved bytes (the feed-forward's), the shorter ones none ...
         assert longest["mapped_mib_per_layer"] > 0.25 * longest["saved_mib_per_layer"], method
         assert all(r["mapped_mib_per_layer"] == 0 for r in shorter), method
-        # ... yet the heap keeps a share of all of them in the shorter rows' band (widened by a quarter each
-        # way, the spread of fresh processes), and of the heap-served part alone a share above it
-        kept = [r["kept_share_of_saved"] for r in shorter]
-        low, high = 0.75 * min(kept), 1.25 * max(kept)
-        assert low <= longest["kept_share_of_saved"] <= high < longest["kept_share_of_heap_served"], method
+        # ... and the heap keeps no larger a share of all of them than the shorter rows do (a tenth of slack:
+        # fresh processes spread), while of the heap-served part alone it keeps more than any shorter row
+        most = max(r["kept_share_of_saved"] for r in shorter)
+        assert longest["kept_share_of_saved"] <= 1.1 * most, method
+        assert longest["kept_share_of_heap_served"] > most, method
