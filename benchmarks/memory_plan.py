@@ -15,7 +15,8 @@ are truncated at it (DPO), prompts cut at `dataset.max_prompt_len` with completi
 `max_new_tokens` (GRPO: a random model rarely samples a stop token). 3 steps, fp32, no checkpoint
 until the end. Measured: the peak RSS rank 0's DiskLogger logs after the last step (VmHWM: model
 loading included, the final save not). Predicted: `ftune.planning.plan` of the same config and
-overrides, per rank. Memory does not depend on the machine's load; the run times here do.
+overrides, per rank. Memory does not depend on the machine's load; the run times here do. Each
+row records the commit it was measured at; the file's commit is that of its predictions.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from results_file import load1, write_results  # noqa: E402
+from results_file import commit, load1, write_results  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "memory_plan.json"
 SMOLLM2_135M = dict(
@@ -222,7 +223,7 @@ def measure(name: str, places: dict[str, str], home: Path) -> dict:
     finally:
         shutil.rmtree(out, ignore_errors=True)
     peaks = [r["peak_memory_gib"] for r in rows if "peak_memory_gib" in r]
-    return {"measured_gib": round(max(peaks), 3), "peak_by_step_gib": [round(p, 3) for p in peaks],
+    return {"commit": commit(), "measured_gib": round(max(peaks), 3), "peak_by_step_gib": [round(p, 3) for p in peaks],
             "wall_s": round(wall, 1), "load1_before": before, "load1_after": load1()}  # fmt: skip
 
 
@@ -255,9 +256,11 @@ def main() -> None:
     )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "memory_plan_bench")
     args = parser.parse_args()
-    old = json.loads(args.results.read_text())["rows"] if args.results.exists() else []
-    measured = {r["run"]: {k: r[k] for k in ("measured_gib", "peak_by_step_gib", "wall_s", "load1_before",
-                                             "load1_after")} for r in old}  # fmt: skip
+    old_file = json.loads(args.results.read_text()) if args.results.exists() else {"rows": []}
+    # Each row keeps the commit it was measured at (the file's own commit: its predictions').
+    measured = {r["run"]: {"commit": r.get("commit", old_file.get("commit")),
+                           **{k: r[k] for k in ("measured_gib", "peak_by_step_gib", "wall_s", "load1_before",
+                                                "load1_after")}} for r in old_file["rows"]}  # fmt: skip
     raw = args.work / "measured.json"  # every measurement as it comes (a failed prediction loses none)
     if raw.exists():
         measured |= json.loads(raw.read_text())
