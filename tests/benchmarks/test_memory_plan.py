@@ -42,3 +42,17 @@ def test_the_runs_cover_methods_sizes_lengths_and_world_sizes():
 def test_the_recorded_prediction_is_todays_plan(row):
     assert row["overrides"] == memory_plan.overrides_of(row["run"])
     assert memory_plan.predict(row["run"])["predicted_gib"] == pytest.approx(row["predicted_gib"], abs=0.002)
+
+
+def test_the_longest_runs_complete_within_the_plan():
+    longest = max(
+        int(o.split("=")[1]) for r in ROWS for o in r["overrides"] if o.startswith("tokenizer.max_seq_len=")
+    )
+    runs = [r for r in ROWS if f"tokenizer.max_seq_len={longest}" in r["overrides"]]
+    assert longest == 8192 and len(runs) >= 2
+    over = {
+        r["run"]: (r["measured_gib"], r["predicted_gib"])
+        for r in runs
+        if r["measured_gib"] > r["predicted_gib"]
+    }
+    assert not over, f"at {longest} tokens the step peaked above the plan (measured, planned GiB): {over}"
