@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import torch
+from demo_runs import log_rows
 from results_file import ROOT, load1, write_results
 
 from ftune import training
@@ -61,11 +62,6 @@ def run(cmd: list[str], env: dict[str, str], log: Path) -> float:
     if code:
         sys.exit(f"agent_demo: `{' '.join(cmd)}` failed (exit {code}); its output: {log}")
     return round(time.perf_counter() - start, 1)
-
-
-def log_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for f in sorted((run_dir / "logs").glob("*.jsonl"))
-            for line in f.read_text().splitlines() if line.strip()]  # fmt: skip
 
 
 def agent_args(args: argparse.Namespace, data: Path, model: Path, base: Path) -> list[str]:
