@@ -1,5 +1,5 @@
 """The shipped llama3_2_vision/11B_lora config trains a Llama 3.2 Vision model end to end: a tiny random
-MllamaForConditionalGeneration folder written by transformers, the drawn-disc chats of
+MllamaForConditionalGeneration folder written by transformers (tests/recipes/tiny_vlm_folders.py), the drawn-disc chats of
 test_vlm_recipes.py tiled by `MllamaImageTransform`. The loss falls every step, the adapters reach the
 decoder's self- and cross-attention layers, the encoder and the projector, and the merged step folder
 loads in transformers with ftune's logits."""
@@ -7,14 +7,14 @@ loads in transformers with ftune's logits."""
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import load_recipe
 from run_logs import losses, read_log
-from test_vlm_recipes import _data, vlm_tokenizer_folder
+from test_vlm_recipes import _data
+from tiny_vlm_folders import llama3_2_vision
 
 from ftune.checkpointing import load_hf
 from ftune.config import load_config
@@ -29,51 +29,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 STEPS, TILE = 4, 8
 
 
-def _folder(path: Path) -> Path:
-    """A tiny random Mllama folder (save_pretrained) with the test tokenizer."""
-    tokenizer_dir = vlm_tokenizer_folder(path / "tok", "mllama")
-    image_id = HFTokenizer(tokenizer_dir).token_to_id("<|image|>")
-    config = transformers.MllamaConfig(
-        vision_config=dict(
-            hidden_size=16,
-            num_hidden_layers=2,
-            num_global_layers=1,
-            attention_heads=2,
-            intermediate_size=24,
-            vision_output_dim=32,
-            image_size=TILE,
-            patch_size=4,
-            intermediate_layers_indices=[0],
-        ),
-        text_config=dict(
-            vocab_size=448,
-            hidden_size=32,
-            num_hidden_layers=3,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            intermediate_size=48,
-            cross_attention_layers=[1],
-            max_position_embeddings=256,
-            bos_token_id=0,
-            eos_token_id=1,
-            pad_token_id=2,
-        ),
-        image_token_index=image_id,
-    )
-    torch.manual_seed(0)
-    model = transformers.MllamaForConditionalGeneration(config).float()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.1)
-    folder = path / "Llama-3.2-Vision-tiny"
-    model.save_pretrained(folder)
-    for f in tokenizer_dir.iterdir():
-        shutil.copy(f, folder / f.name)
-    return folder
-
-
 def test_lora_config_trains_on_images_and_transformers_loads_the_merge(tmp_path: Path) -> None:
-    folder, data, out = _folder(tmp_path), _data(tmp_path), tmp_path / "out"
+    folder, data, out = llama3_2_vision(tmp_path)[0], _data(tmp_path), tmp_path / "out"
     cfg = load_config(
         "llama3_2_vision/11B_lora",
         [
