@@ -58,7 +58,8 @@ class MatmulAttention(torch.autograd.Function):
         b, h, s, d = q.shape
         h_kv = k.shape[1]
         group, scale = h // h_kv, d**-0.5
-        qs = q.view(b, h_kv, group, s, d).transpose(2, 3).contiguous()  # (b, h_kv, s, group, d)
+        # (b, h_kv, s, group, d), a view: each block's reshape below copies its own rows (no whole copy of q)
+        qs = q.view(b, h_kv, group, s, d).transpose(2, 3)
         out = q.new_empty(b, s, h_kv, group, d)
         lse = q.new_empty(b, h_kv, s, group)
         for q0, q1, k0, k1 in blocks:
@@ -82,9 +83,10 @@ class MatmulAttention(torch.autograd.Function):
         b, h, s, d = q.shape
         h_kv = k.shape[1]
         group, scale = h // h_kv, d**-0.5
-        qs = q.view(b, h_kv, group, s, d).transpose(2, 3).contiguous()  # (b, h_kv, s, group, d)
+        qs = q.view(b, h_kv, group, s, d).transpose(2, 3)  # (b, h_kv, s, group, d), a view as in forward
         go = grad.reshape(b, s, h_kv, group, d)
         delta = (go * result.view(b, s, h_kv, group, d)).sum(-1).transpose(1, 2)  # (b, h_kv, s, group)
+        # dq in q's own memory layout (empty_like keeps qs's strides): its (b, h, s, d) view below is free
         dq, dk, dv = torch.empty_like(qs), torch.zeros_like(k), torch.zeros_like(v)
         for q0, q1, k0, k1 in ctx.blocks:
             rows, keys = (q1 - q0) * group, k1 - k0

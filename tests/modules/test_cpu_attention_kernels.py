@@ -100,3 +100,20 @@ def test_by_row_blocks_end_at_each_rows_own_documents(monkeypatch) -> None:
         ca.cached_key_blocks(mask, 64, split_documents=True, row=0)
         ca.cached_key_blocks(mask, 64, split_documents=True, row=1)
     assert found == [(1, SEQ, SEQ), (1, SEQ, SEQ)]
+
+
+def test_the_matmul_kernel_reads_q_in_its_own_layout_and_returns_its_gradient_so() -> None:
+    # q as attention makes it: a (b, h, s, d) view of the projection's (b, s, h, d) rows. The kernel copies
+    # a block of q at a time (no whole copy, which the heap would keep at long rows), and its gradient
+    # comes back in q's layout, a view of the buffer it filled.
+    from ftune.modules.matmul_attention import matmul_attention
+
+    b, s = 2, 256
+    q = torch.randn(b, s, 9, 64).transpose(1, 2).requires_grad_()
+    k, v = (torch.randn(b, s, 3, 64).transpose(1, 2).requires_grad_() for _ in range(2))
+    blocks = [(q0, q0 + 64, 0, q0 + 64) for q0 in range(0, s, 64)]
+    out = matmul_attention(q, k, v, None, blocks)
+    (grad_q,) = torch.autograd.grad(out, q, torch.randn_like(out))  # as computed (.grad would re-lay it out)
+    assert grad_q.stride() == q.stride()
+    want = F.scaled_dot_product_attention(*(t.detach() for t in (q, k, v)), is_causal=True, enable_gqa=True)
+    assert torch.allclose(out, want.transpose(1, 2).flatten(2), atol=1e-5)
