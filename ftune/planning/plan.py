@@ -41,9 +41,10 @@ CPU_RUNTIME_GIB = 0.53
 # the live terms leave unexplained is 0.14-0.29 of the transient memory without activation
 # checkpointing (more with it, where the recompute churns the heap). The share is of all of it, the
 # blocks glibc maps (32 MiB or more) included: a mapped block goes back to the kernel when freed, but
-# the heap the residual-width tensors fragment grows with the tokens all the same
-# (benchmarks/heap_retention.py: the same share of a layer's saved bytes at 2k, 4k and 8k tokens,
-# where at 8k the feed-forward's are mapped).
+# what the heap keeps comes from the tensors it serves, and depends on which of them a layer frees
+# and when, not on the mapped ones' size. benchmarks/heap_retention.py measures it layer by layer: at
+# 8k tokens, where the feed-forward's activations are mapped, no larger a share of all the saved bytes
+# than at 2k and 4k, and for LoRA about twice the share of the heap-served bytes alone.
 CPU_ALLOCATOR_SHARE = 0.25
 
 
