@@ -13,8 +13,8 @@ import pytest
 from conftest import load_recipe
 from PIL import Image
 from test_llama3_2_vision_recipe import TILE as MLLAMA_TILE
-from test_llama3_2_vision_recipe import _folder as _mllama_folder
 from test_vlm_recipes import TRANSFORM, _data, _folder
+from tiny_vlm_folders import llama3_2_vision as tiny_mllama_folder
 
 from ftune.checkpointing import load_hf
 from ftune.config import ConfigError, load_config
@@ -131,7 +131,7 @@ def test_generate_llama3_2_vision_with_an_image_equals_the_library(vlm, tmp_path
     # The cross-attention family: its tiles, aspect ratios and cross-attention mask reach the KV-cache
     # generation through the recipe; the family's transform is config.json's (tile_size set to the tiny one).
     _, data = vlm
-    folder = _mllama_folder(tmp_path)
+    folder, _ = tiny_mllama_folder(tmp_path)
     image = str(data / "red.png")
     cfg = _generate_cfg(
         folder,
