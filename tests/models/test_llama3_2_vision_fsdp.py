@@ -118,6 +118,7 @@ def _rank(rank: int, method: str, init_file: str, out: str) -> None:
         state = {k: v.full_tensor() for k, v in model.state_dict().items()}
         if rank == 0:
             torch.save(state, out)
+        dist.barrier()  # no rank tears its group down while another still talks to it (gloo aborts)
     finally:
         dist.destroy_process_group()
 
