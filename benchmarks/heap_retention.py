@@ -23,7 +23,6 @@ docs/memory.md.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import subprocess
@@ -31,6 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from glibc_heap import heap_bytes  # noqa: E402
 from results_file import load1, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "heap_retention.json"
@@ -38,22 +38,6 @@ MIB = 2**20
 # Figures that differ between fresh processes (the rest are sizes): the rows give their mean.
 AVERAGED = ("heap_free_mib_per_layer", "kept_share_of_saved", "kept_share_of_heap_served")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-                     "fordblks", "keepcost")
-    ]  # fmt: skip
-
-
-def _heap() -> tuple[int, int, int]:
-    """(bytes in use, of them mapped, heap bytes free) from glibc's mallinfo2."""
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
-    info = libc.mallinfo2()
-    return info.uordblks + info.hblkhd, info.hblkhd, info.fordblks
 
 
 def child(seq: int, layers: int, method: str) -> dict:
@@ -81,10 +65,10 @@ def child(seq: int, layers: int, method: str) -> dict:
     # As a training step leaves glibc: its first freed blocks (the loss's logits) raise the mmap threshold
     # to its 32 MiB ceiling. A fresh process maps from 128 KiB and raises it as mapped blocks are freed.
     torch.empty(31 * MIB // 4).fill_(0)  # mapped, then freed at once
-    before, grew = _heap(), []
+    before, grew = heap_bytes(), []
     for layer in model.layers:
         h = layer(h, input_pos=pos, mask=mask)
-        after = _heap()
+        after = heap_bytes()
         grew.append([a - b for a, b in zip(after, before)])
         before = after
     saved, mapped, free = (statistics.mean(g[i] for g in grew[1:]) for i in range(3))

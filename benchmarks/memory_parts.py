@@ -13,7 +13,6 @@ arenas. Memory does not depend on the machine's load.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import sys
@@ -23,19 +22,11 @@ import torch
 
 from ftune import config, registry, training
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from glibc_heap import heap_bytes  # noqa: E402
+
 GIB = 2**30
 RANK = int(os.environ.get("RANK", "0"))
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
-    ]
-
-
-_LIBC = ctypes.CDLL("libc.so.6")
-_LIBC.mallinfo2.restype = _MallInfo2
 
 
 def report(point: str) -> None:
@@ -44,10 +35,10 @@ def report(point: str) -> None:
         line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line
     )
     rss, hwm = (int(status[k].split()[0]) * 1024 / GIB for k in ("VmRSS", "VmHWM"))
-    m = _LIBC.mallinfo2()
+    in_use, mapped, free = heap_bytes()
     if RANK == 0:
-        print(f"{point:28s} rss {rss:6.3f}  peak {hwm:6.3f}  in use {(m.uordblks + m.hblkhd) / GIB:6.3f} "
-              f"(mapped {m.hblkhd / GIB:5.3f})  heap free {m.fordblks / GIB:6.3f} GiB", flush=True)  # fmt: skip
+        print(f"{point:28s} rss {rss:6.3f}  peak {hwm:6.3f}  in use {in_use / GIB:6.3f} "
+              f"(mapped {mapped / GIB:5.3f})  heap free {free / GIB:6.3f} GiB", flush=True)  # fmt: skip
 
 
 def _after(name: str, before: bool = False) -> None:
