@@ -195,33 +195,33 @@ def plan(
     seq = -(-seq // cp)  # context parallel: this rank's slice of each sequence
     layer = terms.layer_activation_blocks(layer_shape, rows, seq, e, packed=work.packed)
     if work.activation_offloading and work.device != "cpu":
-        heap = layer
-        step["activations (offloaded: one layer on the device)"] = _total(heap)
+        transient = list(layer)
+        step["activations (offloaded: one layer on the device)"] = _total(transient)
     elif work.activation_checkpointing:  # each layer's input, and one layer recomputed at a time
-        heap = [(rows * seq * shape.embed_dim * e, shape.num_layers), *layer]
-        step["activations (checkpointed)"] = _total(heap)
+        transient = [(rows * seq * shape.embed_dim * e, shape.num_layers), *layer]
+        step["activations (checkpointed)"] = _total(transient)
     else:
-        heap = [(size, n * shape.num_layers) for size, n in layer]
-        step["activations"] = _total(heap)
-    acts = _total(heap)
+        transient = [(size, n * shape.num_layers) for size, n in layer]
+        step["activations"] = _total(transient)
+    acts = _total(transient)
     if work.packed:  # context parallel: this rank's queries against every key
-        heap.append((terms.packed_mask_bytes(rows, seq, work.seq), 1))
-        step["attention mask (packed documents)"] = heap[-1][0]
+        transient.append((terms.packed_mask_bytes(rows, seq, work.seq), 1))
+        step["attention mask (packed documents)"] = transient[-1][0]
     if cp > 1:  # each layer keeps the gathered keys and values; the loss reads the gathered hidden states
         gathered = [
             (rows * (work.seq - seq) * layer_shape.kv_dim * e, 2 * shape.num_layers),
             (tokens * shape.embed_dim * e, 1),
         ]
-        heap += gathered
+        transient += gathered
         step["context parallel: gathered keys, values, hidden states"] = _total(gathered)
     copies = 4 if work.method == "kd" else 3  # KD: the teacher's block of logits beside the student's
     loss_tokens = work.loss_tokens * work.rows // max(work.rollout_rows, 1) if work.loss_tokens else tokens
     loss = terms.loss_blocks(shape, loss_tokens, work.num_chunks, trains_output=full, copies=copies)
-    heap += loss
+    transient += loss
     step["loss blocks"] = _total(loss)
     if teacher is not None:
-        heap.append((terms.hidden_bytes(teacher, tokens, e), 1))
-        step["teacher hidden states"] = heap[-1][0]
+        transient.append((terms.hidden_bytes(teacher, tokens, e), 1))
+        step["teacher hidden states"] = transient[-1][0]
     # Backward makes the gradients layer by layer while it frees that layer's activations: the
     # embedding's comes first (the loss made it), the layers' add to the peak only where they
     # outgrow the activations already freed. Then the optimizer step holds them all, no activations.
@@ -250,7 +250,7 @@ def plan(
             )
     t.update(step)
     if work.device == "cpu":  # a share of the transient tensors the heap keeps once freed
-        t["allocator (CPU heap)"] = CPU_ALLOCATOR_SHARE * (rollout if sampling_peak else _total(heap))
+        t["allocator (CPU heap)"] = CPU_ALLOCATOR_SHARE * (rollout if sampling_peak else _total(transient))
     return Plan(terms=t, workload=work, shape=shape, parallelism=parallel, teacher=teacher, notes=notes)
 
 
